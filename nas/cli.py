@@ -1,0 +1,62 @@
+"""The `kdnas` console script: one entry point, one sub-command per job.
+
+Each package owns its sub-commands in a private `_cli.py` exposing `register(subparsers)`; this
+module only assembles them and turns user errors into a one-line message with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from distill.errors import KdnasError
+
+EXIT_USER_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from distill import _cli as distill_cli
+    from export import _cli as export_cli
+    from latency import _cli as latency_cli
+
+    parser = argparse.ArgumentParser(
+        prog="kdnas",
+        description=(
+            "Find, distill and ship small Transformer students under a CPU latency budget. "
+            "Bundled defaults (no network needed): teachers minilm-l6 (default) and mpnet-base, "
+            "corpus news."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in (distill_cli, export_cli, latency_cli):
+        module.register(sub)
+    try:
+        from nas import _cli as nas_cli
+    except ImportError:  # the search sub-commands land with their own issue
+        nas_cli = None
+    if nas_cli is not None:
+        nas_cli.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # Bundled assets are local; a hub lookup would only hang on a closed network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KdnasError as err:
+        print(f"kdnas {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print(f"kdnas {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

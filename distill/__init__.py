@@ -1,1 +1,32 @@
-"""kdnas.distill"""
+"""kdnas.distill — the loss engine: teachers, transfer data, teacher-target cache, losses, trainer.
+
+Public API:
+    load_teacher, Teacher                   teachers (bundled names, local folders, hub names)
+    load_corpus, make_transfer_set          unlabeled text -> fixed-length sequences
+    TeacherCache                            teacher targets computed once, reused by every student
+    DistillConfig, distill, DistillResult   one method for N steps
+    hs_then_od, with_assistant              multi-stage recipes
+    Evaluator                               held-out L_HS, raw and normalized
+    layer_map, minilmv2_loss, METHODS       losses (see distill.losses for all of them)
+    StudentSpec, parse_arch, build_student  student shapes
+    KdnasError                              user errors
+"""
+
+from .activations import Activations, ModelDims, Needs
+from .cache import TeacherCache
+from .data import TransferSet, load_corpus, make_transfer_set
+from .errors import KdnasError
+from .evaluate import Evaluator
+from .losses import layer_map, minilmv2_loss
+from .methods import METHODS, build_method
+from .recipes import hs_then_od, wants_assistant, with_assistant
+from .spec import StudentSpec, build_student, parse_arch
+from .teachers import Teacher, load_teacher
+from .trainer import DistillConfig, DistillResult, distill
+
+__all__ = [
+    "Activations", "DistillConfig", "DistillResult", "Evaluator", "KdnasError", "METHODS", "ModelDims", "Needs",
+    "StudentSpec", "Teacher", "TeacherCache", "TransferSet", "build_method", "build_student", "distill",
+    "hs_then_od", "layer_map", "load_corpus", "load_teacher", "make_transfer_set", "minilmv2_loss",
+    "parse_arch", "wants_assistant", "with_assistant",
+]

@@ -1,0 +1,136 @@
+"""`kdnas distill`: distill one student of a given shape from a teacher on a corpus."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  kdnas distill --arch 4x12x192x768 --method minilmv2 --steps 300 --out runs/s4
+  kdnas distill --teacher mpnet-base --arch 6x12x384x1536 --method hs --layer-map uniform+last --out runs/s6
+  kdnas distill --teacher ./my-bert-mlm --method hs+od --out runs/od     (OD needs a *ForMaskedLM teacher)
+
+methods (METHODS.md):
+  hs             hidden-state transfer, Eq. 6, learned linear maps, --layer-map
+  minilmv2       multi-head self-attention relations (Q/K/V), Eq. 7-9, --relation-heads, --teacher-layer
+  direct-minilm  DirectMiniLM, Eq. 10 (relation heads = attention heads)
+  minilm         MiniLM v1: attention distributions + value relation (equal head counts)
+  pkd | ckd | alp  ALP-KD paper family (--layer-map for pkd, --ckd-overlap for ckd)
+  xtremedistil   multi-layer hidden + attention transfer (equal head counts); pair with --init svd
+  od             output distribution on masked-LM logits, Eq. 5 (teacher needs an MLM head)
+  hs+od          two stages: hs, then od from that checkpoint (App. B)
+
+The output folder loads with AutoModel.from_pretrained(DIR) and holds the teacher's tokenizer and
+distill.json (config, per-evaluation losses, final held-out L_HS raw and normalized).
+Teacher targets are cached on disk (--cache-dir) and reused by later runs on the same data.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from .assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+
+    p = subparsers.add_parser(
+        "distill", help="distill one student architecture from a teacher",
+        description="Distill a teacher into a BERT student of the given shape (task-agnostic, unlabeled text).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--teacher", default=DEFAULT_TEACHER,
+                   help="bundled name (minilm-l6, mpnet-base), local model folder, or hub name (default: %(default)s)")
+    p.add_argument("--corpus", default=DEFAULT_CORPUS,
+                   help="bundled name (news), a .txt/.jsonl/.csv file or folder, or a saved datasets folder (default: %(default)s)")
+    p.add_argument("--arch", default="4x12x192x768",
+                   help="student shape LAYERSxHEADSxHIDDENxFFN (default: %(default)s)")
+    p.add_argument("--method", default="minilmv2", help="distillation method, see below (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=200, help="training steps (per stage for recipes; default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate, App. B (default: %(default)s)")
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default: %(default)s)")
+    p.add_argument("--train-size", type=int, default=2048, help="training sequences in the transfer set (default: %(default)s)")
+    p.add_argument("--eval-size", type=int, default=64, help="held-out sequences for L_HS (default: %(default)s)")
+    p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps; 0 = at the end (default: %(default)s)")
+    p.add_argument("--layer-map", default=None,
+                   help="single | last | uniform | uniform-cons | uniform+last (hs, pkd; default: uniform)")
+    p.add_argument("--relation-heads", type=int, default=None,
+                   help="MiniLMv2 relation heads; must divide both hidden sizes (default: largest divisor <= 48 keeping head size >= 8)")
+    p.add_argument("--teacher-layer", default=None, help="MiniLMv2 teacher layer: L, L-1 or L-2 (default: L)")
+    p.add_argument("--ckd-overlap", default=None, help="CKD/ALP buckets: NO (no overlap) or PO (partial overlap; default: NO)")
+    p.add_argument("--alp-scope", default=None, help="ALP attention over: all teacher layers or a bucket (default: all)")
+    p.add_argument("--temperature", type=float, default=None, help="OD temperature tau (default: 1.0)")
+    p.add_argument("--init", default="random", choices=["random", "svd"],
+                   help="student word embeddings: random, or svd of the teacher's (XtremeDistil)")
+    p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
+                   help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (bf16 autocast on CUDA; default: %(default)s)")
+    p.add_argument("--cache-dir", default=None,
+                   help="where teacher targets are stored (default: $KDNAS_CACHE/targets); 'none' keeps them in memory only")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder for the student (replaced if it holds an earlier kdnas student)")
+    p.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import assets
+    from .cache import TeacherCache
+    from .data import load_corpus, make_transfer_set
+    from .errors import KdnasError
+    from .methods import METHODS
+    from .recipes import hs_then_od, wants_assistant, with_assistant
+    from .spec import parse_arch
+    from .teachers import load_teacher
+    from .trainer import DistillConfig, distill
+
+    allowed = (*METHODS, "hs+od")
+    if args.method not in allowed:
+        raise KdnasError(f"method {args.method!r} is unknown; allowed: {', '.join(allowed)}")
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "distill.json").exists())):
+        raise KdnasError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")
+    for name in ("steps", "batch_size", "train_size", "eval_size"):
+        if getattr(args, name) < 1:
+            raise KdnasError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")
+
+    config = DistillConfig(
+        method="hs" if args.method == "hs+od" else args.method,
+        steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
+        layer_map=args.layer_map, relation_heads=args.relation_heads, teacher_layer=args.teacher_layer,
+        ckd_overlap=args.ckd_overlap, alp_scope=args.alp_scope, temperature=args.temperature, init=args.init, seed=args.seed,
+        device=args.device, progress=not args.quiet,
+    )
+    needs_mlm = args.method in ("od", "hs+od")
+    log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
+    parse_arch(args.arch)  # fail on a malformed shape before loading anything
+    teacher = load_teacher(args.teacher, mlm=needs_mlm)
+    spec = parse_arch(args.arch, **teacher.student_sizes())
+    log(f"teacher {args.teacher}: {teacher.dims.layers}x{teacher.dims.heads}x{teacher.dims.hidden}x{teacher.dims.ffn}; "
+        f"student {spec.arch} ({spec.num_parameters() / 1e6:.1f}M parameters)")
+    texts = load_corpus(args.corpus)
+    data = make_transfer_set(teacher.tokenizer, texts, seq_len=args.seq_len, num_train=args.train_size,
+                             num_eval=args.eval_size, seed=args.seed)
+    log(f"corpus {args.corpus}: {data.num_train} training and {data.num_eval} held-out sequences of {data.seq_len} tokens")
+    cache_dir = None if str(args.cache_dir).lower() == "none" else (args.cache_dir or assets.cache_root() / "targets")
+    cache = TeacherCache(teacher, data, directory=cache_dir)
+
+    use_assistant = args.assistant == "on" or (args.assistant == "auto" and wants_assistant(teacher, spec))
+    if args.method == "hs+od":
+        if use_assistant:
+            raise KdnasError("--assistant cannot be combined with --method hs+od; pick one recipe")
+        result = hs_then_od(spec, teacher, data, config, cache=cache)
+    elif use_assistant:
+        result = with_assistant(spec, teacher, data, config, cache=cache)
+    else:
+        result = distill(spec, teacher, data, config, cache=cache)
+
+    extra = {"teacher": args.teacher, "corpus": args.corpus, "method": args.method,
+             "assistant": use_assistant, "transfer_set": data.fingerprint}
+    result.save(out, teacher.tokenizer, extra=extra)
+    m = result.metrics
+    log(f"done in {result.seconds:.1f}s: held-out L_HS {m['l_hs_norm']:.4f} normalized "
+        f"({m['l_hs_raw']:.4f} raw), train loss {m['train_loss']:.4f} -> {out}")
+    if args.json:
+        print(json.dumps({**result.summary(), **extra, "out": str(out)}, indent=2))
+    return 0

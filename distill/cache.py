@@ -1,0 +1,106 @@
+"""Teacher targets, computed once per (teacher, transfer set, sequence length) and reused.
+
+The teacher is frozen and the transfer set fixed, so its activations never change; a search
+distills dozens of students against the same targets. Each activation is one entry — e.g.
+`hidden 6` or `query 12` — stored as a half-precision `[N, seq, d]` tensor in memory and, when a
+directory is given, on disk (written to a temporary name, then renamed). Methods that need
+different entries share the ones they have in common.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from .activations import Activations, Needs
+from .data import TransferSet
+from .teachers import Teacher
+
+_KINDS = ("hidden", "query", "key", "value")
+
+
+def _entries(needs: Needs) -> list[tuple[str, int]]:
+    entries = [("hidden", i) for i in sorted(needs.hidden)]
+    for kind in ("query", "key", "value"):
+        entries += [(kind, i) for i in sorted(needs.qkv)]
+    return entries
+
+
+class TeacherCache:
+    """Lazily computed, reusable teacher activations for one transfer set.
+
+    Masked-LM logits (OD) are not cached: they are `[N, seq, vocab]`, far larger than the hidden
+    states, and OD draws fresh masks; OD runs the teacher live.
+    """
+
+    def __init__(
+        self,
+        teacher: Teacher,
+        data: TransferSet,
+        *,
+        directory: str | os.PathLike | None = None,
+        dtype: torch.dtype = torch.float16,
+        batch_size: int = 32,
+    ) -> None:
+        self.teacher = teacher
+        self.data = data
+        self.directory = Path(directory) if directory is not None else None
+        self.dtype = dtype
+        self.batch_size = batch_size
+        self._store: dict[tuple[str, str, int], torch.Tensor] = {}
+        self.teacher_passes = 0  # full passes over a split; tests and benchmarks read it
+
+    def _file(self, split: str, kind: str, layer: int) -> Path:
+        assert self.directory is not None
+        name = f"{self.teacher.fingerprint}-{self.data.fingerprint}-s{self.data.seq_len}-{split}-{kind}{layer}.pt"
+        return self.directory / name
+
+    def ensure(self, split: str, needs: Needs) -> None:
+        """Make every entry of `needs` available for `split`, in at most one teacher pass."""
+        missing = [e for e in _entries(needs) if (split, *e) not in self._store]
+        if self.directory is not None:
+            for kind, layer in list(missing):
+                path = self._file(split, kind, layer)
+                if path.is_file():
+                    self._store[(split, kind, layer)] = torch.load(path, mmap=True, weights_only=True)
+                    missing.remove((kind, layer))
+        if not missing:
+            return
+        wanted = Needs(
+            hidden=frozenset(i for k, i in missing if k == "hidden"),
+            qkv=frozenset(i for k, i in missing if k != "hidden"),
+        )
+        ids, mask = self.data.split(split)
+        device = next(self.teacher.model.parameters()).device
+        chunks: dict[tuple[str, int], list[torch.Tensor]] = {e: [] for e in _entries(wanted)}
+        for start in range(0, ids.shape[0], self.batch_size):
+            acts = self.teacher.activations(
+                ids[start : start + self.batch_size].to(device), mask[start : start + self.batch_size].to(device), wanted
+            )
+            for (kind, layer), parts in chunks.items():
+                parts.append(getattr(acts, kind)[layer].to("cpu", self.dtype))
+        self.teacher_passes += 1
+        for (kind, layer), parts in chunks.items():
+            if (kind, layer) not in missing:
+                continue  # computed alongside (e.g. all of Q/K/V of a layer); keep what was asked
+            tensor = torch.cat(parts)
+            self._store[(split, kind, layer)] = tensor
+            if self.directory is not None:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                path = self._file(split, kind, layer)
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                torch.save(tensor, tmp)
+                tmp.replace(path)
+
+    def batch(self, split: str, index: torch.Tensor, needs: Needs) -> Activations:
+        """Teacher activations of the rows `index` of `split` (call `ensure` first)."""
+        self.ensure(split, needs)
+        out = Activations()
+        for kind, layer in _entries(needs):
+            getattr(out, kind)[layer] = self._store[(split, kind, layer)][index]
+        return out
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self._store.values())

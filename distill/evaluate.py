@@ -1,0 +1,79 @@
+"""Held-out hidden-state loss L_HS, raw and normalized (METHODS.md, "Reward normalization").
+
+The reward needs one number per student that is comparable across methods and shapes. A student
+trained with MiniLMv2 has no HS projection, so the map `W` of Eq. 6 is fitted here, in closed form
+(ridge least squares with bias), on the first half of the held-out rows and scored on the second
+half. Each pair's MSE is divided by the variance of that teacher layer over the scored rows, so
+predicting the teacher's mean scores 1.0 and a perfect student 0.0.
+  raw        = Σ_pairs MSE                (Eq. 6, the paper's scale)
+  normalized = mean_pairs MSE / Var(H^T)  (the value the KD-NAS reward uses)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .activations import Needs
+from .cache import TeacherCache
+from .losses import layer_map
+from .teachers import activations, model_dims
+
+_RIDGE = 1e-2
+
+
+class Evaluator:
+    """Scores any student against one teacher's cached held-out activations."""
+
+    def __init__(self, cache: TeacherCache, *, strategy: str = "uniform", batch_size: int = 32) -> None:
+        self.cache = cache
+        self.strategy = strategy
+        self.batch_size = batch_size
+
+    def pairs(self, n_student: int) -> list[tuple[int, int]]:
+        mapping = layer_map(self.strategy, self.cache.teacher.dims.layers, n_student)
+        return [(i + 1, j) for i, targets in enumerate(mapping) for j in targets]
+
+    @torch.no_grad()
+    def __call__(self, student: nn.Module) -> dict[str, float]:
+        pairs = self.pairs(model_dims(student).layers)
+        teacher_needs = Needs(hidden=frozenset(j for _, j in pairs))
+        student_needs = Needs(hidden=frozenset(i for i, _ in pairs))
+        ids, mask = self.cache.data.split("eval")
+        device = next(student.parameters()).device
+        was_training = student.training
+        student.eval()
+        s_states: dict[int, list[torch.Tensor]] = {i: [] for i in student_needs.hidden}
+        for start in range(0, ids.shape[0], self.batch_size):
+            acts = activations(student, ids[start : start + self.batch_size].to(device),
+                               mask[start : start + self.batch_size].to(device), student_needs)
+            for i in s_states:
+                s_states[i].append(acts.hidden[i].float().cpu())
+        student.train(was_training)
+        teacher = self.cache.batch("eval", torch.arange(ids.shape[0]), teacher_needs)
+
+        half = ids.shape[0] // 2
+        fit_rows, score_rows = mask[:half].bool(), mask[half:].bool()
+        raw, normalized = 0.0, []
+        for i, j in pairs:
+            x = torch.cat(s_states[i]).double()
+            y = teacher.hidden[j].double()
+            w = _ridge_fit(x[:half][fit_rows], y[:half][fit_rows])
+            xs, ys = x[half:][score_rows], y[half:][score_rows]
+            mse = ((_with_bias(xs) @ w - ys) ** 2).mean().item()
+            var = ys.var(dim=0, unbiased=False).mean().item()
+            raw += mse
+            normalized.append(mse / max(var, 1e-12))
+        return {"l_hs_raw": raw, "l_hs_norm": sum(normalized) / len(normalized)}
+
+
+def _with_bias(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], dim=1)
+
+
+def _ridge_fit(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    xb = _with_bias(x)
+    gram = xb.T @ xb
+    # Ridge scaled to the data so the fit is stable for nearly collinear (e.g. untrained) students.
+    gram += _RIDGE * gram.diagonal().mean() * torch.eye(gram.shape[0], dtype=gram.dtype)
+    return torch.linalg.solve(gram, xb.T @ y)

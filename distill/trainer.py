@@ -1,0 +1,308 @@
+"""Run one distillation method for N steps (comparative analysis, App. B recipe).
+
+AdamW (β = 0.9, 0.98), linear warm-up over the first 5 % of steps then linear decay, gradient
+clipping at 1.0. On CUDA the forward passes run under bf16 autocast; on CPU in fp32. Teacher
+targets come from a `TeacherCache` when one is given (computed once, reused), otherwise the teacher
+runs live every step — the benchmark compares the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from contextlib import nullcontext
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .activations import Activations, ModelDims
+from .cache import TeacherCache
+from .data import TransferSet
+from .errors import KdnasError
+from .evaluate import Evaluator
+from .losses import svd_embedding_init
+from .methods import build_method
+from .spec import StudentSpec
+from .teachers import Teacher, activations, base_model, model_dims
+
+OnEval = Callable[[int, dict], None]
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """Everything that decides a distillation run besides the shapes and the data."""
+
+    method: str = "minilmv2"
+    steps: int = 200
+    batch_size: int = 32
+    lr: float = 5e-4
+    warmup: float = 0.05
+    weight_decay: float = 0.01
+    eval_every: int = 0  # 0: evaluate once, at the end
+    # Method options; None takes the method's default (distill.methods.method_options).
+    layer_map: str | None = None
+    relation_heads: int | None = None
+    teacher_layer: str | None = None
+    ckd_overlap: str | None = None
+    alp_scope: str | None = None
+    temperature: float | None = None
+    mask_prob: float = 0.15
+    eval_layer_map: str = "uniform"
+    init: str = "random"  # or "svd": XtremeDistil's SVD-factorised teacher word embeddings
+    seed: int = 0
+    device: str = "auto"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise KdnasError(f"steps={self.steps} is invalid: must be >= 1")
+        if self.batch_size < 1:
+            raise KdnasError(f"batch size {self.batch_size} is invalid: must be >= 1")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise KdnasError(f"learning rate {self.lr} is invalid: must be a positive number")
+        if not 0 <= self.warmup < 1:
+            raise KdnasError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
+        if self.init not in ("random", "svd"):
+            raise KdnasError(f"init {self.init!r} is invalid: allowed random, svd")
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise KdnasError(f"device {self.device!r} is invalid: allowed auto, cpu, cuda, cuda:N")
+
+    def method_options(self) -> dict:
+        """The method options that were set; `build_method` rejects any the method does not take."""
+        names = ("layer_map", "relation_heads", "teacher_layer", "ckd_overlap", "alp_scope", "temperature")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def for_method(self, method: str) -> "DistillConfig":
+        """This config for another stage's method, keeping only the options that method takes."""
+        from .methods import method_options
+
+        keep = method_options(method)
+        cleared = {n: None for n in self.method_options() if n not in keep}
+        return dataclasses.replace(self, method=method, **cleared)
+
+
+@dataclass
+class DistillResult:
+    student: nn.Module
+    spec: StudentSpec
+    config: DistillConfig
+    metrics: dict
+    history: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    tokens_per_second: float = 0.0
+
+    def summary(self) -> dict:
+        return {
+            "arch": self.spec.arch,
+            "spec": asdict(self.spec),
+            "config": asdict(self.config),
+            "metrics": self.metrics,
+            "history": self.history,
+            "seconds": round(self.seconds, 3),
+            "tokens_per_second": round(self.tokens_per_second, 1),
+        }
+
+    def save(self, out_dir: str | os.PathLike, tokenizer, extra: dict | None = None) -> Path:
+        """Write a folder loadable with `AutoModel.from_pretrained`, plus its tokenizer and
+        `distill.json` (losses, config). Written beside the target, then renamed into place."""
+        out = Path(out_dir)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+        try:
+            self.student.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "distill.json").write_text(json.dumps({**self.summary(), **(extra or {})}, indent=2))
+            if out.exists():
+                shutil.rmtree(out)
+            tmp.rename(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise KdnasError(f"device {name!r} was asked for but no CUDA device is available; use --device cpu")
+    return torch.device(name)
+
+
+def build_student_model(spec: StudentSpec, *, mlm: bool, seed: int) -> nn.Module:
+    from transformers import BertForMaskedLM, BertModel
+
+    torch.manual_seed(seed)
+    config = spec.to_config()
+    return BertForMaskedLM(config) if mlm else BertModel(config, add_pooling_layer=True)
+
+
+def distill(
+    spec: StudentSpec,
+    teacher: Teacher,
+    data: TransferSet,
+    config: DistillConfig,
+    *,
+    cache: TeacherCache | None = None,
+    evaluator: Evaluator | None = None,
+    on_eval: OnEval | None = None,
+    student: nn.Module | None = None,
+) -> DistillResult:
+    """Distill `teacher` into a student of shape `spec` on `data` with `config.method`.
+
+    `cache` supplies teacher targets (the teacher then never runs during training); without it
+    the teacher runs every step. `evaluator` scores held-out L_HS (defaults to this teacher's);
+    `on_eval(step, metrics)` is called at each evaluation and may raise to stop the run (pruning).
+    `student` continues from an existing model (multi-stage recipes) instead of a fresh one.
+    """
+    from tqdm.auto import tqdm
+
+    device = resolve_device(config.device)
+    torch.manual_seed(config.seed)
+    method = build_method(config.method, teacher.dims, _spec_dims(spec), **config.method_options())
+    mlm = method.student_needs().logits
+    if mlm and not teacher.has_mlm_head:
+        raise KdnasError(f"method {config.method!r} needs a teacher with a masked-LM head; {teacher.name!r} has none")
+    if student is None:
+        student = build_student_model(spec, mlm=mlm, seed=config.seed)
+        if config.init == "svd":
+            _svd_init(student, teacher)
+    elif mlm and not hasattr(student, "cls"):
+        student = _with_mlm_head(student, spec, config.seed)
+    student.to(device).train()
+    method.to(device).train()
+    teacher.model.to(device)
+
+    # Logits are never cached (see TeacherCache), so OD always runs the teacher.
+    live_teacher = cache is None or method.teacher_needs().logits
+    if not live_teacher:
+        cache.ensure("train", method.teacher_needs())
+    if evaluator is None:
+        evaluator = Evaluator(cache if cache is not None else TeacherCache(teacher, data),
+                              strategy=config.eval_layer_map)
+
+    params = [p for p in list(student.parameters()) + list(method.parameters()) if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay)
+    warm = max(1, int(config.warmup * config.steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warm, max(0.0, (config.steps - s) / max(1, config.steps - warm)))
+    )
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    generator = torch.Generator().manual_seed(config.seed)
+    ids_all, mask_all = data.split("train")
+    order = torch.randperm(ids_all.shape[0], generator=generator)
+    cursor = 0
+    history: list[dict] = []
+    running, seen_tokens = [], 0
+    metrics: dict = {}
+    bar = tqdm(total=config.steps, desc=f"distill {config.method} {spec.arch}", disable=not config.progress,
+               dynamic_ncols=True, leave=False)
+    start = time.perf_counter()
+    for step in range(1, config.steps + 1):
+        if cursor + config.batch_size > len(order):
+            order, cursor = torch.randperm(ids_all.shape[0], generator=generator), 0
+        index = order[cursor : cursor + config.batch_size]
+        cursor += config.batch_size
+        ids, mask = ids_all[index].to(device), mask_all[index].to(device)
+        loss_mask = mask
+        if mlm:
+            ids, loss_mask = _mask_tokens(ids, mask, teacher.tokenizer, config.mask_prob, generator)
+        with autocast:
+            if live_teacher:
+                t_acts = teacher.activations(ids, mask, method.teacher_needs())
+            else:
+                t_acts = cache.batch("train", index, method.teacher_needs()).to(device)
+            s_acts = activations(student, ids, mask, method.student_needs())
+            loss = method(s_acts, _as_float(t_acts), loss_mask)
+        if not torch.isfinite(loss):
+            bar.close()
+            raise KdnasError(
+                f"loss became {loss.item()} at step {step} (method {config.method}, lr {config.lr}); "
+                "the run stopped — try a lower --lr"
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        running.append(loss.item())
+        seen_tokens += int(mask.sum())
+        bar.update(1)
+        bar.set_postfix(loss=f"{running[-1]:.4f}")
+        if (config.eval_every and step % config.eval_every == 0) or step == config.steps:
+            metrics = {"step": step, "train_loss": sum(running) / len(running), **evaluator(student)}
+            history.append(metrics)
+            running = []
+            bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")
+            if on_eval is not None:
+                on_eval(step, metrics)
+    bar.close()
+    seconds = time.perf_counter() - start
+    return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
+                         metrics=metrics, history=history, seconds=seconds,
+                         tokens_per_second=seen_tokens / max(seconds, 1e-9))
+
+
+def _spec_dims(spec: StudentSpec) -> ModelDims:
+    return ModelDims(layers=spec.layers, hidden=spec.hidden, heads=spec.heads, ffn=spec.ffn)
+
+
+def _as_float(acts: Activations) -> Activations:
+    """Cached targets are half precision; losses compare in fp32."""
+    return acts.to(_device_of(acts), torch.float32)
+
+
+def _device_of(acts: Activations) -> torch.device:
+    for group in (acts.hidden, acts.query, acts.key, acts.value):
+        for tensor in group.values():
+            return tensor.device
+    return acts.logits.device if acts.logits is not None else torch.device("cpu")
+
+
+def _svd_init(student: nn.Module, teacher: Teacher) -> None:
+    t_emb = base_model(teacher.model).embeddings.word_embeddings.weight
+    s_emb = base_model(student).embeddings.word_embeddings.weight
+    if t_emb.shape[0] != s_emb.shape[0]:
+        raise KdnasError(f"SVD init needs equal vocabularies: teacher {t_emb.shape[0]}, student {s_emb.shape[0]}")
+    with torch.no_grad():
+        s_emb.copy_(svd_embedding_init(t_emb.detach().float().cpu(), s_emb.shape[1]).to(s_emb))
+
+
+def _with_mlm_head(encoder: nn.Module, spec: StudentSpec, seed: int) -> nn.Module:
+    """Put a fresh masked-LM head on a trained encoder (OD after HS)."""
+    model = build_student_model(spec, mlm=True, seed=seed)
+    missing = model.bert.load_state_dict(base_model(encoder).state_dict(), strict=False)
+    if missing.missing_keys:
+        raise KdnasError(f"cannot continue from the given student: missing weights {missing.missing_keys[:3]}")
+    model.tie_weights()
+    return model
+
+
+def _mask_tokens(ids: torch.Tensor, mask: torch.Tensor, tokenizer, prob: float, generator: torch.Generator):
+    """BERT masking: `prob` of real tokens chosen; 80 % [MASK], 10 % random, 10 % kept."""
+    special = torch.zeros_like(mask, dtype=torch.bool)
+    for token in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id):
+        special |= ids == token
+    rand = torch.rand(ids.shape, generator=generator).to(ids.device)
+    chosen = (rand < prob) & mask.bool() & ~special
+    action = torch.rand(ids.shape, generator=generator).to(ids.device)
+    masked = ids.clone()
+    masked[chosen & (action < 0.8)] = tokenizer.mask_token_id
+    random_ids = torch.randint(len(tokenizer), ids.shape, generator=generator).to(ids.device)
+    swap = chosen & (action >= 0.8) & (action < 0.9)
+    masked[swap] = random_ids[swap]
+    return masked, chosen.long()
+
+
+def model_summary(model: nn.Module) -> dict:
+    dims = model_dims(model)
+    return {"layers": dims.layers, "hidden": dims.hidden, "heads": dims.heads, "ffn": dims.ffn,
+            "parameters": sum(p.numel() for p in model.parameters())}

@@ -1,0 +1,34 @@
+import torch
+
+from distill import Needs, TeacherCache
+
+
+def test_targets_computed_once_and_shared_between_methods(teacher, small_data):
+    cache = TeacherCache(teacher, small_data)
+    hs_needs = Needs(hidden=frozenset({2, 4, 6}))
+    cache.ensure("train", hs_needs)
+    assert cache.teacher_passes == 1
+    cache.ensure("train", Needs(hidden=frozenset({4, 6})))  # a subset: no teacher pass
+    assert cache.teacher_passes == 1
+    cache.ensure("train", Needs(hidden=frozenset({6}), qkv=frozenset({6})))  # only Q/K/V are new
+    assert cache.teacher_passes == 2
+    index = torch.tensor([3, 0, 7])
+    got = cache.batch("train", index, Needs(hidden=frozenset({6}), qkv=frozenset({6})))
+    live = teacher.activations(small_data.train_ids[index], small_data.train_mask[index],
+                               Needs(hidden=frozenset({6}), qkv=frozenset({6})))
+    assert got.hidden[6].dtype == torch.float16
+    torch.testing.assert_close(got.hidden[6].float(), live.hidden[6], atol=2e-2, rtol=1e-2)
+    torch.testing.assert_close(got.query[6].float(), live.query[6], atol=5e-2, rtol=1e-2)
+
+
+def test_disk_cache_is_reused_by_a_new_process_view(teacher, small_data, tmp_path):
+    needs = Needs(hidden=frozenset({6}))
+    first = TeacherCache(teacher, small_data, directory=tmp_path)
+    first.ensure("eval", needs)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 1 and small_data.fingerprint in files[0] and teacher.fingerprint in files[0]
+    second = TeacherCache(teacher, small_data, directory=tmp_path)
+    second.ensure("eval", needs)
+    assert second.teacher_passes == 0
+    assert torch.equal(second.batch("eval", torch.arange(4), needs).hidden[6],
+                       first.batch("eval", torch.arange(4), needs).hidden[6])

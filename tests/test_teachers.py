@@ -1,0 +1,31 @@
+import torch
+
+from distill import Needs, load_teacher
+from distill.teachers import activations
+
+
+def test_qkv_hooks_match_the_projection_modules(teacher, small_data):
+    ids, mask = small_data.eval_ids[:2], small_data.eval_mask[:2]
+    acts = teacher.activations(ids, mask, Needs(hidden=frozenset({0, 2}), qkv=frozenset({3})))
+    layer = teacher.model.encoder.layer[2].attention.self
+    h2 = acts.hidden[2]
+    torch.testing.assert_close(acts.query[3], layer.query(h2))
+    torch.testing.assert_close(acts.value[3], layer.value(h2))
+    assert acts.hidden[0].shape == (2, 64, 384) and set(acts.hidden) == {0, 2}
+
+
+def test_mpnet_adapter_reads_its_own_module_names(small_data):
+    mpnet = load_teacher("mpnet-base")
+    assert mpnet.dims.layers == 12 and mpnet.dims.hidden == 768
+    ids, mask = small_data.eval_ids[:1, :16], small_data.eval_mask[:1, :16]
+    acts = mpnet.activations(ids, mask, Needs(hidden=frozenset({12}), qkv=frozenset({12})))
+    assert acts.key[12].shape == (1, 16, 768) and torch.isfinite(acts.hidden[12]).all()
+
+
+def test_student_hooks_keep_gradients(teacher, small_data):
+    from distill import build_student, parse_arch
+
+    student = build_student(parse_arch("2x4x64x128", **teacher.student_sizes()))
+    acts = activations(student, small_data.eval_ids[:2], small_data.eval_mask[:2], Needs(qkv=frozenset({2})))
+    acts.key[2].sum().backward()
+    assert student.encoder.layer[1].attention.self.key.weight.grad is not None

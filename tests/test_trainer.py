@@ -1,0 +1,77 @@
+import math
+
+import pytest
+import torch
+
+from distill import DistillConfig, Evaluator, KdnasError, TeacherCache, distill, parse_arch
+from distill.trainer import build_student_model
+
+
+@pytest.fixture(scope="module")
+def cache(teacher, small_data):
+    return TeacherCache(teacher, small_data)
+
+
+def test_evaluator_scale_untrained_student_near_one(teacher, small_data, cache):
+    spec = parse_arch("2x4x64x256", **teacher.student_sizes())
+    metrics = Evaluator(cache)(build_student_model(spec, mlm=False, seed=0))
+    assert 0.3 < metrics["l_hs_norm"] < 1.5
+    assert metrics["l_hs_raw"] > 0
+
+
+def test_short_real_distillation_lowers_held_out_loss(teacher, small_data, cache):
+    spec = parse_arch("2x4x128x256", **teacher.student_sizes())
+    before = Evaluator(cache)(build_student_model(spec, mlm=False, seed=0))["l_hs_norm"]
+    seen = []
+    config = DistillConfig(method="hs", steps=60, batch_size=16, lr=1e-3, eval_every=30, progress=False)
+    result = distill(spec, teacher, small_data, config, cache=cache, on_eval=lambda s, m: seen.append(s))
+    assert seen == [30, 60]
+    assert result.metrics["l_hs_norm"] < before - 0.05, (before, result.metrics)
+    assert result.history[0]["train_loss"] > result.history[-1]["train_loss"]
+
+
+def test_minilmv2_training_lowers_its_relation_loss(teacher, small_data, cache):
+    # MiniLMv2 trains only the last layer's Q/K/V relations, so its own loss is what must fall.
+    spec = parse_arch("2x4x128x256", **teacher.student_sizes())
+    config = DistillConfig(method="minilmv2", steps=40, batch_size=16, lr=1e-3, eval_every=10, progress=False)
+    result = distill(spec, teacher, small_data, config, cache=cache)
+    losses = [h["train_loss"] for h in result.history]
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert math.isfinite(result.metrics["l_hs_norm"])
+
+
+def test_cache_and_live_teacher_give_the_same_training(teacher, small_data, cache):
+    spec = parse_arch("1x4x64x128", **teacher.student_sizes())
+    config = DistillConfig(method="hs", steps=3, batch_size=8, progress=False)
+    cached = distill(spec, teacher, small_data, config, cache=cache)
+    live = distill(spec, teacher, small_data, config, cache=None, evaluator=Evaluator(cache))
+    assert math.isclose(cached.history[-1]["train_loss"], live.history[-1]["train_loss"], rel_tol=2e-2)
+
+
+def test_nan_loss_stops_and_names_the_step(teacher, small_data, cache):
+    spec = parse_arch("1x4x64x128", **teacher.student_sizes())
+    with pytest.raises(KdnasError, match=r"loss became (nan|inf) at step 2 .*lower --lr"):
+        distill(spec, teacher, small_data, DistillConfig(method="hs", steps=2, lr=1e30, progress=False),
+                cache=cache)
+
+
+def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    spec = parse_arch("1x4x64x128", **teacher.student_sizes())
+    result = distill(spec, teacher, small_data, DistillConfig(method="hs", steps=2, progress=False), cache=cache)
+    result.save(tmp_path / "student", teacher.tokenizer)
+    loaded = AutoModel.from_pretrained(tmp_path / "student")
+    ids = small_data.eval_ids[:2]
+    torch.testing.assert_close(loaded(input_ids=ids).last_hidden_state, result.student.eval()(input_ids=ids).last_hidden_state)
+    assert AutoTokenizer.from_pretrained(tmp_path / "student").vocab_size == teacher.tokenizer.vocab_size
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(steps=0), "steps=0 is invalid"),
+    (dict(lr=-1.0), "learning rate -1.0 is invalid"),
+    (dict(init="zeros"), "init 'zeros' is invalid"),
+])
+def test_bad_config_values(bad, message):
+    with pytest.raises(KdnasError, match=message):
+        DistillConfig(**bad)

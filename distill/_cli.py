@@ -112,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
     data = make_transfer_set(teacher.tokenizer, texts, seq_len=args.seq_len, num_train=args.train_size,
                              num_eval=args.eval_size, seed=args.seed)
     log(f"corpus {args.corpus}: {data.num_train} training and {data.num_eval} held-out sequences of {data.seq_len} tokens")
-    cache_dir = None if str(args.cache_dir).lower() == "none" else (args.cache_dir or assets.cache_root() / "targets")
+    if args.cache_dir is None:
+        cache_dir = assets.cache_root() / "targets"
+    else:
+        cache_dir = None if args.cache_dir.lower() == "none" else Path(args.cache_dir)
     cache = TeacherCache(teacher, data, directory=cache_dir)
 
     use_assistant = args.assistant == "on" or (args.assistant == "auto" and wants_assistant(teacher, spec))

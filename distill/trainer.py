@@ -205,7 +205,7 @@ def distill(
     metrics: dict = {}
     bar = tqdm(total=config.steps, desc=f"distill {config.method} {spec.arch}", disable=not config.progress,
                dynamic_ncols=True, leave=False)
-    start = time.perf_counter()
+    start, eval_seconds = time.perf_counter(), 0.0
     for step in range(1, config.steps + 1):
         if cursor + config.batch_size > len(order):
             order, cursor = torch.randperm(ids_all.shape[0], generator=generator), 0
@@ -238,17 +238,20 @@ def distill(
         bar.update(1)
         bar.set_postfix(loss=f"{running[-1]:.4f}")
         if (config.eval_every and step % config.eval_every == 0) or step == config.steps:
+            eval_start = time.perf_counter()
             metrics = {"step": step, "train_loss": sum(running) / len(running), **evaluator(student)}
             history.append(metrics)
             running = []
             bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")
+            eval_seconds += time.perf_counter() - eval_start
             if on_eval is not None:
                 on_eval(step, metrics)
     bar.close()
     seconds = time.perf_counter() - start
+    train_seconds = seconds - eval_seconds  # throughput counts training steps, not evaluations
     return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
                          metrics=metrics, history=history, seconds=seconds,
-                         tokens_per_second=seen_tokens / max(seconds, 1e-9))
+                         tokens_per_second=seen_tokens / max(train_seconds, 1e-9))
 
 
 def _spec_dims(spec: StudentSpec) -> ModelDims:

@@ -1,0 +1,104 @@
+"""Student training throughput with the teacher-target cache vs recomputing the teacher each step.
+
+Same student, data, method and steps; the two modes alternate in rounds so machine noise hits
+both alike, and the figure reported is the ratio of medians. The cache fill (one teacher pass
+over the transfer set) is reported separately: it is paid once per search, not per student.
+
+    python benchmarks/distill_throughput.py                      # CPU, mpnet-base (12-layer) teacher
+    python benchmarks/distill_throughput.py --device cuda        # GPU, bf16 autocast
+Writes benchmarks/results/distill_throughput[-DEVICE].json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from distill import DistillConfig, Evaluator, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teacher", default="mpnet-base")
+    parser.add_argument("--arch", default="4x12x384x1536")
+    parser.add_argument("--method", default="hs")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per round and mode")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    teacher = load_teacher(args.teacher, device=device)
+    spec = parse_arch(args.arch, **teacher.student_sizes())
+    n_train = args.steps * args.batch_size  # every timed step sees distinct rows
+    data = make_transfer_set(teacher.tokenizer, load_corpus("news"), seq_len=args.seq_len,
+                             num_train=n_train, num_eval=8, seed=0)
+    cache = TeacherCache(teacher, data)
+    config = DistillConfig(method=args.method, steps=args.steps, batch_size=args.batch_size,
+                           device=args.device, progress=False)
+    from distill.methods import build_method
+    from distill.trainer import _spec_dims
+
+    needs = build_method(args.method, teacher.dims, _spec_dims(spec)).teacher_needs()
+    start = time.perf_counter()
+    cache.ensure("train", needs)
+    fill_seconds = time.perf_counter() - start
+    evaluator = Evaluator(cache)
+
+    # Warm-up once per mode (allocator, kernels), then alternate timed rounds.
+    for cached in (True, False):
+        distill(spec, teacher, data, dataclasses.replace(config, steps=2),
+                cache=cache if cached else None, evaluator=evaluator)
+    rates: dict[str, list[float]] = {"cached": [], "live": []}
+    for _ in range(args.rounds):
+        for mode in ("cached", "live"):
+            result = distill(spec, teacher, data, config, cache=cache if mode == "cached" else None, evaluator=evaluator)
+            rates[mode].append(result.tokens_per_second)
+    median = {mode: statistics.median(values) for mode, values in rates.items()}
+    report = {
+        "benchmark": "distill_throughput",
+        "teacher": args.teacher, "teacher_layers": teacher.dims.layers, "student": spec.arch,
+        "method": args.method, "batch_size": args.batch_size, "seq_len": args.seq_len,
+        "steps_per_round": args.steps, "rounds": args.rounds,
+        "tokens_per_second": {"cached": round(median["cached"], 1), "live_teacher": round(median["live"], 1)},
+        "all_rounds": {k: [round(v, 1) for v in vals] for k, vals in rates.items()},
+        "speedup_cached_vs_live": round(median["cached"] / median["live"], 2),
+        "cache_fill_seconds": round(fill_seconds, 2), "cache_bytes": cache.nbytes(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+        "torch_threads": torch.get_num_threads(), "precision": "bf16 autocast" if device.type == "cuda" else "fp32",
+        "versions": {"torch": torch.__version__, "python": platform.python_version()},
+    }
+    out = Path(args.out or Path(__file__).parent / "results" /
+               f"distill_throughput{'' if device.type == 'cpu' else '-' + device.type}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+if __name__ == "__main__":
+    main()

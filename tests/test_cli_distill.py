@@ -1,0 +1,65 @@
+"""`kdnas distill` end to end through the real console entry point, and its bad-input contract."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def kdnas(*args, env_cache):
+    import os
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "KDNAS_CACHE": str(env_cache)}
+    return subprocess.run([sys.executable, "-m", "nas.cli", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_distill_writes_a_loadable_student_and_losses(tmp_path):
+    out = tmp_path / "student"
+    run = kdnas("distill", "--arch", "2x4x64x128", "--method", "hs", "--steps", "4", "--batch-size", "8",
+                "--train-size", "32", "--eval-size", "8", "--out", str(out), "--json", "--quiet", env_cache=tmp_path)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["arch"] == "2x4x64x128" and summary["metrics"]["l_hs_norm"] > 0
+    saved = json.loads((out / "distill.json").read_text())
+    assert saved["metrics"] == summary["metrics"] and saved["teacher"] == "minilm-l6"
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(out)
+    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
+    assert list((tmp_path / "targets").iterdir()), "teacher targets were cached on disk"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--arch", "4x5x192x768"], "hidden=192 is not divisible by heads=5"),
+    (["--arch", "four-layers"], "is not of the form LAYERSxHEADSxHIDDENxFFN"),
+    (["--teacher", "no-such-teacher"], "teacher 'no-such-teacher' is neither a bundled name"),
+    (["--corpus", "/no/such/corpus.txt"], "corpus '/no/such/corpus.txt' is neither a bundled name"),
+    (["--method", "od"], "OD needs a teacher with a trained masked-LM head"),
+    (["--method", "magic"], "method 'magic' is unknown; allowed: hs, minilmv2"),
+    (["--method", "minilm", "--arch", "2x4x64x128"], "needs equal attention heads"),
+    (["--steps", "0"], "--steps 0 is invalid"),
+    (["--method", "hs", "--relation-heads", "4"], "does not apply to method 'hs'"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
+    run = kdnas("distill", *args, "--out", str(tmp_path / "o"), "--quiet", env_cache=tmp_path)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert message in lines[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_that_holds_other_files_is_refused(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "precious.txt").write_text("keep me")
+    run = kdnas("distill", "--out", str(tmp_path / "o"), "--quiet", env_cache=tmp_path)
+    assert run.returncode == 2 and "is not an earlier kdnas student" in run.stderr
+    assert (tmp_path / "o" / "precious.txt").read_text() == "keep me"
+
+
+def test_help_explains_methods_and_options():
+    run = kdnas("distill", "--help", env_cache="/tmp")
+    assert run.returncode == 0
+    for word in ("minilmv2", "--layer-map", "uniform+last", "--assistant", "--cache-dir", "AutoModel.from_pretrained"):
+        assert word in run.stdout

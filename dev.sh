@@ -46,6 +46,17 @@ setup() {
   echo "$want" > "$stamp"
 }
 
+# The report-page test drives a real headless browser: Debian's chromium (no network needed at run time).
+ensure_chromium() {
+  command -v chromium >/dev/null 2>&1 && return 0
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "dev.sh: installing Debian chromium for the report test" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "dev.sh: the report test needs chromium; run: sudo apt-get install chromium" >&2
+  fi
+}
+
 cmd="${1:-}"; shift || true
 case "$cmd" in
   setup) setup ;;
@@ -57,6 +68,7 @@ case "$cmd" in
     ;;
   test)
     setup
+    ensure_chromium
     export HF_HUB_OFFLINE=1
     set +e
     "$VENV/bin/python" -m pytest -q "$@"

@@ -1,0 +1,216 @@
+"""`export_model`: a deployable ONNX folder, written atomically, with every claim in it measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from distill.errors import KdnasError
+from distill.spec import StudentSpec, build_student
+
+from . import _graph, _parity
+
+MANIFEST = "export.json"
+MODEL_FILE = "model.onnx"
+INT8_FILE = "model.int8.onnx"
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What `export_model` wrote and verified; `export.json` holds the same facts."""
+
+    out_dir: str
+    source: str
+    model_type: str
+    arch: str
+    opset: int
+    exporter: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    optimized: bool
+    fused: dict[str, int]
+    attention_fused: bool
+    fusion: str
+    parity: _parity.Parity
+    int8_cosine: float | None = None  # min over the check sentences; None without --int8
+    int8_mean_cosine: float | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["parity"] = self.parity.to_dict()
+        out["inputs"], out["outputs"], out["warnings"] = list(self.inputs), list(self.outputs), list(self.warnings)
+        return out
+
+
+def export_model(
+    model_or_dir,
+    out_dir: str | os.PathLike,
+    *,
+    int8: bool = False,
+    opset: int | None = None,
+    optimize: bool = True,
+    tokenizer=None,
+) -> ExportReport:
+    """Export an encoder to a deployable folder and verify it.
+
+    `model_or_dir`: a transformers model, a `StudentSpec` (random weights), a model folder, or a
+    bundled teacher name (minilm-l6, mpnet-base). `tokenizer`: a tokenizer, or a folder/teacher name
+    to load one from; by default the model folder's own. `model.onnx` is the optimized (fused)
+    graph when `optimize`, since that is what runs fastest and it passes the same parity check.
+    Raises `KdnasError` (and writes nothing) on bad input or a parity failure.
+    """
+    started = time.perf_counter()
+    out = Path(out_dir).expanduser()
+    _check_out_dir(out)
+    _graph.check_opset(opset)
+    model, source, tok_source = _load_model(model_or_dir)
+    tok = _load_tokenizer(tokenizer if tokenizer is not None else tok_source, source)
+    vocab = int(model.config.vocab_size)
+    if len(tok) > vocab:
+        raise KdnasError(f"tokenizer has {len(tok)} tokens but the model's vocabulary is {vocab}: wrong tokenizer")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-") as tmp:
+        stage = Path(tmp)
+        graph = _graph.export_onnx(model, stage / MODEL_FILE, opset=opset, optimize=optimize)
+        if optimize and not graph.attention_fused:
+            notes.append(graph.fusion_summary())
+            warnings.warn(graph.fusion_summary(), stacklevel=2)
+
+        batches = _parity.tokenized_batches(tok, graph.inputs)
+        reference = [_graph.torch_encode(model, b) for b in batches]
+        parity = _parity.compare(reference, _parity.run_onnx(graph.path, batches), batches, _parity.FP32_MAX_ABS)
+        if not parity.passed:
+            raise KdnasError(
+                f"parity check failed: onnxruntime differs from PyTorch by max-abs {parity.max_abs:.2e} "
+                f"(tolerance {parity.tolerance:.0e}, min cosine {parity.cosine:.6f}); nothing was written"
+            )
+
+        int8_min = int8_mean = None
+        if int8:
+            _graph.quantize_int8(stage / MODEL_FILE, stage / INT8_FILE)
+            quantized = _parity.run_onnx(str(stage / INT8_FILE), batches)
+            cosines = _embedding_cosines(reference, quantized)
+            int8_min, int8_mean = min(cosines), float(np.mean(cosines))
+            if int8_min < _parity.INT8_MIN_COSINE:
+                msg = (f"INT8 quality: min cosine to fp32 {int8_min:.4f} < {_parity.INT8_MIN_COSINE}; "
+                       "prefer model.onnx if embedding quality matters")
+                notes.append(msg)
+                warnings.warn(msg, stacklevel=2)
+
+        tok.save_pretrained(stage)
+        model.config.save_pretrained(stage)
+        sizes = {p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}
+        report = ExportReport(
+            out_dir=str(out), source=source, model_type=str(model.config.model_type), arch=_arch(model.config),
+            opset=graph.opset, exporter=_graph.EXPORTER, inputs=graph.inputs, outputs=graph.outputs,
+            optimized=graph.optimized, fused=graph.fused, attention_fused=graph.attention_fused,
+            fusion=graph.fusion_summary(), parity=parity, int8_cosine=int8_min, int8_mean_cosine=int8_mean,
+            sizes=sizes, versions=_versions(), warnings=tuple(notes),
+            seconds=round(time.perf_counter() - started, 2),
+        )
+        (stage / MANIFEST).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        stage.chmod(0o755)  # mkdtemp makes it private; the export is meant to be shipped
+        _swap_in(stage, out)
+    return report
+
+
+def _load_model(model_or_dir):
+    """-> (model, source description, where its tokenizer would be)."""
+    from transformers import PreTrainedModel
+
+    if isinstance(model_or_dir, PreTrainedModel):
+        tokenizer_home = getattr(model_or_dir, "name_or_path", None) or None
+        return _graph.ensure_eager(model_or_dir), type(model_or_dir).__name__, tokenizer_home
+    if isinstance(model_or_dir, StudentSpec):
+        return build_student(model_or_dir, seed=0).eval(), f"random {model_or_dir.arch}", None
+    from distill.assets import TEACHERS, teacher_path
+
+    name = str(model_or_dir)
+    folder = Path(teacher_path(name)) if name in TEACHERS else Path(name).expanduser()
+    if not folder.is_dir():
+        raise KdnasError(f"model {name!r} is not a folder or a bundled teacher ({', '.join(TEACHERS)})")
+    if not (folder / "config.json").is_file():
+        raise KdnasError(f"model folder {folder} has no config.json (not a transformers model folder)")
+    from transformers import AutoModel
+
+    try:
+        model = AutoModel.from_pretrained(str(folder), attn_implementation="eager")
+    except (OSError, ValueError, KeyError) as err:
+        raise KdnasError(f"cannot load a model from {folder}: {_one_line(err)}") from None
+    return _graph.ensure_eager(model).eval(), name, str(folder)
+
+
+def _load_tokenizer(tokenizer, source: str):
+    if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+        return tokenizer
+    if tokenizer is None:
+        raise KdnasError(
+            f"no tokenizer for {source}: the parity check needs one; pass tokenizer= (CLI: --tokenizer) "
+            "a folder with tokenizer files or a bundled teacher name"
+        )
+    from distill.assets import TEACHERS, teacher_path
+    from transformers import AutoTokenizer
+
+    folder = teacher_path(str(tokenizer)) if str(tokenizer) in TEACHERS else str(Path(tokenizer).expanduser())
+    has_files = any((Path(folder) / f).is_file() for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"))
+    if not has_files:
+        raise KdnasError(
+            f"no tokenizer files in {folder}; pass --tokenizer with a folder holding them or a bundled teacher name"
+        )
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def _check_out_dir(out: Path) -> None:
+    # Only a previous export may be replaced: never clobber a folder we did not write.
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
+        raise KdnasError(f"output {out} exists and is not an earlier kdnas export; choose another --out")
+
+
+def _swap_in(stage: Path, out: Path) -> None:
+    """Rename the finished folder into place; an earlier export is replaced only once the new one is whole."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+    stage.rename(out)
+    stage.mkdir()  # TemporaryDirectory expects to clean something up
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _embedding_cosines(reference, candidate) -> list[float]:
+    return [float(c) for (_, a), (_, b) in zip(reference, candidate) for c in _parity._cosine(a, b)]
+
+
+def _arch(config) -> str:
+    return (f"{config.num_hidden_layers}x{config.num_attention_heads}x{config.hidden_size}"
+            f"x{config.intermediate_size}")
+
+
+def _versions() -> dict[str, str]:
+    import onnx
+    import onnxruntime
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]

@@ -1,0 +1,57 @@
+"""`kdnas profile MODEL_OR_ARCH`: CPU latency of one shape."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "profile",
+        help="measure CPU inference latency (onnxruntime or torch) of a model or architecture",
+        description=(
+            "Measure CPU latency in a separate process pinned to --threads cores: warm-up, then runs until "
+            "the median is stable (or a cap); reports median, p90, min and the spread (cv). A spread above "
+            "10 % is retried and flagged NOISY if it persists. Folders and architectures are built with "
+            "random weights (weights do not change latency) and exported to ONNX. Results are cached under "
+            "$KDNAS_CACHE/latency, keyed by shape, runtime, batch, seq, threads, CPU and library versions."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("target", metavar="MODEL_OR_ARCH",
+                        help="an .onnx file, a model folder, a bundled teacher (minilm-l6, mpnet-base) "
+                             "or an architecture LAYERSxHEADSxHIDDENxFFN, e.g. 4x12x192x768")
+    parser.add_argument("--batch", type=int, default=1, help="batch size")
+    parser.add_argument("--seq", type=int, default=128, help="sequence length in tokens")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads (= pinned cores)")
+    parser.add_argument("--runtime", choices=("onnxruntime", "torch"), default="onnxruntime",
+                        help="onnxruntime, or PyTorch eager for comparison")
+    parser.add_argument("--no-optimize", dest="optimized", action="store_false",
+                        help="onnxruntime: skip the transformer optimizer (no fused attention)")
+    parser.add_argument("--int8", action="store_true", help="onnxruntime: dynamic INT8 quantization")
+    parser.add_argument("--no-cache", dest="use_cache", action="store_false",
+                        help="measure even if a cached result exists (and do not store it)")
+    parser.add_argument("--cache-dir", default=None, help="cache folder (default $KDNAS_CACHE/latency)")
+    parser.add_argument("--json", action="store_true", help="print the full result as JSON")
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from . import profile
+
+    result = profile(
+        args.target, batch=args.batch, seq=args.seq, threads=args.threads, runtime=args.runtime,
+        optimized=args.optimized, int8=args.int8, cache_dir=args.cache_dir, use_cache=args.use_cache,
+    )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(result.summary())
+        print(f"cpu: {result.cpu}; " + ", ".join(f"{k} {v}" for k, v in result.versions.items()))
+        if result.fused:
+            print("fused: " + ", ".join(f"{k}={v}" for k, v in result.fused.items() if v))
+        if result.noisy:
+            print(f"warning: spread stayed above 10 % after {result.attempts} attempts; the machine is busy, "
+                  "the median may be off")
+    return 0

@@ -1,0 +1,276 @@
+"""`profile`: resolve a target, look it up in the cache, else measure it in a pinned subprocess."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from distill.errors import KdnasError
+from distill.spec import StudentSpec, parse_arch
+
+RUNTIMES = ("onnxruntime", "torch")
+MAX_CV = 0.10  # above this spread a measurement is retried, then flagged noisy
+RETRIES = 2
+# Models whose position ids start after the padding index, so fewer positions are usable.
+_OFFSET_POSITIONS = {"mpnet", "roberta", "xlm-roberta", "camembert"}
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    """One latency measurement (milliseconds per forward pass of one batch)."""
+
+    median_ms: float
+    p90_ms: float
+    min_ms: float
+    mean_ms: float
+    cv: float
+    runs: int
+    noisy: bool
+    batch: int
+    seq: int
+    threads: int
+    runtime: str
+    cpu: str
+    versions: dict[str, str]
+    cached: bool
+    key: str
+    target: str = ""
+    optimized: bool = False
+    int8: bool = False
+    stable: bool = True
+    attempts: int = 1
+    fused: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        flavour = self.runtime
+        if self.runtime == "onnxruntime":
+            flavour += " int8" if self.int8 else (" optimized" if self.optimized else " fp32")
+        flags = (" NOISY" if self.noisy else "") + (" (cached)" if self.cached else "")
+        return (f"{self.target}  {flavour}  batch={self.batch} seq={self.seq} threads={self.threads}: "
+                f"median {self.median_ms:.2f} ms, p90 {self.p90_ms:.2f}, min {self.min_ms:.2f}, "
+                f"cv {100 * self.cv:.1f}% over {self.runs} runs{flags}")
+
+
+def profile(
+    target,
+    *,
+    batch: int = 1,
+    seq: int = 128,
+    threads: int = 2,
+    runtime: str = "onnxruntime",
+    optimized: bool = True,
+    int8: bool = False,
+    cache_dir: str | os.PathLike | None = None,
+    use_cache: bool = True,
+    timeout: float = 900.0,
+) -> LatencyResult:
+    """CPU latency of `target` at one shape, measured in a separate process pinned to `threads` cores.
+
+    `target`: a `StudentSpec`, an architecture string ("4x12x192x768"), a model folder, a bundled
+    teacher name, or an .onnx file (measured as is). Folders and specs are built with random weights
+    and exported (optimized/int8 as asked), since weights do not change latency. Results are cached
+    by (architecture or file hash, runtime and flavour, batch, seq, threads, CPU, library versions).
+    """
+    for name, value in (("batch", batch), ("seq", seq), ("threads", threads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise KdnasError(f"{name}={value!r} is invalid: must be a positive integer")
+    available = len(os.sched_getaffinity(0))
+    if threads > available:
+        raise KdnasError(f"threads={threads} exceeds the {available} CPU cores available to this process")
+    if runtime not in RUNTIMES:
+        raise KdnasError(f"runtime {runtime!r} is unknown: use one of {', '.join(RUNTIMES)}")
+
+    resolved = _resolve(target)
+    if runtime == "torch" and resolved["kind"] == "onnx":
+        raise KdnasError("runtime torch needs a model folder or an architecture, not an .onnx file")
+    if resolved["max_seq"] is not None and seq > resolved["max_seq"]:
+        raise KdnasError(f"seq={seq} exceeds the model's {resolved['max_seq']} positions")
+    onnx_flavour = runtime == "onnxruntime"
+    cpu, versions = cpu_name(), library_versions(runtime)
+    identity = {
+        "target": resolved["identity"], "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
+        "optimized": bool(optimized) and onnx_flavour and resolved["kind"] != "onnx",
+        "int8": bool(int8) and onnx_flavour and resolved["kind"] != "onnx", "cpu": cpu, "versions": versions,
+    }
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+    cache_file = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / f"{key}.json"
+    if use_cache and cache_file.is_file():
+        try:
+            return LatencyResult(**{**json.loads(cache_file.read_text()), "cached": True})
+        except (ValueError, TypeError):
+            pass  # a stale or damaged entry is measured again and overwritten
+
+    request = {
+        "target": resolved["worker"], "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
+        "optimized": identity["optimized"], "int8": identity["int8"], "vocab_size": resolved["vocab_size"],
+        "max_cv": MAX_CV, "retries": RETRIES,
+    }
+    stats = _run_worker(request, threads, timeout)
+    result = LatencyResult(
+        median_ms=stats["median_ms"], p90_ms=stats["p90_ms"], min_ms=stats["min_ms"], mean_ms=stats["mean_ms"],
+        cv=stats["cv"], runs=stats["runs"], noisy=stats["cv"] > MAX_CV or not stats["stable"], batch=batch, seq=seq,
+        threads=threads, runtime=runtime, cpu=cpu, versions=versions, cached=False, key=key,
+        target=resolved["label"], optimized=identity["optimized"], int8=identity["int8"], stable=stats["stable"],
+        attempts=stats["attempts"], fused=stats["fused"],
+    )
+    if use_cache:
+        _write_atomic(cache_file, json.dumps(result.to_dict(), indent=1))
+    return result
+
+
+def default_cache_dir() -> Path:
+    from distill.assets import cache_root
+
+    return cache_root() / "latency"
+
+
+def cpu_name() -> str:
+    """CPU model, core count and the int8 dot-product extensions that decide INT8 speed."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and ":" in line:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and ":" in line:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    extensions = [f for f in ("avx512_vnni", "avx_vnni", "amx_int8") if f in flags]
+    return f"{model} ({os.cpu_count()} cpus{', ' + ', '.join(extensions) if extensions else ''})"
+
+
+def library_versions(runtime: str) -> dict[str, str]:
+    import onnxruntime
+    import torch
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__.split("+")[0]}
+    if runtime == "onnxruntime":
+        versions["onnxruntime"] = onnxruntime.__version__
+    return versions
+
+
+def _resolve(target) -> dict:
+    """-> kind, a cache identity, a label, what the worker needs, the usable positions and vocab."""
+    if isinstance(target, StudentSpec):
+        return _from_spec(target)
+    text = str(target)
+    path = Path(text).expanduser()
+    if text.endswith(".onnx") or path.is_file():
+        return _from_onnx(path)
+    from distill.assets import TEACHERS, teacher_path
+
+    if text in TEACHERS:
+        path = Path(teacher_path(text))
+    if path.is_dir():
+        return _from_folder(path, text)
+    if text.startswith((".", "/", "~")) or os.sep in text:
+        raise KdnasError(f"model {text!r} does not exist")
+    if not any(c.isdigit() for c in text):
+        raise KdnasError(
+            f"{text!r} is not an existing .onnx file or model folder, a bundled teacher ({', '.join(TEACHERS)}), "
+            "or an architecture LAYERSxHEADSxHIDDENxFFN such as 4x12x192x768"
+        )
+    return _from_spec(parse_arch(text))  # raises a KdnasError naming what is wrong with the shape
+
+
+def _from_spec(spec: StudentSpec) -> dict:
+    sizes = asdict(spec)
+    return {"kind": "spec", "identity": {"spec": sizes}, "label": spec.arch, "worker": {"kind": "spec", "spec": sizes},
+            "max_seq": spec.max_position, "vocab_size": spec.vocab_size}
+
+
+def _from_onnx(path: Path) -> dict:
+    import onnx
+
+    if not path.is_file():
+        raise KdnasError(f"ONNX file {path} does not exist")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as err:  # onnx raises DecodeError/ValueError/... for a damaged file
+        raise KdnasError(f"ONNX file {path} cannot be read (corrupt or not ONNX): {_one_line(err)}") from None
+    if not model.graph.node:
+        raise KdnasError(f"ONNX file {path} has an empty graph (corrupt or not a model)")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"kind": "onnx", "identity": {"onnx_sha256": digest}, "label": path.name,
+            "worker": {"kind": "onnx", "path": str(path.resolve())},
+            "max_seq": _embedding_rows(model, "position_embeddings"),
+            "vocab_size": _embedding_rows(model, "word_embeddings")}
+
+
+def _from_folder(path: Path, label: str) -> dict:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise KdnasError(f"model folder {path} has no config.json (not a transformers model folder)")
+    try:
+        config = json.loads(config_file.read_text())
+    except ValueError as err:
+        raise KdnasError(f"{config_file} is not valid JSON: {_one_line(err)}") from None
+    positions = int(config.get("max_position_embeddings", 512))
+    if config.get("model_type") in _OFFSET_POSITIONS:
+        positions -= int(config.get("pad_token_id", 1)) + 1
+    # Weights do not change latency, the config does: key on its content, not on the weights file.
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    return {"kind": "folder", "identity": {"config_sha256": digest}, "label": label,
+            "worker": {"kind": "folder", "path": str(path.resolve())}, "max_seq": positions,
+            "vocab_size": config.get("vocab_size")}
+
+
+def _embedding_rows(model, name: str) -> int | None:
+    """Rows of an embedding table found by its exported name; None for a graph that names it otherwise."""
+    for init in model.graph.initializer:
+        if name in init.name and len(init.dims) == 2:
+            return int(init.dims[0])
+    return None
+
+
+def _run_worker(request: dict, threads: int, timeout: float) -> dict:
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "latency._worker"], input=json.dumps(request), capture_output=True,
+            text=True, env=env, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"latency measurement did not finish within {timeout:.0f} s") from None
+    lines = proc.stdout.strip().splitlines()
+    reply = None
+    if lines:
+        try:
+            reply = json.loads(lines[-1])
+        except ValueError:
+            pass
+    if reply is not None and reply.get("user_error"):
+        raise KdnasError(reply["error"])
+    if proc.returncode != 0 or reply is None:
+        raise RuntimeError(f"latency worker failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return reply
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())[:300]
+

@@ -1,0 +1,90 @@
+"""Timing loop and statistics, kept free of any runtime so they can be tested with a fake clock."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a measurement is done: the median has settled, or a cap is hit.
+
+    Settled means adding the last `window` runs moved the median by at most `rel_tol`; `min_runs`
+    and `min_seconds` come first so a fast model is still sampled over enough wall time to average
+    out the scheduler (the CPU is shared with whatever else runs on the machine).
+    """
+
+    warmup_runs: int = 5
+    warmup_seconds: float = 0.3
+    min_runs: int = 20
+    min_seconds: float = 1.0
+    max_runs: int = 2000
+    max_seconds: float = 10.0
+    window: int = 10
+    rel_tol: float = 0.01
+
+
+@dataclass(frozen=True)
+class Stats:
+    median_ms: float
+    p90_ms: float
+    min_ms: float
+    mean_ms: float
+    cv: float  # standard deviation / mean
+    runs: int
+    stable: bool
+
+
+def measure(run_once: Callable[[], object], rule: StopRule = StopRule(),
+            clock: Callable[[], float] = time.perf_counter) -> Stats:
+    """Warm up, then time `run_once` until the median is stable or a cap is hit."""
+    start = clock()
+    done = 0
+    while done < rule.warmup_runs or clock() - start < rule.warmup_seconds:
+        run_once()
+        done += 1
+    samples: list[float] = []
+    start = clock()
+    stable = False
+    while True:
+        t0 = clock()
+        run_once()
+        t1 = clock()
+        samples.append((t1 - t0) * 1e3)
+        n, elapsed = len(samples), t1 - start
+        if n >= rule.min_runs and n > rule.window and elapsed >= rule.min_seconds and n % rule.window == 0:
+            now, before = statistics.median(samples), statistics.median(samples[:-rule.window])
+            if abs(now - before) <= rule.rel_tol * now:
+                stable = True
+                break
+        if n >= rule.max_runs or elapsed >= rule.max_seconds:
+            break
+    return summarize(samples, stable)
+
+
+def summarize(samples_ms: list[float], stable: bool = True) -> Stats:
+    if not samples_ms:
+        raise ValueError("no samples")
+    ordered = sorted(samples_ms)
+    mean = statistics.fmean(ordered)
+    sd = statistics.pstdev(ordered) if len(ordered) > 1 else 0.0
+    return Stats(
+        median_ms=statistics.median(ordered),
+        p90_ms=_percentile(ordered, 0.9),
+        min_ms=ordered[0],
+        mean_ms=mean,
+        cv=sd / mean if mean > 0 else 0.0,
+        runs=len(ordered),
+        stable=stable,
+    )
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), on sorted data."""
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

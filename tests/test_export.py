@@ -1,0 +1,150 @@
+"""export/: real exports of a tiny student and the bundled teachers, parity, fusion, INT8, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from distill.errors import KdnasError
+from distill.spec import StudentSpec, build_student
+from export import export_model
+from export import _parity
+
+TINY = StudentSpec(layers=2, heads=4, hidden=64, ffn=128)
+
+
+@pytest.fixture(scope="module")
+def student_dir(tmp_path_factory):
+    """A random-weight student saved the way transformers saves any model, with the teacher's tokenizer."""
+    from transformers import AutoTokenizer
+
+    from distill.assets import teacher_path
+
+    folder = tmp_path_factory.mktemp("student")
+    build_student(TINY, seed=0).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(teacher_path("minilm-l6")).save_pretrained(folder)
+    return folder
+
+
+def _run(path, batch):
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    return session.run(None, {k: v for k, v in batch.items() if k in names})
+
+
+def test_tiny_student_export_parity_fusion_int8(student_dir, tmp_path):
+    out = tmp_path / "onnx"
+    report = export_model(student_dir, out, int8=True)
+
+    assert report.parity.passed and report.parity.max_abs <= 1e-4
+    assert report.parity.cosine > 0.9999
+    assert len(set(report.parity.lengths)) > 3  # several lengths, padded in shared batches
+    assert report.attention_fused
+    assert report.fused["Attention"] == 2 and report.fused["SkipLayerNormalization"] > 0
+    assert report.fused["EmbedLayerNormalization"] == 1
+    assert report.fused["BiasGelu"] + report.fused["Gelu"] + report.fused["FastGelu"] > 0
+    assert report.int8_cosine is not None and report.int8_cosine >= 0.99
+    assert report.inputs == ("input_ids", "attention_mask", "token_type_ids")
+
+    files = {p.name for p in out.iterdir()}
+    assert {"model.onnx", "model.int8.onnx", "config.json", "export.json", "tokenizer.json"} <= files
+    manifest = json.loads((out / "export.json").read_text())
+    assert manifest["parity"]["max_abs"] == report.parity.max_abs
+    assert manifest["fused"] == report.fused and manifest["opset"] == 17
+    assert manifest["sizes"]["model.int8.onnx"] < manifest["sizes"]["model.onnx"]
+    assert {"torch", "onnxruntime", "onnx", "transformers"} <= set(manifest["versions"])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+    # Dynamic axes: a batch size and length the export never saw, from the shipped folder alone.
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out)
+    batch = dict(tok(["one", "two sentences of which this one is longer", "three"], padding=True, return_tensors="np"))
+    hidden, embedding = _run(out / "model.onnx", batch)
+    assert hidden.shape == (3, batch["input_ids"].shape[1], 64) and embedding.shape == (3, 64)
+    q_hidden, q_embedding = _run(out / "model.int8.onnx", batch)
+    assert q_embedding.shape == embedding.shape
+
+    # Exporting again into the same folder replaces the earlier export.
+    again = export_model(student_dir, out, optimize=False, opset=14)
+    assert not again.optimized and again.opset == 14 and again.parity.passed
+    assert not (out / "model.int8.onnx").exists()
+
+
+def test_bundled_teacher_minilm(tmp_path):
+    report = export_model("minilm-l6", tmp_path / "teacher", int8=True)
+    assert report.arch == "6x12x384x1536"
+    assert report.parity.max_abs <= 1e-4 and report.parity.cosine > 0.99999
+    assert report.attention_fused and report.fused["Attention"] == 6
+    assert report.fused["SkipLayerNormalization"] == 12
+    # INT8 quality on real sentences (per-channel weights, attention projections kept fp32).
+    assert report.int8_cosine >= 0.99, report.int8_cosine
+    assert not report.warnings
+
+
+@pytest.mark.slow
+def test_bundled_teacher_mpnet(tmp_path):
+    with pytest.warns(UserWarning, match="ATTENTION NOT FUSED"):
+        report = export_model("mpnet-base", tmp_path / "mpnet")
+    assert report.inputs == ("input_ids", "attention_mask")  # MPNet has no token_type_ids
+    assert report.parity.max_abs <= 1e-4
+    # onnxruntime's optimizer has no MPNet attention pattern (relative position bias): said plainly.
+    assert not report.attention_fused and "ATTENTION NOT FUSED" in report.fusion
+    assert report.fused["SkipLayerNormalization"] > 0
+
+
+def test_parity_failure_writes_nothing(student_dir, tmp_path, monkeypatch):
+    # A tolerance no float32 export meets: the real comparison must refuse the export.
+    monkeypatch.setattr(_parity, "FP32_MAX_ABS", 0.0)
+    with pytest.raises(KdnasError, match="parity check failed: .*max-abs"):
+        export_model(student_dir, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_parity_compare_uses_only_unpadded_positions():
+    mask = np.array([[1, 1, 0]])
+    ref_h = np.zeros((1, 3, 2), np.float32)
+    cand_h = ref_h.copy()
+    cand_h[0, 2] = 5.0  # a padded position: ignored
+    cand_h[0, 1, 0] = 2e-4
+    emb = np.array([[1.0, 0.0]], np.float32)
+    parity = _parity.compare([(ref_h, emb)], [(cand_h, emb * 3)], [{"attention_mask": mask}], 1e-4)
+    assert parity.max_abs == pytest.approx(2e-4) and not parity.passed
+    assert parity.cosine == pytest.approx(1.0) and parity.lengths == (2,)
+
+
+def test_bad_inputs(student_dir, tmp_path):
+    with pytest.raises(KdnasError, match="not a folder or a bundled teacher"):
+        export_model(tmp_path / "missing", tmp_path / "a")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(KdnasError, match="no config.json"):
+        export_model(tmp_path / "empty", tmp_path / "b")
+    with pytest.raises(KdnasError, match="opset 9 is not supported"):
+        export_model(student_dir, tmp_path / "c", opset=9)
+    with pytest.raises(KdnasError, match="no tokenizer"):
+        export_model(TINY, tmp_path / "d")  # a spec has no tokenizer of its own
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(KdnasError, match="not an earlier kdnas export"):
+        export_model(student_dir, tmp_path / "busy")
+    assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "empty"]
+
+
+def test_cli_export(student_dir, tmp_path, capsys):
+    from nas.cli import main
+
+    assert main(["export", str(student_dir), "--out", str(tmp_path / "cli")]) == 0
+    out = capsys.readouterr().out
+    assert "max-abs" in out and "attention fused in all 2 layers" in out
+    assert (tmp_path / "cli" / "model.onnx").is_file()
+
+    for argv in (["export", str(tmp_path / "nope"), "--out", str(tmp_path / "x")],
+                 ["export", str(student_dir), "--out", str(tmp_path / "y"), "--opset", "99"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kdnas export: error:") and err.count("\n") == 1
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

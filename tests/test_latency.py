@@ -1,0 +1,152 @@
+"""latency/: statistics on a fake clock, real measurements in the pinned subprocess, cache, bad input."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from distill.errors import KdnasError
+from distill.spec import StudentSpec
+from latency import LatencyResult, profile
+from latency._stats import StopRule, measure, summarize
+
+TINY = "2x2x64x128"  # measured in seconds; real onnxruntime, real export
+
+
+class FakeClock:
+    """Each run takes the next duration from `durations` (seconds); the clock only moves in run_once."""
+
+    def __init__(self, durations):
+        self.now = 0.0
+        self.durations = list(durations)
+        self.calls = 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def run_once(self) -> None:
+        self.now += self.durations[self.calls % len(self.durations)]
+        self.calls += 1
+
+
+def test_statistics_on_a_fake_timer():
+    # warm-up 2 runs, then a repeating 1..10 ms pattern: the median settles after 20 runs.
+    clock = FakeClock([0.5] * 2 + [i / 1000 for i in range(1, 11)] * 100)
+    rule = StopRule(warmup_runs=2, warmup_seconds=0.0, min_runs=20, min_seconds=0.0, window=10, rel_tol=0.01)
+    stats = measure(clock.run_once, rule, clock=clock)
+    assert clock.calls == 2 + 20  # warm-up not timed; stopped at the first stable check
+    samples = [float(i) for i in range(1, 11)] * 2
+    assert stats.runs == 20 and stats.stable
+    assert stats.median_ms == pytest.approx(5.5)
+    assert stats.min_ms == pytest.approx(1.0)
+    assert stats.mean_ms == pytest.approx(5.5)
+    assert stats.p90_ms == pytest.approx(9.1)  # linear interpolation, as numpy's default
+    assert stats.cv == pytest.approx(statistics.pstdev(samples) / 5.5)
+
+
+def test_unstable_timings_hit_the_cap_and_say_so():
+    # durations that keep growing: the median never settles, so the run cap ends it.
+    clock = FakeClock([0.0] + [i / 1000 for i in range(1, 1000)])
+    rule = StopRule(warmup_runs=1, warmup_seconds=0.0, min_runs=10, min_seconds=0.0, max_runs=50, window=10)
+    stats = measure(clock.run_once, rule, clock=clock)
+    assert stats.runs == 50 and not stats.stable
+    assert stats.median_ms == pytest.approx(25.5)
+
+
+def test_time_cap_ends_a_slow_measurement():
+    clock = FakeClock([0.0] + [1.0, 3.0] * 50)  # 1 s and 3 s runs: the 10 s cap comes first
+    rule = StopRule(warmup_runs=1, warmup_seconds=0.0, min_runs=20, min_seconds=0.0, max_seconds=10.0)
+    stats = measure(clock.run_once, rule, clock=clock)
+    assert stats.runs == 6  # after 5 runs 9 s have passed, the 6th ends at 12 s
+    assert not stats.stable and stats.median_ms == pytest.approx(2000.0)
+
+
+def test_summarize_single_sample():
+    stats = summarize([4.0])
+    assert (stats.median_ms, stats.p90_ms, stats.min_ms, stats.cv, stats.runs) == (4.0, 4.0, 4.0, 0.0, 1)
+
+
+def test_measure_then_cache_hit(tmp_path):
+    first = profile(TINY, seq=32, cache_dir=tmp_path)
+    assert not first.cached
+    assert first.median_ms > 0 and first.min_ms <= first.median_ms <= first.p90_ms
+    assert first.runs >= 20 and first.cv >= 0
+    assert (first.batch, first.seq, first.threads, first.runtime) == (1, 32, 2, "onnxruntime")
+    assert first.fused["Attention"] == 2  # the measured graph is the fused one
+    assert "onnxruntime" in first.versions and first.cpu
+    # The same shape given as a spec is the same key: the search never measures it twice.
+    second = profile(StudentSpec(2, 2, 64, 128), seq=32, cache_dir=tmp_path)
+    assert second.cached and second.key == first.key
+    assert second.median_ms == first.median_ms
+    stored = json.loads((tmp_path / f"{first.key}.json").read_text())
+    assert LatencyResult(**stored).median_ms == first.median_ms
+    # Another shape, vocabulary or runtime is another key.
+    assert profile(TINY, seq=32, threads=1, cache_dir=tmp_path).key != first.key
+    assert profile(StudentSpec(2, 2, 64, 128, vocab_size=1000), seq=32, cache_dir=tmp_path).key != first.key
+
+
+def test_torch_runtime_and_onnx_file(tmp_path):
+    torch_res = profile(TINY, seq=16, runtime="torch", use_cache=False)
+    assert torch_res.runtime == "torch" and torch_res.median_ms > 0 and not torch_res.cached
+
+    from distill.spec import build_student
+    from export import export_onnx
+
+    path = tmp_path / "tiny.onnx"
+    export_onnx(build_student(StudentSpec(2, 2, 64, 128, max_position=64)), path)
+    res = profile(str(path), seq=16, cache_dir=tmp_path / "cache")
+    assert res.median_ms > 0 and res.target == "tiny.onnx"
+    with pytest.raises(KdnasError, match="exceeds the model's 64 positions"):
+        profile(str(path), seq=65, cache_dir=tmp_path / "cache")
+    with pytest.raises(KdnasError, match="runtime torch needs a model folder"):
+        profile(str(path), runtime="torch", cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize(
+    "target, kwargs, message",
+    [
+        (TINY, {"batch": 0}, "batch=0 is invalid"),
+        (TINY, {"seq": -1}, "seq=-1 is invalid"),
+        (TINY, {"threads": 0}, "threads=0 is invalid"),
+        (TINY, {"threads": 4096}, "exceeds the"),
+        (TINY, {"seq": 513}, "exceeds the model's 512 positions"),
+        (TINY, {"runtime": "tensorrt"}, "runtime 'tensorrt' is unknown"),
+        ("4x5x192x768", {}, "not divisible by heads=5"),
+        ("0x12x192x768", {}, "layers=0 is invalid"),
+        ("4x12x192", {}, "not of the form"),
+        ("no-such-model", {}, "not an existing .onnx file"),
+        ("/no/such/model.onnx", {}, "does not exist"),
+        ("mpnet-base", {"seq": 513}, "exceeds the model's 512 positions"),
+    ],
+)
+def test_bad_input_is_a_user_error(target, kwargs, message, tmp_path):
+    with pytest.raises(KdnasError, match=message):
+        profile(target, cache_dir=tmp_path, **kwargs)
+    assert not any(tmp_path.iterdir())  # nothing measured, nothing cached
+
+
+def test_corrupt_onnx_file(tmp_path):
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"\x08\x07this is not a protobuf model" * 10)
+    with pytest.raises(KdnasError, match="cannot be read|empty graph"):
+        profile(str(bad), cache_dir=tmp_path / "cache")
+
+
+def test_cli_profile_json_and_errors(tmp_path, capsys, monkeypatch):
+    from nas.cli import main
+
+    monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
+    assert main(["profile", TINY, "--seq", "16", "--threads", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["seq"] == 16 and out["threads"] == 1 and out["median_ms"] > 0 and "cv" in out
+    assert main(["profile", TINY, "--seq", "16", "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "(cached)" in text and "cv " in text and "median" in text
+
+    for argv in (["profile", TINY, "--batch", "0"], ["profile", str(tmp_path / "missing.onnx")],
+                 ["profile", "3x7x384x1024"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kdnas profile: error:") and err.count("\n") == 1

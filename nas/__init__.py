@@ -1,1 +1,45 @@
-"""kdnas.nas"""
+"""kdnas.nas — architecture search under a CPU latency budget (KD-NAS, issue #4).
+
+Public API:
+    search(config) -> summary            run or resume a search; writes best/, pages, tables
+    write_report(out) -> summary         rebuild pareto.html, report.html, trials.csv, summary.json
+    SearchConfig                         every setting, frozen; defaults = `kdnas search` defaults
+    SearchSpace, default_space           the (layers, heads, hidden, ffn) choices
+    kdnas_reward                         the KD-NAS reward (METHODS.md, App. C Eq. 12)
+    reference_shapes                     the paper's Table 1 students scaled to a teacher
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .config import SearchConfig
+from .reference import reference_shapes
+from .reward import kdnas_reward
+from .search import search
+from .space import SearchSpace, default_space
+
+
+def write_report(out: str | Path, *, storage: str | None = None, study_name: str | None = None) -> dict[str, Any]:
+    """Rebuild a search's four outputs in `out` from its storage (safe while the search runs)."""
+    from distill.errors import KdnasError
+
+    from ._io import ensure_writable_dir
+    from .report import write_outputs
+    from .storage import find_study, open_storage, read_pointer
+
+    out = Path(out)
+    if not out.is_dir():
+        raise KdnasError(f"{out} is not a folder")
+    if storage is None or study_name is None:
+        recorded_storage, recorded_name = read_pointer(out)
+        storage, study_name = storage or recorded_storage, study_name or recorded_name
+    ensure_writable_dir(out, "report folder")
+    study = find_study(open_storage(storage, must_exist=True), study_name)
+    if study is None:
+        raise KdnasError(f"storage {storage} has no study named {study_name!r}")
+    return write_outputs(study, out)
+
+
+__all__ = ["SearchConfig", "SearchSpace", "default_space", "kdnas_reward", "reference_shapes", "search", "write_report"]

@@ -1,0 +1,169 @@
+"""`kdnas search` and `kdnas report`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SEARCH_EPILOG = """\
+how a trial runs:
+  1. the sampler proposes LAYERSxHEADSxHIDDENxFFN from the space (default: derived from the teacher,
+     every combination valid; override per dimension, e.g. --layers 2-6 --hidden 128-384:64 --heads 4,8);
+  2. latency first: the shape is built with random weights, exported and timed on CPU (cached per
+     shape); over --budget-ms it is infeasible and never trained;
+  3. brief distillation (--proxy-steps of --method hs on a fixed --proxy-train set, cached teacher
+     targets), held-out normalized L_HS reported every --eval-every steps to a median pruner;
+  4. score: KD-NAS reward (1 - L_HS) * (lat(S) / (0.6 lat(T)))^-0.06, teacher latency measured once.
+  Then the best feasible trial (--final-top-k of them) is distilled for --final-steps, exported
+  (ONNX, fused, INT8, parity-checked) and profiled into OUT/best/.
+
+objectives:
+  reward   maximize the KD-NAS reward (default; single objective, so the pruner can stop bad trials)
+  pareto   minimize normalized L_HS and latency together (Pareto front; NO pruning: Optuna's
+           pruners are single-objective only); the winner is the front member with the best reward
+
+outputs in OUT: best/ (HF folder, model.onnx, model.int8.onnx, export.json), pareto.html, report.html,
+trials.csv, summary.json, study.db (default storage), search.json (where the study is).
+
+resume: run the same command again; finished trials are kept, trials left running by a killed
+process are marked failed and retried. Several workers: share a --storage (postgresql://... or
+journal:PATH; SQLite is for one worker) and the same --study-name.
+
+examples:
+  kdnas search                                             (bundled defaults, runs/search)
+  kdnas search --teacher minilm-l6 --corpus news --budget-ms 8 --trials 20 --out runs/demo
+  kdnas search --objective pareto --sampler nsga2 --reference --out runs/pareto
+  kdnas report runs/demo                                   (rebuild the pages, also during a search)
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from distill.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+
+    from .config import OBJECTIVES, SAMPLERS, SearchConfig
+
+    d = SearchConfig()
+    p = subparsers.add_parser(
+        "search", help="search student architectures under a CPU latency budget (KD-NAS)",
+        description="Find the best student shape under a hard CPU latency budget, distill it and ship it.",
+        epilog=SEARCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--teacher", default=DEFAULT_TEACHER, help="bundled name, local model folder or hub name (default: %(default)s)")
+    p.add_argument("--corpus", default=DEFAULT_CORPUS, help="bundled name or a local text file/folder (default: %(default)s)")
+    p.add_argument("--out", default=d.out, help="output folder (default: %(default)s)")
+    p.add_argument("--trials", type=int, default=d.trials,
+                   help="total finished trials the study should have; a rerun continues up to it (default: %(default)s)")
+    p.add_argument("--budget-ms", type=float, default=None,
+                   help="hard CPU latency budget in ms (default: --budget-ratio x the teacher's measured latency)")
+    p.add_argument("--budget-ratio", type=float, default=d.budget_ratio,
+                   help="budget as a fraction of the teacher's latency when --budget-ms is not given (default: %(default)s)")
+    p.add_argument("--objective", choices=OBJECTIVES, default=d.objective,
+                   help="reward (pruned) or pareto (loss and latency, no pruning) (default: %(default)s)")
+    p.add_argument("--sampler", choices=SAMPLERS, default=d.sampler, help="default: %(default)s")
+    p.add_argument("--seed", type=int, default=d.seed, help="default: %(default)s")
+    p.add_argument("--storage", default=None,
+                   help="Optuna storage URL: sqlite:///file.db, postgresql://..., or journal:PATH (default: sqlite:///OUT/study.db)")
+    p.add_argument("--study-name", default=d.study_name, help="default: %(default)s")
+    space = p.add_argument_group("search space (default: derived from the teacher; values: 6 | 4,6,12 | 1-6 | 96-384:96)")
+    for name in ("layers", "heads", "hidden", "ffn"):
+        space.add_argument(f"--{name}", default=None, help=f"allowed {name}")
+    space.add_argument("--space", default=None, help="TOML or YAML file with keys layers/heads/hidden/ffn (CLI flags win)")
+    proxy = p.add_argument_group("proxy distillation (identical for every trial)")
+    proxy.add_argument("--method", default=d.method, help="distillation method (default: %(default)s, as in the paper's KD-NAS)")
+    proxy.add_argument("--layer-map", default=d.layer_map, help="default: %(default)s")
+    proxy.add_argument("--init", default=d.init, choices=["svd", "random"],
+                       help="student word embeddings: svd of the teacher's (XtremeDistil) or random (default: %(default)s)")
+    proxy.add_argument("--proxy-steps", type=int, default=d.proxy_steps, help="default: %(default)s")
+    proxy.add_argument("--proxy-train", type=int, default=d.proxy_train, help="training sequences (default: %(default)s)")
+    proxy.add_argument("--proxy-eval", type=int, default=d.proxy_eval, help="held-out sequences for L_HS (default: %(default)s)")
+    proxy.add_argument("--seq-len", type=int, default=d.seq_len, help="training tokens per sequence (default: %(default)s)")
+    proxy.add_argument("--batch-size", type=int, default=d.batch_size, help="default: %(default)s")
+    proxy.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, proxy and final (default: %(default)s)")
+    proxy.add_argument("--eval-every", type=int, default=d.eval_every, help="pruner report interval in steps (default: %(default)s)")
+    proxy.add_argument("--no-prune", action="store_true", help="never prune (reward objective)")
+    lat = p.add_argument_group("latency (identical for teacher and students)")
+    lat.add_argument("--latency-batch", type=int, default=d.latency_batch, help="default: %(default)s")
+    lat.add_argument("--latency-seq", type=int, default=d.latency_seq, help="default: %(default)s")
+    lat.add_argument("--threads", type=int, default=d.threads, help="default: %(default)s")
+    lat.add_argument("--runtime", default=d.runtime, help="onnxruntime or torch (default: %(default)s)")
+    rew = p.add_argument_group("reward")
+    rew.add_argument("--target-ratio", type=float, default=d.target_ratio, help="default: %(default)s")
+    rew.add_argument("--exponent", type=float, default=d.exponent, help="default: %(default)s")
+    fin = p.add_argument_group("after the search")
+    fin.add_argument("--final-steps", type=int, default=d.final_steps,
+                     help="distillation steps for the winner; 0 skips the final phase (default: %(default)s)")
+    fin.add_argument("--final-top-k", type=int, default=d.final_top_k,
+                     help="also finish the next best (best/ then finalists/RANK-ARCH/) (default: %(default)s)")
+    fin.add_argument("--reference", action="store_true",
+                     help="also measure and proxy-distill the paper's Table 1 shapes scaled to the teacher, as plot references")
+    p.add_argument("--device", default=d.device, help="training device: auto, cpu, cuda (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_search)
+
+    r = subparsers.add_parser(
+        "report", help="rebuild pareto.html, report.html, trials.csv and summary.json from a search's storage",
+        description="Rebuild a search's pages and tables from its Optuna storage (safe while the search runs).",
+    )
+    r.add_argument("out", help="the search's output folder")
+    r.add_argument("--storage", default=None, help="storage URL (default: the one recorded in OUT/search.json)")
+    r.add_argument("--study-name", default=None, help="study name (default: the one recorded in OUT/search.json)")
+    r.set_defaults(func=_report)
+
+
+def _search(args: argparse.Namespace) -> int:
+    from distill.errors import KdnasError
+
+    from . import SearchConfig, search
+    from .space import DIMENSIONS, load_space_file
+
+    overrides = load_space_file(args.space) if args.space else {}
+    for name in DIMENSIONS:
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.trials is not None and args.trials < 1:
+        raise KdnasError(f"--trials {args.trials} must be at least 1")
+    config = SearchConfig(
+        teacher=args.teacher, corpus=args.corpus, out=args.out, trials=args.trials, budget_ms=args.budget_ms,
+        budget_ratio=args.budget_ratio, objective=args.objective, sampler=args.sampler, seed=args.seed,
+        storage=args.storage, study_name=args.study_name, method=args.method, layer_map=args.layer_map, init=args.init,
+        proxy_steps=args.proxy_steps, proxy_train=args.proxy_train, proxy_eval=args.proxy_eval,
+        seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
+        prune=not args.no_prune, target_ratio=args.target_ratio, exponent=args.exponent,
+        latency_batch=args.latency_batch, latency_seq=args.latency_seq, threads=args.threads, runtime=args.runtime,
+        final_steps=args.final_steps, final_top_k=args.final_top_k, reference=args.reference, device=args.device,
+        progress=not args.no_progress, space_overrides=overrides,
+    )
+    summary = search(config)
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k != "trials_table"}, indent=2, default=str))
+    else:
+        _print_summary(summary, Path(args.out))
+    return 0
+
+
+def _print_summary(summary: dict, out: Path) -> None:
+    best = summary.get("best_trial")
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
+    print(f"trials: {summary['trials']} ({counts}); budget {summary['budget_ms']:.2f} ms, "
+          f"teacher {summary['teacher_latency']['median_ms']:.2f} ms")
+    if best:
+        print(f"best trial #{best['number']}: {best['arch']}  reward {best['reward']:.4f}  "
+              f"L_HS {best['l_hs_norm']:.4f}  {best['latency_median_ms']:.2f} ms")
+    for f in summary.get("final") or []:
+        print(f"final {f['dir']}: {f['arch']} after {f['steps']} steps: L_HS {f['l_hs_norm']:.4f}, "
+              f"{f['latency_ms']:.2f} ms, reward {f['reward']:.4f}")
+    print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
+
+
+def _report(args: argparse.Namespace) -> int:
+    from . import write_report
+
+    out = Path(args.out)
+    summary = write_report(out, storage=args.storage, study_name=args.study_name)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
+    print(f"{summary['study_name']}: {summary['trials']} trials ({counts}); wrote {out / 'report.html'}, "
+          f"{out / 'pareto.html'}, {out / 'trials.csv'}, {out / 'summary.json'}", file=sys.stdout)
+    return 0

@@ -1,0 +1,34 @@
+"""Small file helpers: atomic writes (a reader never sees half a page) and a writability check."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from distill.errors import KdnasError
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def ensure_writable_dir(path: Path, what: str = "--out") -> Path:
+    """Create `path` if needed and prove a file can be written there; else a one-line user error."""
+    path = Path(path).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".kdnas-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise KdnasError(f"{what} {path} is not writable: {err.strerror or err}") from None
+    return path

@@ -1,0 +1,136 @@
+"""What one search is: a frozen set of settings, and which of them define the study.
+
+Settings that change what a trial measures (teacher, corpus, space, budget, proxy budget,
+objective, sampler, latency settings...) are stored in the study's user attributes when it is
+created; a later run with the same study name must ask for the same ones (`study_settings`).
+Settings that only change how much is done or where it goes (trial count, final steps, output
+folder, device) may differ between runs of one study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Any
+
+from distill.errors import KdnasError
+
+from .space import SearchSpace, default_space, override_space
+
+OBJECTIVES = ("reward", "pareto")
+SAMPLERS = ("tpe", "nsga2", "random")
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Everything `nas.search` needs. Defaults keep the bundled-default search under 10 minutes
+    on a 2-core CPU (see docs/fragments/search.md for the measured time)."""
+
+    teacher: str = "minilm-l6"
+    corpus: str = "news"
+    out: str = "runs/search"
+    trials: int = 6
+    # Hard latency budget; None means `budget_ratio` x the teacher's measured latency.
+    budget_ms: float | None = None
+    budget_ratio: float = 0.5
+    objective: str = "reward"
+    sampler: str = "tpe"
+    seed: int = 0
+    storage: str | None = None  # None: sqlite:///<out>/study.db
+    study_name: str = "kdnas"
+    space: SearchSpace | None = None  # None: derived from the teacher (nas.space.default_space)
+    # Per-dimension overrides applied on top of `space` (values as nas.space.parse_choices reads them).
+    space_overrides: Mapping[str, Any] | tuple = ()
+    # Proxy distillation, identical for every trial (and for the benchmark's reference shapes).
+    method: str = "hs"
+    layer_map: str = "uniform"
+    proxy_steps: int = 20
+    proxy_train: int = 96
+    proxy_eval: int = 32
+    seq_len: int = 64
+    batch_size: int = 8
+    # Short runs learn more at a higher peak rate than the long-run default (5e-4, App. B); measured
+    # on MiniLM: held-out L_HS after 40 steps 0.928 at 2e-3 vs 0.946 at 5e-4 (3x6x384x1024).
+    lr: float | None = 2e-3
+    # Student word embeddings start from the teacher's, SVD-factorised (XtremeDistil §3.1). A random
+    # start needs hundreds of steps before the held-out L_HS separates shapes; measured on MiniLM
+    # after 40 proxy steps (hs, lr 2e-3): 6x12x384x1536 0.78 random vs 0.50 svd; 3x6x192x768 0.87 vs 0.78.
+    init: str = "svd"
+    eval_every: int = 5
+    prune: bool = True
+    # KD-NAS reward parameters (METHODS.md).
+    target_ratio: float = 0.6
+    exponent: float = -0.06
+    # Latency measurement, identical for the teacher and every student.
+    latency_batch: int = 1
+    latency_seq: int = 128
+    threads: int = 2
+    runtime: str = "onnxruntime"
+    # After the search.
+    final_steps: int = 60
+    final_top_k: int = 1
+    reference: bool = False
+    device: str = "auto"
+    progress: bool = True
+    # A RUNNING trial whose worker is on another host and silent this long is presumed dead.
+    stale_after_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        overrides = dict(self.space_overrides or ())
+        object.__setattr__(self, "space_overrides", tuple(sorted(overrides.items())))
+        _positive_int(self, "trials", "must be at least 1")
+        for name in ("proxy_steps", "proxy_train", "proxy_eval", "seq_len", "batch_size", "eval_every",
+                     "latency_batch", "latency_seq", "threads", "final_top_k"):
+            _positive_int(self, name, "must be a positive integer")
+        if not isinstance(self.final_steps, int) or self.final_steps < 0:
+            raise KdnasError(f"final_steps={self.final_steps!r} must be 0 (no final training) or more")
+        if self.budget_ms is not None and not (math.isfinite(self.budget_ms) and self.budget_ms > 0):
+            raise KdnasError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
+        if not (math.isfinite(self.budget_ratio) and self.budget_ratio > 0):
+            raise KdnasError(f"budget ratio {self.budget_ratio!r} must be a positive number")
+        if self.objective not in OBJECTIVES:
+            raise KdnasError(f"objective {self.objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
+        if self.sampler not in SAMPLERS:
+            raise KdnasError(f"sampler {self.sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}")
+        if not (math.isfinite(self.target_ratio) and self.target_ratio > 0):
+            raise KdnasError(f"target ratio {self.target_ratio!r} must be a positive number")
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise KdnasError(f"learning rate {self.lr!r} must be a positive number")
+        if not self.study_name or not str(self.study_name).strip():
+            raise KdnasError("study name must not be empty")
+
+    def replace(self, **changes: Any) -> "SearchConfig":
+        return dataclasses.replace(self, **changes)
+
+    def resolve_space(self, teacher_dims: Any) -> SearchSpace:
+        """The space to search: `space` or the teacher-derived default, with the overrides applied."""
+        d = teacher_dims
+        base = self.space or default_space(d.layers, d.heads, d.hidden, d.ffn)
+        return override_space(base, dict(self.space_overrides)) if self.space_overrides else base
+
+    @property
+    def pruning(self) -> bool:
+        # Optuna's pruners are single-objective only: the Pareto objective never prunes.
+        return self.prune and self.objective == "reward"
+
+    def study_settings(self, space: SearchSpace, teacher_fingerprint: str) -> dict[str, Any]:
+        """The settings that define the study; compared on every resume."""
+        keep = ("corpus", "budget_ms", "budget_ratio", "objective", "sampler", "seed", "method",
+                "layer_map", "init", "proxy_steps", "proxy_train", "proxy_eval", "seq_len", "batch_size", "lr",
+                "eval_every", "target_ratio", "exponent", "latency_batch", "latency_seq", "threads",
+                "runtime")
+        settings = {name: getattr(self, name) for name in keep}
+        settings["prune"] = self.pruning
+        settings["teacher"] = self.teacher
+        settings["teacher_fingerprint"] = teacher_fingerprint
+        settings["space"] = space.to_dict()
+        return settings
+
+
+def _positive_int(config: SearchConfig, name: str, why: str) -> None:
+    value = getattr(config, name)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        label = "trial count" if name == "trials" else name
+        raise KdnasError(f"{label}={value!r} {why}")

@@ -1,0 +1,173 @@
+"""Plotly figures of a study: Pareto plot, optimization history, parameter importances.
+
+Only SVG traces (`go.Scatter`, `go.Bar`), never WebGL, so the pages render in any browser,
+headless ones included.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+import plotly.graph_objects as go
+from optuna.trial import TrialState, create_trial
+
+from .records import pareto_front
+from .trial import UNTRAINED_LOSS
+
+_STYLE = {  # status -> (legend name, marker)
+    "feasible": ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
+    "pruned": ("pruned (loss when stopped)", dict(symbol="diamond", size=9, color="#ff7f0e")),
+    "infeasible": (f"over budget (not trained, drawn at loss {UNTRAINED_LOSS:g})",
+                   dict(symbol="x", size=10, color="#d62728")),
+    "failed": (f"failed (drawn at loss {UNTRAINED_LOSS:g} unless evaluated)",
+               dict(symbol="triangle-up", size=9, color="#7f7f7f")),
+}
+
+
+def _fmt(value: Any, spec: str = ".3f") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def _hover(r: dict[str, Any]) -> str:
+    params = r["params"]
+    return "<br>".join([
+        f"<b>trial {r['number']}</b>: {r['arch']} ({r['status']})",
+        f"params {params / 1e6:.2f} M" if params else "params –",
+        f"latency median {_fmt(r['latency_median_ms'], '.2f')} ms, p90 {_fmt(r['latency_p90_ms'], '.2f')}, "
+        f"min {_fmt(r['latency_min_ms'], '.2f')}, cv {_fmt(r['latency_cv'], '.3f')}"
+        + (" (noisy)" if r["latency_noisy"] else ""),
+        f"L_HS norm {_fmt(r['l_hs_norm'], '.4f')}, raw {_fmt(r['l_hs_raw'], '.4f')}",
+        f"reward {_fmt(r['reward'], '.4f')}",
+        *([r["reason"][:120]] if r["reason"] else []),
+    ])
+
+
+def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figure:
+    fig = go.Figure()
+    for status, (name, marker) in _STYLE.items():
+        group = [r for r in rows if r["status"] == status and r["latency_median_ms"] is not None]
+        if not group:
+            continue
+        y = [r["l_hs_norm"] if r["l_hs_norm"] is not None else UNTRAINED_LOSS for r in group]
+        fig.add_trace(go.Scatter(
+            x=[r["latency_median_ms"] for r in group], y=y, mode="markers", name=f"{name} ({len(group)})",
+            marker=marker, text=[_hover(r) for r in group], hoverinfo="text",
+            error_x=dict(type="data", symmetric=False, array=[r["latency_p90_ms"] - r["latency_median_ms"]
+                         if r["latency_p90_ms"] is not None else 0 for r in group],
+                         arrayminus=[r["latency_median_ms"] - r["latency_min_ms"]
+                                     if r["latency_min_ms"] is not None else 0 for r in group],
+                         thickness=1, width=0, color=marker["color"]),
+        ))
+    front = pareto_front(rows)
+    if front:
+        fig.add_trace(go.Scatter(
+            x=[r["latency_median_ms"] for r in front], y=[r["l_hs_norm"] for r in front],
+            mode="lines+markers", line=dict(shape="hv", color="#2ca02c", width=2), name=f"Pareto front ({len(front)})",
+            marker=dict(symbol="circle-open", size=15, color="#2ca02c", line=dict(width=2)),
+            hoverinfo="skip",
+        ))
+    teacher = facts.get("teacher_latency") or {}
+    if teacher.get("median_ms"):
+        fig.add_vline(x=teacher["median_ms"], line=dict(color="#9467bd", dash="dot"))
+        fig.add_trace(go.Scatter(
+            x=[teacher["median_ms"]], y=[0.0], mode="markers+text", name="teacher (loss 0 by definition)",
+            marker=dict(symbol="star", size=14, color="#9467bd"), text=["teacher"], textposition="top left",
+            hovertext=[f"teacher {facts['settings'].get('teacher')}: {teacher['median_ms']:.2f} ms"],
+            hoverinfo="text",
+        ))
+    if facts.get("budget_ms"):
+        fig.add_vline(x=facts["budget_ms"], line=dict(color="#d62728", dash="dash", width=2),
+                      annotation_text=f"budget {facts['budget_ms']:.2f} ms", annotation_position="top")
+    refs = [r for r in facts.get("reference") or [] if r.get("latency_ms") is not None and r.get("l_hs_norm") is not None]
+    if refs:
+        fig.add_trace(go.Scatter(
+            x=[r["latency_ms"] for r in refs], y=[r["l_hs_norm"] for r in refs], mode="markers+text",
+            name="paper shapes, Table 1 scaled (proxy-distilled)", text=[r["name"] for r in refs],
+            textposition="bottom right", marker=dict(symbol="square-open", size=12, color="#17becf", line=dict(width=2)),
+            hovertext=[f"{r['name']}: {r['arch']}<br>latency {r['latency_ms']:.2f} ms<br>"
+                       f"L_HS norm {r['l_hs_norm']:.4f}<br>reward {_fmt(r.get('reward'), '.4f')}" for r in refs],
+            hoverinfo="text",
+        ))
+    finals = [f for f in facts.get("final") or [] if f.get("latency_ms") is not None]
+    if finals:
+        fig.add_trace(go.Scatter(
+            x=[f["latency_ms"] for f in finals], y=[f["l_hs_norm"] for f in finals], mode="markers",
+            name="finalist after --final-steps", marker=dict(symbol="star-diamond", size=14, color="#e377c2"),
+            hovertext=[f"final {f['arch']} (trial {f['trial']}, {f['steps']} steps)<br>latency {f['latency_ms']:.2f} ms"
+                       f"<br>L_HS norm {f['l_hs_norm']:.4f}<br>reward {f['reward']:.4f}" for f in finals],
+            hoverinfo="text",
+        ))
+    fig.update_layout(
+        title="Latency vs held-out normalized L_HS (lower-left is better)",
+        xaxis_title=f"CPU latency, median ms ({_latency_setting(facts)}); bars: min..p90",
+        yaxis_title="normalized held-out L_HS (1 = predicting the mean)",
+        hovermode="closest", legend=dict(orientation="h", y=-0.25), height=620, template="plotly_white",
+    )
+    return fig
+
+
+def _latency_setting(facts: dict[str, Any]) -> str:
+    s = facts.get("settings") or {}
+    return f"batch {s.get('latency_batch')}, seq {s.get('latency_seq')}, {s.get('threads')} threads, {s.get('runtime')}"
+
+
+def history_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    fig = go.Figure()
+    done = sorted((r for r in rows if r["reward"] is not None), key=lambda r: r["number"])
+    fig.add_trace(go.Scatter(x=[r["number"] for r in done], y=[r["reward"] for r in done], mode="markers",
+                             name="reward (trained trials)", marker=dict(size=9, color="#1f77b4"),
+                             text=[_hover(r) for r in done], hoverinfo="text"))
+    best, xs, ys = -math.inf, [], []
+    for r in done:
+        best = max(best, r["reward"])
+        xs.append(r["number"])
+        ys.append(best)
+    if xs:
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", color="#2ca02c"),
+                                 name="best so far"))
+    other = [r for r in rows if r["reward"] is None and r["state"] != "WAITING"]
+    if other:
+        fig.add_trace(go.Scatter(
+            x=[r["number"] for r in other], y=[0.0] * len(other), mode="markers", name="not scored (at 0)",
+            marker=dict(symbol="x", size=8, color="#d62728"), text=[_hover(r) for r in other], hoverinfo="text"))
+    fig.update_layout(title="Optimization history (KD-NAS reward)", xaxis_title="trial",
+                      yaxis_title="reward", template="plotly_white", height=420)
+    return fig
+
+
+def importances(study: optuna.Study, rows: list[dict[str, Any]]) -> tuple[dict[str, float], str]:
+    """Parameter importances for the reward over the trained trials, or ({}, why not)."""
+    trained = {r["number"]: r["reward"] for r in rows if r["reward"] is not None}
+    frozen = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if t.number in trained and "duplicate_of" not in t.user_attrs]  # a copy adds no information
+    if len(frozen) < 2:
+        return {}, f"needs at least 2 trained trials (has {len(frozen)})"
+    # Untrained trials carry placeholder values, so the evaluator sees only trained ones, scored by reward.
+    scratch = optuna.create_study(direction="maximize")
+    scratch.add_trials([
+        create_trial(params=t.params, distributions=t.distributions, value=trained[t.number]) for t in frozen
+    ])
+    try:
+        return dict(optuna.importance.get_param_importances(scratch)), ""
+    except Exception as err:  # e.g. every trained trial has the same value
+        return {}, f"not computable yet: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+
+
+def importance_figure(values: dict[str, float], why_not: str) -> go.Figure:
+    fig = go.Figure()
+    if values:
+        names = list(values)[::-1]
+        fig.add_trace(go.Bar(x=[values[n] for n in names], y=names, orientation="h", marker_color="#1f77b4",
+                             text=[f"{values[n]:.2f}" for n in names], textposition="auto", name="importance"))
+    else:
+        fig.add_annotation(text=f"Parameter importances {why_not}", showarrow=False, x=0.5, y=0.5,
+                           xref="paper", yref="paper")
+    fig.update_layout(title="Parameter importances for the reward (trained trials)", xaxis_title="importance",
+                      template="plotly_white", height=320)
+    return fig
+
+

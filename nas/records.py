@@ -1,0 +1,132 @@
+"""A study as plain rows and facts: the single source for trials.csv, summary.json and the pages.
+
+Read from the storage only (trial and study user attributes), so `kdnas report` can rebuild every
+output without the teacher, the corpus or the search process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from .storage import SETTINGS_ATTR
+
+COLUMNS = (
+    "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
+    "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
+    "l_hs_raw", "l_hs_norm", "reward", "reason", "retry_of",
+    "seconds_latency", "seconds_distill", "seconds_export", "seconds_total", "datetime_start",
+)
+
+_STATUS_OF_STATE = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting", TrialState.PRUNED: "pruned",
+                    TrialState.FAIL: "failed"}
+
+
+def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    return [_row(t) for t in study.get_trials(deepcopy=False)]
+
+
+def _row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    attrs = trial.user_attrs
+    status = _STATUS_OF_STATE.get(trial.state) or attrs.get("status", "feasible")
+    if trial.state == TrialState.RUNNING:
+        status = f"running ({attrs.get('phase', 'start')})"
+    arch = attrs.get("arch")
+    shape = [trial.params.get(k) for k in ("layers", "heads", "hidden", "ffn")]
+    if arch is None and all(v is not None for v in shape):
+        arch = "x".join(str(v) for v in shape)
+    latency = attrs.get("latency") or {}
+    seconds = attrs.get("seconds") or {}
+    loss_norm, loss_raw = attrs.get("l_hs_norm"), attrs.get("l_hs_raw")
+    last = attrs.get("last_eval")
+    if loss_norm is None and trial.state == TrialState.PRUNED and last:
+        loss_norm, loss_raw = last["l_hs_norm"], last["l_hs_raw"]  # the held-out loss when it was stopped
+    return {
+        "number": trial.number,
+        "state": trial.state.name,
+        "status": status,
+        "arch": arch,
+        "layers": shape[0], "heads": shape[1], "hidden": shape[2], "ffn": shape[3],
+        "params": attrs.get("params"),
+        "flops": attrs.get("flops"),
+        "latency_median_ms": latency.get("median_ms"),
+        "latency_p90_ms": latency.get("p90_ms"),
+        "latency_min_ms": latency.get("min_ms"),
+        "latency_cv": latency.get("cv"),
+        "latency_noisy": latency.get("noisy"),
+        "latency_cached": latency.get("cached"),
+        "l_hs_raw": loss_raw,
+        "l_hs_norm": loss_norm,
+        "reward": attrs.get("reward"),
+        "reason": attrs.get("reason", ""),
+        "retry_of": attrs.get("retry_of"),
+        "seconds_latency": seconds.get("latency"),
+        "seconds_distill": seconds.get("distill"),
+        "seconds_export": seconds.get("export"),
+        "seconds_total": seconds.get("total"),
+        "datetime_start": trial.datetime_start.isoformat(timespec="seconds") if trial.datetime_start else None,
+    }
+
+
+def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Feasible trained trials not dominated in (latency, normalized loss), sorted by latency."""
+    points = [r for r in rows if r["status"] == "feasible" and r["l_hs_norm"] is not None
+              and r["latency_median_ms"] is not None]
+    points.sort(key=lambda r: (r["latency_median_ms"], r["l_hs_norm"]))
+    front, best_loss = [], float("inf")
+    for r in points:
+        if r["l_hs_norm"] < best_loss:
+            front.append(r)
+            best_loss = r["l_hs_norm"]
+    return front
+
+
+def dominates_point(front: list[dict[str, Any]], latency_ms: float, loss: float) -> dict[str, Any] | None:
+    """A front member with lower loss at equal or lower latency than the given point, if any."""
+    for r in front:
+        if r["latency_median_ms"] <= latency_ms and r["l_hs_norm"] < loss:
+            return r
+    return None
+
+
+def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    feasible = [r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
+    return max(feasible, key=lambda r: r["reward"]) if feasible else None
+
+
+def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Study-level facts plus counts and the per-trial time split, for summary.json and the pages."""
+    attrs = study.user_attrs
+    counts: dict[str, int] = {}
+    for r in rows:
+        key = r["status"].split(" ")[0]
+        counts[key] = counts.get(key, 0) + 1
+    finished = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED", "FAIL")]
+    before_training = [r for r in finished if r["status"] in ("rejected", "infeasible")]
+    timed = [r for r in finished if r["seconds_total"] is not None]
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in timed if r[key] is not None]
+        return round(sum(values) / len(values), 3) if values else None
+
+    best = best_row(rows)
+    return {
+        "study_name": study.study_name,
+        "settings": attrs.get(SETTINGS_ATTR, {}),
+        "teacher_latency": attrs.get("teacher_latency"),
+        "budget_ms": attrs.get("budget_ms"),
+        "fastest": attrs.get("fastest"),
+        "space_size": attrs.get("space_size"),
+        "trials": len(rows),
+        "counts": counts,
+        "rejected_before_training": len(before_training),
+        "rejected_before_training_share": round(len(before_training) / len(finished), 4) if finished else None,
+        "seconds_per_trial": {"latency": mean("seconds_latency"), "distill": mean("seconds_distill"),
+                              "export": mean("seconds_export"), "total": mean("seconds_total")},
+        "best_trial": best,
+        "pareto_front": [r["number"] for r in pareto_front(rows)],
+        "reference": attrs.get("reference"),
+        "final": attrs.get("final"),
+    }

@@ -1,0 +1,119 @@
+"""The search's outputs, rebuilt from the storage: trials.csv, summary.json, pareto.html, report.html.
+
+Pages are fully offline (plotly.js embedded once per page) and written atomically, so a browser or
+a second `kdnas report` never reads half a file, also while a search is writing the study.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+import plotly.io as pio
+
+from ._io import atomic_write_text
+from .plots import history_figure, importance_figure, importances, pareto_figure
+from .records import COLUMNS, study_facts, trial_rows
+
+_TABLE_COLUMNS = (
+    ("number", "#"), ("status", "status"), ("arch", "L×A×H×F"), ("params", "params (M)"),
+    ("flops", "GFLOPs"), ("latency_median_ms", "latency ms"), ("latency_p90_ms", "p90 ms"),
+    ("latency_cv", "cv"), ("l_hs_norm", "L_HS norm"), ("l_hs_raw", "L_HS raw"), ("reward", "reward"),
+    ("seconds_total", "time s"), ("reason", "reason"),
+)
+
+
+def write_outputs(study: optuna.Study, out: str | Path) -> dict[str, Any]:
+    """Write all four outputs into `out`; returns the summary."""
+    out = Path(out)
+    rows = trial_rows(study)
+    facts = study_facts(study, rows)
+    summary = {**facts, "trials_table": rows}
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write_text(out / "trials.csv", _csv(rows))
+    pareto = pareto_figure(rows, facts)
+    atomic_write_text(out / "pareto.html", pio.to_html(pareto, include_plotlyjs=True, full_html=True,
+                                                       config={"displaylogo": False}))
+    values, why_not = importances(study, rows)
+    atomic_write_text(out / "report.html", _report_page(facts, rows, [
+        pareto, history_figure(rows), importance_figure(values, why_not)]))
+    return summary
+
+
+def _csv(rows: list[dict[str, Any]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
+    return buffer.getvalue()
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None or value == "":
+        return ""
+    if key == "params":
+        return f"{value / 1e6:.2f}"
+    if key == "flops":
+        return f"{value / 1e9:.2f}"
+    if isinstance(value, float):
+        return f"{value:.3f}" if key.startswith(("latency", "seconds")) else f"{value:.4f}"
+    return html.escape(str(value))
+
+
+def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: list) -> str:
+    divs = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False})
+            for i, fig in enumerate(figures)]
+    s = facts.get("settings") or {}
+    teacher = facts.get("teacher_latency") or {}
+    best = facts.get("best_trial")
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(facts["counts"].items()))
+    lines = [
+        f"teacher <b>{html.escape(str(s.get('teacher')))}</b>, corpus {html.escape(str(s.get('corpus')))}, "
+        f"objective {s.get('objective')}, sampler {s.get('sampler')}, proxy {s.get('method')} "
+        f"{s.get('proxy_steps')} steps",
+        f"budget <b>{_cell('latency', facts.get('budget_ms'))} ms</b>; teacher latency "
+        f"{_cell('latency', teacher.get('median_ms'))} ms ({html.escape(_setting(s))})",
+        f"trials {facts['trials']}: {html.escape(counts)}; rejected before training: "
+        f"{facts['rejected_before_training']}",
+        "best trial: " + (f"#{best['number']} {best['arch']}, reward {best['reward']:.4f}, "
+                          f"L_HS {best['l_hs_norm']:.4f}, {best['latency_median_ms']:.2f} ms" if best else "none yet"),
+    ]
+    for f in facts.get("final") or []:
+        lines.append(f"final {html.escape(f['dir'])}: {f['arch']} after {f['steps']} steps, L_HS {f['l_hs_norm']:.4f}, "
+                     f"{f['latency_ms']:.2f} ms, reward {f['reward']:.4f}")
+    split = facts["seconds_per_trial"]
+    lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}" for k, v in split.items()))
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label in _TABLE_COLUMNS)
+    body = "".join(
+        f"<tr class='{html.escape(r['status'].split(' ')[0])}'>"
+        + "".join(f"<td>{_cell(k, r[k])}</td>" for k, _ in _TABLE_COLUMNS) + "</tr>"
+        for r in rows
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>kdnas search report: {html.escape(facts['study_name'])}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
+table {{ border-collapse: collapse; font-size: 13px; }} th, td {{ border: 1px solid #ddd; padding: 3px 6px; }}
+th {{ background: #f3f3f3; position: sticky; top: 0; }} td {{ text-align: right; }} td:last-child {{ text-align: left; }}
+tr.infeasible, tr.rejected {{ color: #b22; }} tr.pruned {{ color: #c60; }} tr.failed {{ color: #777; }}
+ul.facts li {{ margin: 2px 0; }}
+</style></head><body>
+<h1>kdnas search: {html.escape(facts['study_name'])}</h1>
+<ul class="facts">{''.join(f'<li>{line}</li>' for line in lines)}</ul>
+<h2>Pareto plot</h2>{divs[0]}
+<h2>Optimization history</h2>{divs[1]}
+<h2>Parameter importances</h2>{divs[2]}
+<h2>Trials</h2>
+<table id="trials"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+</body></html>
+"""
+
+
+def _setting(s: dict[str, Any]) -> str:
+    return f"batch {s.get('latency_batch')}, seq {s.get('latency_seq')}, {s.get('threads')} threads, {s.get('runtime')}"

@@ -1,0 +1,86 @@
+"""Resuming a study: find trials whose worker died, fail them, and queue their shapes again.
+
+Optuna's own heartbeat exists only for RDB storages, so kdnas records who runs each trial
+(`worker`: host, pid, process start time) and when it last showed life (`alive_at`, updated at
+every phase and evaluation). A RUNNING trial is stale when its worker process is gone from this
+host, or, for a worker on another host, when it has been silent for `stale_after_s`.
+A stale or interrupted (Ctrl-C) trial is marked FAIL with the reason and its parameters are
+enqueued once, so the shape is retried and the study still reaches the asked trial count.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+import optuna
+import psutil
+from optuna.trial import TrialState
+
+RETRYABLE = ("stale", "interrupted")
+
+
+def worker_identity() -> dict[str, Any]:
+    me = psutil.Process()
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": me.create_time()}
+
+
+def _worker_alive(worker: dict[str, Any] | None, alive_at: float | None, stale_after_s: float) -> bool:
+    if not worker:
+        return alive_at is not None and time.time() - alive_at < stale_after_s
+    if worker.get("host") == socket.gethostname():
+        try:
+            proc = psutil.Process(int(worker["pid"]))
+            # A reused pid belongs to a process started at another time.
+            return abs(proc.create_time() - float(worker["started"])) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+        except (psutil.Error, KeyError, ValueError):
+            return False
+    return alive_at is not None and time.time() - alive_at < stale_after_s
+
+
+def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> list[int]:
+    """Mark the RUNNING trials of dead workers FAIL (reason recorded); returns their numbers."""
+    storage = study._storage  # optuna exposes no public way to change another trial's state
+    failed = []
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        alive_at = trial.user_attrs.get("alive_at")
+        if alive_at is None and trial.datetime_start is not None:
+            alive_at = trial.datetime_start.timestamp()
+        if _worker_alive(trial.user_attrs.get("worker"), alive_at, stale_after_s):
+            continue
+        try:
+            storage.set_trial_user_attr(trial._trial_id, "fail_kind", "stale")
+            storage.set_trial_user_attr(
+                trial._trial_id, "reason",
+                f"stale: its worker stopped during phase {trial.user_attrs.get('phase', 'start')!r}; retried",
+            )
+            if storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                failed.append(trial.number)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # another worker finished or failed it meanwhile
+    return failed
+
+
+def enqueue_retries(study: optuna.Study) -> list[int]:
+    """Queue once the parameters of every stale or interrupted trial not yet retried."""
+    trials = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get("retry_of") for t in trials}
+    queued = []
+    for trial in trials:
+        if (trial.state == TrialState.FAIL and trial.user_attrs.get("fail_kind") in RETRYABLE
+                and trial.number not in retried and trial.params):
+            study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
+            queued.append(trial.number)
+    return queued
+
+
+def counted_trials(study: optuna.Study) -> int:
+    """Trials that count towards `--trials`: finished ones; a retried failure counts via its retry."""
+    n = 0
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+        if trial.state == TrialState.FAIL and trial.user_attrs.get("fail_kind") in RETRYABLE:
+            continue
+        n += 1
+    return n

@@ -1,0 +1,37 @@
+"""The KD-NAS reward (Udagawa et al. 2023, App. C, Eq. 12; METHODS.md "KD-NAS reward").
+
+    reward(S) = (1 - L_HS) * (lat(S) / (target_ratio * lat(T))) ** exponent
+
+It is a soft, MnasNet-style latency term: with the default exponent -0.06 a student 4.2x faster
+than the target earns only ~9 % more. The hard deployment budget is a separate constraint
+(see `nas/trial.py`), never folded into this number.
+"""
+
+from __future__ import annotations
+
+import math
+
+from distill.errors import KdnasError
+
+
+def kdnas_reward(
+    loss: float,
+    student_latency: float,
+    teacher_latency: float,
+    target_ratio: float = 0.6,
+    exponent: float = -0.06,
+) -> float:
+    """KD-NAS reward from the normalized held-out hidden-state loss and two measured latencies.
+
+    `loss` is the normalized L_HS (1.0 = predicting the mean); latencies are in the same unit and
+    were measured with the same runtime, threads, batch and sequence length.
+    """
+    for name, value in (("student_latency", student_latency), ("teacher_latency", teacher_latency),
+                        ("target_ratio", target_ratio)):
+        if not math.isfinite(value) or value <= 0:
+            raise KdnasError(f"kdnas_reward: {name}={value!r} must be a positive finite number")
+    if not math.isfinite(loss):
+        raise KdnasError(f"kdnas_reward: loss={loss!r} must be finite")
+    if not math.isfinite(exponent):
+        raise KdnasError(f"kdnas_reward: exponent={exponent!r} must be finite")
+    return (1.0 - loss) * (student_latency / (target_ratio * teacher_latency)) ** exponent

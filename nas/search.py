@@ -1,0 +1,160 @@
+"""`nas.search`: the whole job, from bad-input checks to the written outputs.
+
+Order: every check that can fail on user input runs before the study is created or changed
+(writable output, storage, teacher, space, settings of an existing study, budget against the
+fastest shape); then the trials; then the reference shapes (optional) and the final training.
+Outputs are rewritten after every trial, so they always reflect the storage.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set
+from distill.errors import KdnasError
+
+from ._io import ensure_writable_dir
+from ._progress import Progress
+from .config import SearchConfig
+from .final import finalists, is_done, run_final
+from .measure import latency_record, measure
+from .records import best_row, trial_rows
+from .reference import evaluate_references
+from .report import write_outputs
+from .resume import counted_trials, enqueue_retries, fail_stale_trials
+from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
+from .trial import Objective, SearchContext
+
+TPE_STARTUP_TRIALS = 5
+NSGA2_POPULATION = 8
+
+
+def search(config: SearchConfig) -> dict[str, Any]:
+    """Run (or resume) a search and write its outputs into `config.out`; returns the summary."""
+    optuna_logger = logging.getLogger("optuna")
+    level = optuna_logger.level
+    optuna_logger.setLevel(logging.WARNING)  # per-trial INFO lines would break the progress bar
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return _search(config)
+    finally:
+        optuna_logger.setLevel(level)
+
+
+def _search(cfg: SearchConfig) -> dict[str, Any]:
+    out = ensure_writable_dir(Path(cfg.out))
+    url = cfg.storage or default_storage_url(out)
+    storage = open_storage(url)
+    progress = Progress(cfg.trials, 0, cfg.progress)
+    try:
+        progress.phase("loading teacher")
+        teacher = load_teacher(cfg.teacher)
+        space = cfg.resolve_space(teacher.dims)
+        settings = cfg.study_settings(space, teacher.fingerprint)
+        existing = find_study(storage, cfg.study_name)
+        if existing is not None:
+            check_settings(existing, settings, url)
+            attrs = existing.user_attrs
+            teacher_latency, budget_ms = attrs["teacher_latency"], attrs["budget_ms"]
+        else:
+            teacher_latency, fastest, budget_ms = _latency_facts(cfg, space, teacher, progress)
+
+        progress.phase("preparing transfer set")
+        texts = load_corpus(cfg.corpus)
+        data = make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=cfg.proxy_train,
+                                 num_eval=cfg.proxy_eval, seed=cfg.seed)
+        cache = TeacherCache(teacher, data)
+
+        if existing is None:
+            study = optuna.create_study(storage=storage, study_name=cfg.study_name,
+                                        directions=_directions(cfg), sampler=_sampler(cfg, 0), pruner=_pruner(cfg))
+            # Settings last: a study without them is not a kdnas study (see check_settings).
+            for key, value in (("teacher_latency", teacher_latency), ("budget_ms", budget_ms),
+                               ("fastest", fastest), ("space_size", space.size), (SETTINGS_ATTR, settings)):
+                study.set_user_attr(key, value)
+        else:
+            study = optuna.load_study(study_name=cfg.study_name, storage=storage,
+                                      sampler=_sampler(cfg, len(existing.trials)), pruner=_pruner(cfg))
+        write_pointer(out, url, cfg.study_name)
+        fail_stale_trials(study, cfg.stale_after_s)
+        enqueue_retries(study)
+
+        ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, data=data,
+                            cache=cache, teacher_latency_ms=teacher_latency["median_ms"], budget_ms=budget_ms,
+                            progress=progress)
+        objective = Objective(ctx)
+        progress.set_done(counted_trials(study))
+        progress.best((best_row(trial_rows(study)) or {}).get("reward"))
+        write_outputs(study, out)
+        while counted_trials(study) < cfg.trials:
+            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+            enqueue_retries(study)
+            progress.set_done(counted_trials(study))
+            progress.best((best_row(trial_rows(study)) or {}).get("reward"))
+            progress.phase("writing pages")
+            write_outputs(study, out)
+
+        if cfg.reference and study.user_attrs.get("reference") is None:
+            study.set_user_attr("reference", evaluate_references(ctx))
+        chosen = finalists(study, cfg.objective, cfg.final_top_k)
+        if not chosen:
+            write_outputs(study, out)
+            raise KdnasError(
+                f"no trial was trained within the budget of {budget_ms:.2f} ms after {cfg.trials} trials; "
+                f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
+            )
+        if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg.final_steps):
+            run_final(study, ctx, out, chosen)
+        progress.phase("done")
+        return write_outputs(study, out)
+    finally:
+        progress.close()
+
+
+def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tuple[dict, dict, float]:
+    """Teacher latency, the fastest shape's latency, and the budget, checked against each other."""
+    from distill import StudentSpec
+
+    progress.phase("measuring teacher latency")
+    teacher_latency = latency_record(measure(cfg.teacher, cfg))
+    layers, heads, hidden, ffn = space.fastest()
+    spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **teacher.student_sizes())
+    progress.phase(f"measuring fastest shape {spec.arch}")
+    fastest = {"arch": spec.arch, **latency_record(measure(spec, cfg))}
+    budget_ms = cfg.budget_ms if cfg.budget_ms is not None else cfg.budget_ratio * teacher_latency["median_ms"]
+    if budget_ms < fastest["median_ms"]:
+        raise KdnasError(
+            f"budget {budget_ms:.2f} ms is below the fastest student in the space ({spec.arch}: "
+            f"{fastest['median_ms']:.2f} ms median at batch {cfg.latency_batch}, seq {cfg.latency_seq}, "
+            f"{cfg.threads} threads); raise --budget-ms or allow smaller shapes"
+        )
+    return teacher_latency, fastest, float(budget_ms)
+
+
+def _directions(cfg: SearchConfig) -> list[str]:
+    return ["maximize"] if cfg.objective == "reward" else ["minimize", "minimize"]
+
+
+def _sampler(cfg: SearchConfig, offset: int) -> optuna.samplers.BaseSampler:
+    # Reseeded by the number of existing trials on resume, so a resumed run does not replay the
+    # first run's random proposals.
+    seed = cfg.seed + offset
+    if cfg.sampler == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP_TRIALS, multivariate=True,
+                                          constant_liar=True)
+    if cfg.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=NSGA2_POPULATION)
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _pruner(cfg: SearchConfig) -> optuna.pruners.BasePruner:
+    if not cfg.pruning:
+        return optuna.pruners.NopPruner()
+    # The first evaluation is never pruned: shapes differ most in how fast they start.
+    return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=cfg.eval_every + 1)

@@ -1,0 +1,97 @@
+"""Where a study lives: open the storage, create or resume the study, refuse a mismatched one.
+
+- Default: a SQLite file in the output folder (one worker at a time; SQLite locks the whole file).
+- `--storage postgresql://...` (or any SQLAlchemy URL): many workers on many machines.
+- `--storage journal:PATH`: Optuna's JournalStorage on a file, many workers on one file system.
+
+Nothing here writes to an existing study before its settings were compared, so bad input never
+changes it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from distill.errors import KdnasError
+
+from ._io import atomic_write_text
+
+SETTINGS_ATTR = "kdnas_settings"
+POINTER_FILE = "search.json"  # in the output folder: how `kdnas report OUT` finds the study
+
+
+def default_storage_url(out: str | Path) -> str:
+    # Absolute, so `kdnas report OUT` works from any working directory.
+    return f"sqlite:///{(Path(out) / 'study.db').resolve()}"
+
+
+def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseStorage:
+    """Open (or create) the storage at `url`; any failure is a one-line user error."""
+    try:
+        if url.startswith("journal:"):
+            path = Path(url[len("journal:"):]).expanduser()
+            if must_exist and not path.is_file():
+                raise KdnasError(f"storage {url!r}: journal file {path} does not exist")
+            if not path.parent.is_dir():
+                raise KdnasError(f"storage {url!r}: folder {path.parent} does not exist")
+            backend = optuna.storages.journal.JournalFileBackend(str(path))
+            return optuna.storages.JournalStorage(backend)
+        if url.startswith("sqlite:///"):
+            path = Path(url[len("sqlite:///"):])
+            if must_exist and not path.is_file():
+                raise KdnasError(f"storage {url!r}: database file {path} does not exist")
+            if not path.parent.is_dir():
+                raise KdnasError(f"storage {url!r}: folder {path.parent} does not exist")
+            # A report read while a search writes must wait for the lock, not fail.
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+        return optuna.storages.RDBStorage(url)
+    except KdnasError:
+        raise
+    except Exception as err:  # SQLAlchemy / driver errors: bad URL, unreachable server, no driver
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise KdnasError(f"storage {url!r} cannot be opened: {first}") from None
+
+
+def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:
+    """The existing study called `name`, loaded read-only in spirit (no writes), or None."""
+    if name not in {s.study_name for s in storage.get_all_studies()}:
+        return None
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> None:
+    """Refuse to continue a study that was created with other settings (one line: the first difference)."""
+    stored = study.user_attrs.get(SETTINGS_ATTR)
+    if stored is None:
+        raise KdnasError(
+            f"study {study.study_name!r} in {url} was not created by kdnas search; use another --study-name"
+        )
+    wanted = json.loads(json.dumps(wanted))  # the same normalisation the storage applies
+    for key in sorted(set(stored) | set(wanted)):
+        if stored.get(key) != wanted.get(key):
+            raise KdnasError(
+                f"study {study.study_name!r} in {url} exists with {key}={_short(stored.get(key))}, "
+                f"this run asks {key}={_short(wanted.get(key))}; rerun with the same settings to resume, "
+                "or use another --study-name or --out"
+            )
+
+
+def write_pointer(out: Path, url: str, study_name: str) -> None:
+    atomic_write_text(out / POINTER_FILE, json.dumps({"storage": url, "study_name": study_name}, indent=2) + "\n")
+
+
+def read_pointer(out: Path) -> tuple[str, str]:
+    path = out / POINTER_FILE
+    if not path.is_file():
+        raise KdnasError(f"{out} holds no search ({POINTER_FILE} is missing); give --storage and --study-name")
+    data = json.loads(path.read_text())
+    return data["storage"], data["study_name"]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."

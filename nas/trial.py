@@ -1,0 +1,191 @@
+"""One trial: propose a shape, measure its latency first, distill it briefly, score it.
+
+Order matters for cost: a shape that is invalid or over the hard budget is settled before any
+training (its latency is recorded as an Optuna constraint, so samplers and plots see it). The
+proxy distillation reports its held-out score at intervals so the pruner can stop a hopeless
+candidate early.
+
+Everything a report needs is stored in the trial's user attributes, so pages can be rebuilt from
+the storage alone (`kdnas report`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from distill import DistillConfig, StudentSpec
+from distill import distill as run_distill
+
+from ._progress import Progress
+from .config import SearchConfig
+from .measure import latency_record, measure
+from .resume import worker_identity
+from .reward import kdnas_reward
+from .space import SearchSpace
+
+# Placeholder objective values for trials that were never trained (invalid or over budget). They
+# are always infeasible through their constraints, so neither samplers nor `best` use the values;
+# pages read the user attributes instead.
+UNTRAINED_LOSS = 1.0  # the normalized loss of predicting the teacher's mean
+
+
+@dataclass
+class SearchContext:
+    """What every trial of one search shares: loaded once, never changed by a trial."""
+
+    config: SearchConfig
+    space: SearchSpace
+    sizes: dict[str, int]
+    teacher: Any
+    data: Any
+    cache: Any
+    teacher_latency_ms: float
+    budget_ms: float
+    progress: Progress
+
+    def distill_config(self, steps: int, eval_every: int | None = None) -> DistillConfig:
+        cfg = self.config
+        extra = {} if cfg.lr is None else {"lr": cfg.lr}
+        return DistillConfig(method=cfg.method, steps=steps, batch_size=cfg.batch_size,
+                             eval_every=cfg.eval_every if eval_every is None else eval_every,
+                             layer_map=cfg.layer_map, init=cfg.init, seed=cfg.seed, device=cfg.device, progress=False, **extra)
+
+    def reward(self, loss: float, latency_ms: float) -> float:
+        return kdnas_reward(loss, latency_ms, self.teacher_latency_ms, self.config.target_ratio,
+                            self.config.exponent)
+
+
+def _earlier_result(trial: optuna.Trial, arch: str) -> optuna.trial.FrozenTrial | None:
+    """A finished (COMPLETE) trial of the same shape, if any."""
+    for other in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if other.user_attrs.get("arch") == arch and other.number != trial.number:
+            return other
+    return None
+
+
+class Objective:
+    """The callable handed to `study.optimize`."""
+
+    def __init__(self, ctx: SearchContext) -> None:
+        self.ctx = ctx
+
+    def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
+        ctx, seconds = self.ctx, {"latency": 0.0, "distill": 0.0, "export": 0.0}
+        start = time.perf_counter()
+        trial.set_user_attr("worker", worker_identity())
+        try:
+            return self._run(trial, seconds)
+        except optuna.TrialPruned:
+            trial.set_user_attr("status", "pruned")
+            raise
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("fail_kind", "interrupted")
+            trial.set_user_attr("reason", f"interrupted during {trial.user_attrs.get('phase')!r}; retried on resume")
+            raise
+        except Exception as err:
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("fail_kind", "error")
+            message = (str(err).strip().splitlines() or [""])[0]
+            trial.set_user_attr("reason", f"{type(err).__name__}: {message}"[:500])
+            raise
+        finally:
+            seconds["total"] = time.perf_counter() - start
+            trial.set_user_attr("seconds", {k: round(v, 3) for k, v in seconds.items()})
+
+    def _phase(self, trial: optuna.Trial, phase: str, shown: str | None = None) -> None:
+        # `alive_at` lets a later run tell a slow trial from one whose worker died (nas/resume.py).
+        trial.set_user_attr("phase", phase)
+        trial.set_user_attr("alive_at", time.time())
+        self.ctx.progress.phase(f"trial {trial.number}: {shown or phase}")
+
+    def _run(self, trial: optuna.Trial, seconds: dict[str, float]) -> float | tuple[float, float]:
+        ctx, cfg = self.ctx, self.ctx.config
+        self._phase(trial, "propose")
+        layers, heads, hidden, ffn = ctx.space.suggest(trial)
+        arch = f"{layers}x{heads}x{hidden}x{ffn}"
+        trial.set_user_attr("arch", arch)
+        earlier = _earlier_result(trial, arch)
+        if earlier is not None:
+            return self._repeat(trial, earlier)
+        reason = ctx.space.reject_reason(layers, heads, hidden, ffn)
+        if reason is not None:
+            # Rejected at once; recorded as infeasible so the sampler learns to avoid it.
+            trial.set_constraint("shape", 1.0)
+            trial.set_constraint("latency", 0.0)
+            trial.set_user_attr("status", "rejected")
+            trial.set_user_attr("reason", f"invalid shape: {reason}")
+            return self._untrained(2.0 * ctx.budget_ms)
+
+        spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **ctx.sizes)
+        trial.set_user_attr("params", spec.num_parameters())
+        trial.set_user_attr("flops", spec.flops(cfg.latency_seq))
+
+        self._phase(trial, "latency")
+        t0 = time.perf_counter()
+        lat = measure(spec, cfg)
+        seconds["latency"] = time.perf_counter() - t0
+        latency = latency_record(lat)
+        trial.set_user_attr("latency", latency)
+        median = latency["median_ms"]
+        trial.set_constraint("shape", 0.0)
+        trial.set_constraint("latency", median - ctx.budget_ms)
+        if median > ctx.budget_ms:
+            trial.set_user_attr("status", "infeasible")
+            trial.set_user_attr("reason", f"latency {median:.2f} ms > budget {ctx.budget_ms:.2f} ms; not trained")
+            return self._untrained(median)
+
+        self._phase(trial, "distill")
+        t0 = time.perf_counter()
+
+        def on_eval(step: int, metrics: dict) -> None:
+            loss = float(metrics["l_hs_norm"])
+            self._phase(trial, "distill", f"distill {step}/{cfg.proxy_steps} L_HS {loss:.3f}")
+            trial.set_user_attr("last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": float(metrics["l_hs_raw"])})
+            if cfg.objective != "reward":
+                return  # Optuna reports/pruning are single-objective only
+            interim = ctx.reward(loss, median)
+            trial.report(interim, step)
+            if cfg.pruning and step < cfg.proxy_steps and trial.should_prune():
+                seconds["distill"] = time.perf_counter() - t0
+                trial.set_user_attr("reason", f"pruned at step {step}/{cfg.proxy_steps}: reward {interim:.4f} "
+                                              "below the median of earlier trials at this step")
+                raise optuna.TrialPruned(f"step {step}")
+
+        result = run_distill(spec, ctx.teacher, ctx.data, ctx.distill_config(cfg.proxy_steps),
+                             cache=ctx.cache, on_eval=on_eval)
+        seconds["distill"] = time.perf_counter() - t0
+        loss = float(result.metrics["l_hs_norm"])
+        reward = ctx.reward(loss, median)
+        trial.set_user_attr("l_hs_norm", loss)
+        trial.set_user_attr("l_hs_raw", float(result.metrics["l_hs_raw"]))
+        trial.set_user_attr("train_loss", float(result.metrics.get("train_loss", float("nan"))))
+        trial.set_user_attr("reward", reward)
+        trial.set_user_attr("status", "feasible")
+        self._phase(trial, "done")
+        return reward if cfg.objective == "reward" else (loss, median)
+
+    def _repeat(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
+        # Same shape, same data, same seed: training again would give the same numbers (and cost
+        # minutes). Copy the result, say so, and let the sampler move on.
+        for key, value in earlier.constraints.items():
+            trial.set_constraint(key, value)
+        for key in ("status", "reason", "params", "flops", "latency", "l_hs_norm", "l_hs_raw", "train_loss",
+                    "reward", "last_eval"):
+            if key in earlier.user_attrs:
+                trial.set_user_attr(key, earlier.user_attrs[key])
+        note = f"same shape as trial {earlier.number}: result copied, not retrained"
+        reason = earlier.user_attrs.get("reason")
+        trial.set_user_attr("reason", f"{note}; {reason}" if reason else note)
+        trial.set_user_attr("duplicate_of", earlier.number)
+        values = earlier.values
+        return values[0] if len(values) == 1 else tuple(values)
+
+    def _untrained(self, latency_ms: float) -> float | tuple[float, float]:
+        if self.ctx.config.objective == "reward":
+            return self.ctx.reward(UNTRAINED_LOSS, latency_ms)  # = 0.0
+        return (UNTRAINED_LOSS, latency_ms)

@@ -1,0 +1,98 @@
+"""KD-NAS reward on the worked values, and the search space (real Optuna trials, no mocks)."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from distill.errors import KdnasError
+from nas import SearchSpace, default_space, kdnas_reward, reference_shapes
+from nas.space import load_space_file, override_space, parse_choices
+
+
+def test_reward_worked_values_from_methods_md():
+    assert kdnas_reward(0.2, 0.6, 1.0) == pytest.approx(0.8, abs=1e-12)
+    assert kdnas_reward(0.2, 1 / 7, 1.0) == pytest.approx(0.8719, abs=1e-4)
+    assert kdnas_reward(0.2, 1 / 7, 1.0) == pytest.approx(0.8 * (1 / 4.2) ** -0.06, rel=1e-12)
+    # Units cancel: ms in, same reward.
+    assert kdnas_reward(0.2, 6.0, 10.0) == pytest.approx(0.8)
+
+
+def test_reward_is_soft_in_latency_and_linear_in_loss():
+    fast, slow = kdnas_reward(0.3, 1.0, 10.0), kdnas_reward(0.3, 8.0, 10.0)
+    assert fast > slow and fast / slow < 1.2  # weak pressure, as in the paper
+    assert kdnas_reward(0.1, 6.0, 10.0) - kdnas_reward(0.2, 6.0, 10.0) == pytest.approx(0.1)
+    assert kdnas_reward(0.2, 6.0, 10.0, target_ratio=0.3, exponent=0.0) == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("args", [(0.2, 0.0, 1.0), (0.2, 1.0, -1.0), (math.nan, 1.0, 1.0), (0.2, math.inf, 1.0)])
+def test_reward_rejects_meaningless_input(args):
+    with pytest.raises(KdnasError):
+        kdnas_reward(*args)
+
+
+@pytest.mark.parametrize("teacher", [(6, 12, 384, 1536), (12, 12, 768, 3072), (4, 8, 256, 1024), (24, 16, 1024, 4096)])
+def test_default_space_only_holds_valid_shapes(teacher):
+    space = default_space(*teacher)
+    assert space.rectangular, "every (heads, hidden) pair of a default space must be valid"
+    assert max(space.layers) == teacher[0] and max(space.hidden) <= teacher[2] and max(space.ffn) == teacher[3]
+    assert teacher[1] in space.heads
+    assert space.size == len(space.layers) * len(space.heads) * len(space.hidden) * len(space.ffn)
+
+
+def test_default_space_for_minilm():
+    space = default_space(6, 12, 384, 1536)
+    assert space.to_dict() == {"layers": [1, 2, 3, 4, 5, 6], "heads": [4, 6, 12], "hidden": [96, 192, 288, 384],
+                               "ffn": [256, 512, 768, 1024, 1280, 1536]}
+    assert space.fastest() == (1, 4, 96, 256)
+
+
+def test_sampler_never_proposes_outside_the_space():
+    space = default_space(6, 12, 384, 1536)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(60):
+        trial = study.ask()
+        layers, heads, hidden, ffn = space.suggest(trial)
+        assert layers in space.layers and heads in space.heads and hidden in space.hidden and ffn in space.ffn
+        assert space.reject_reason(layers, heads, hidden, ffn) is None
+        study.tell(trial, 0.0)
+
+
+def test_parse_choices_forms():
+    assert parse_choices("1-6", "layers") == (1, 2, 3, 4, 5, 6)
+    assert parse_choices("96-384:96", "hidden") == (96, 192, 288, 384)
+    assert parse_choices("4,6, 12", "heads") == (4, 6, 12)
+    assert parse_choices([2, "4-5"], "layers") == (2, 4, 5)
+    for bad in ("6-1", "a,b", "", "1-4:0", True):
+        with pytest.raises(KdnasError):
+            parse_choices(bad, "layers")
+
+
+def test_user_space_with_invalid_pairs_rejects_them_and_no_valid_shape_is_an_error():
+    space = override_space(default_space(6, 12, 384, 1536), {"heads": "4,12", "hidden": "128,384"})
+    assert not space.rectangular
+    assert space.widths() == [(4, 128), (4, 384), (12, 384)]
+    assert "not divisible" in space.reject_reason(2, 12, 128, 512)
+    with pytest.raises(KdnasError, match="no valid shape"):
+        SearchSpace(layers=(2,), heads=(5,), hidden=(96, 128), ffn=(256,))
+    with pytest.raises(KdnasError, match="unknown key"):
+        override_space(space, {"depth": 3})
+
+
+def test_space_files_toml_and_yaml(tmp_path):
+    (tmp_path / "s.toml").write_text('[space]\nlayers = "2-4"\nheads = [4, 12]\n')
+    (tmp_path / "s.yaml").write_text("hidden: 96-192:96\nffn: [256, 512]\n")
+    (tmp_path / "bad.toml").write_text("layers = [\n")
+    assert load_space_file(tmp_path / "s.toml") == {"layers": "2-4", "heads": [4, 12]}
+    assert load_space_file(tmp_path / "s.yaml") == {"hidden": "96-192:96", "ffn": [256, 512]}
+    with pytest.raises(KdnasError, match="cannot be parsed"):
+        load_space_file(tmp_path / "bad.toml")
+
+
+def test_reference_shapes_are_table1_for_a_base_teacher_and_scale_to_minilm():
+    assert dict(reference_shapes(12, 768, 3072)) == {
+        "6L-DistilBERT": (6, 12, 768, 3072), "6L": (6, 12, 384, 1536), "4L": (4, 12, 576, 768), "3L": (3, 12, 384, 1024)}
+    assert dict(reference_shapes(12, 384, 1536)) == {
+        "6L-DistilBERT": (6, 12, 384, 1536), "6L": (6, 12, 192, 768), "4L": (4, 12, 288, 384), "3L": (3, 12, 192, 512)}

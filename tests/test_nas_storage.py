@@ -1,0 +1,91 @@
+"""Storage, settings check and stale-trial recovery on real Optuna storages (SQLite, journal)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from distill.errors import KdnasError
+from nas.resume import counted_trials, enqueue_retries, fail_stale_trials, worker_identity
+from nas.storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_settings_mismatch_is_one_line_and_leaves_the_study_untouched(tmp_path):
+    url = default_storage_url(tmp_path)
+    study = optuna.create_study(storage=open_storage(url), study_name="s", direction="maximize")
+    study.set_user_attr(SETTINGS_ATTR, {"budget_ms": 8.0, "space": {"layers": [1, 2]}})
+    study.enqueue_trial({"x": 1})
+    before = _digest(tmp_path / "study.db")
+
+    found = find_study(open_storage(url), "s")
+    check_settings(found, {"budget_ms": 8.0, "space": {"layers": [1, 2]}}, url)  # same: fine
+    with pytest.raises(KdnasError) as err:
+        check_settings(found, {"budget_ms": 6.0, "space": {"layers": [1, 2]}}, url)
+    message = str(err.value)
+    assert "\n" not in message and "budget_ms=8.0" in message and "budget_ms=6.0" in message
+    assert _digest(tmp_path / "study.db") == before
+    assert find_study(open_storage(url), "nope") is None
+
+
+def test_unopenable_storages_are_user_errors(tmp_path):
+    for url in (f"sqlite:///{tmp_path}/missing-dir/x.db", "postgresql://u:p@127.0.0.1:1/db", "nosuchdialect://x",
+                f"journal:{tmp_path}/missing-dir/j.log"):
+        with pytest.raises(KdnasError, match="storage"):
+            open_storage(url)
+    with pytest.raises(KdnasError, match="does not exist"):
+        open_storage(f"sqlite:///{tmp_path}/absent.db", must_exist=True)
+    assert not (tmp_path / "absent.db").exists()
+
+
+def _dead_worker() -> dict:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return {**worker_identity(), "pid": proc.pid}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_trials_of_dead_workers_are_failed_and_retried_once(tmp_path, kind):
+    url = default_storage_url(tmp_path) if kind == "sqlite" else f"journal:{tmp_path}/journal.log"
+    study = optuna.create_study(storage=open_storage(url), study_name="s", direction="maximize")
+    done = study.ask({"layers": optuna.distributions.IntDistribution(1, 6)})
+    study.tell(done, 0.5)
+    dead = study.ask({"layers": optuna.distributions.IntDistribution(1, 6)})
+    dead.set_user_attr("worker", _dead_worker())
+    dead.set_user_attr("alive_at", time.time())
+    dead.set_user_attr("phase", "distill")
+    live = study.ask({"layers": optuna.distributions.IntDistribution(1, 6)})
+    live.set_user_attr("worker", worker_identity())  # this very process: alive
+    live.set_user_attr("alive_at", time.time())
+
+    assert fail_stale_trials(study, stale_after_s=3600) == [dead.number]
+    frozen = {t.number: t for t in study.get_trials()}
+    assert frozen[dead.number].state == TrialState.FAIL
+    assert "stale" in frozen[dead.number].user_attrs["reason"]
+    assert frozen[live.number].state == TrialState.RUNNING
+    assert frozen[done.number].state == TrialState.COMPLETE and frozen[done.number].value == 0.5
+
+    assert enqueue_retries(study) == [dead.number]
+    assert enqueue_retries(study) == []  # once only
+    waiting = study.get_trials(states=(TrialState.WAITING,))
+    assert len(waiting) == 1 and waiting[0].user_attrs["retry_of"] == dead.number
+    assert waiting[0].system_attrs["fixed_params"] == frozen[dead.number].params  # asked again as is
+    assert counted_trials(study) == 1  # the stale failure counts through its retry, not itself
+
+
+def test_silent_worker_on_another_host_goes_stale_after_the_grace_time(tmp_path):
+    study = optuna.create_study(storage=open_storage(default_storage_url(tmp_path)), study_name="s")
+    trial = study.ask()
+    trial.set_user_attr("worker", {"host": "elsewhere", "pid": 1, "started": 0.0})
+    trial.set_user_attr("alive_at", time.time() - 100)
+    assert fail_stale_trials(study, stale_after_s=1000) == []
+    assert fail_stale_trials(study, stale_after_s=10) == [trial.number]

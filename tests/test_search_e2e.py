@@ -1,0 +1,293 @@
+"""`kdnas search` end to end on the real stack: SQLite storage, latency.profile, distill, export,
+a headless Chromium for the report, and a SIGKILL in the middle of a trial.
+
+Shapes and steps are tiny so the module runs in a few minutes on 2 shared cores; the default-size
+search is measured by benchmarks/search_quality.py and the README.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from nas import kdnas_reward
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "test-artifacts"
+TINY = ["--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--no-progress"]
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def kdnas(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "nas.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def load(out: Path, name: str = "kdnas") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{out / 'study.db'}")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def budget_ms() -> float:
+    """Between the cheapest and the dearest shape of SEARCH, measured like the search does."""
+    from latency import profile
+
+    cheap = profile("1x4x96x1536", batch=1, seq=128, threads=2).median_ms
+    dear = profile("6x4x384x1536", batch=1, seq=128, threads=2).median_ms
+    assert dear > 4 * cheap, (cheap, dear)
+    return round(math.sqrt(cheap * dear), 3)
+
+
+@pytest.fixture(scope="module")
+def search_run(tmp_path_factory, budget_ms):
+    out = tmp_path_factory.mktemp("search") / "run"
+    # Random sampler, seed 0: proposes 6x4x384x1536 (over budget) and 1x4x96x1536 (within) among
+    # its six, and repeats one shape, so every path of a trial is taken.
+    args = ["search", "--out", str(out), "--trials", "6", "--sampler", "random", "--seed", "0",
+            "--layers", "1,6", "--heads", "4", "--hidden", "96,384", "--ffn", "256,1536", "--budget-ms", str(budget_ms),
+            "--proxy-steps", "6", "--eval-every", "3", "--final-steps", "6", *TINY]
+    started = time.perf_counter()
+    result = kdnas(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"out": out, "args": args, "stdout": result.stdout, "seconds": time.perf_counter() - started}
+
+
+def test_search_writes_every_output(search_run):
+    out = search_run["out"]
+    for name in ("pareto.html", "report.html", "trials.csv", "summary.json", "study.db", "search.json"):
+        assert (out / name).is_file(), name
+    best = out / "best"
+    for name in ("config.json", "model.safetensors", "model.onnx", "model.int8.onnx", "export.json",
+                 "tokenizer.json", "distill.json", "search.json"):
+        assert (best / name).is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    final = summary["final"][0]
+    assert final["arch"] == summary["best_trial"]["arch"] and final["steps"] == 6
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(best)
+    arch = f"{model.config.num_hidden_layers}x{model.config.num_attention_heads}x{model.config.hidden_size}x{model.config.intermediate_size}"
+    assert arch == final["arch"]
+    # Pages are offline: plotly.js embedded, nothing fetched.
+    for page in ("pareto.html", "report.html"):
+        text = (out / page).read_text()
+        assert not re.search(r"<(script|link)[^>]*(src|href)=[\"']?(https?:)?//", text), page
+        assert len(text) > 1_000_000  # plotly.js itself is inside
+
+
+def test_trials_table_and_reward(search_run):
+    out = search_run["out"]
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    summary = json.loads((out / "summary.json").read_text())
+    teacher_ms = summary["teacher_latency"]["median_ms"]
+    assert len(rows) == 6
+    statuses = {r["status"] for r in rows}
+    assert "feasible" in statuses and "infeasible" in statuses, statuses
+    for r in rows:
+        assert r["arch"] and r["params"] and r["latency_median_ms"] and r["latency_p90_ms"]
+        if r["status"] == "feasible":
+            expected = kdnas_reward(float(r["l_hs_norm"]), float(r["latency_median_ms"]), teacher_ms)
+            assert float(r["reward"]) == pytest.approx(expected, rel=1e-9)
+        else:
+            assert r["reason"], r
+    assert any("result copied" in r["reason"] for r in rows), "the repeated shape must not be retrained"
+
+
+def test_over_budget_trials_never_train(search_run, budget_ms):
+    study = load(search_run["out"])
+    over = [t for t in study.trials if t.user_attrs.get("status") == "infeasible"]
+    assert over
+    for t in over:
+        assert t.user_attrs["latency"]["median_ms"] > budget_ms
+        assert t.constraints["latency"] > 0  # Optuna's constraint mechanism knows it
+        assert t.intermediate_values == {}, "an over-budget trial reported training progress"
+        assert "last_eval" not in t.user_attrs and "l_hs_norm" not in t.user_attrs
+        assert t.user_attrs["seconds"]["distill"] == 0.0
+    within = [t for t in study.trials if t.user_attrs.get("status") == "feasible" and "duplicate_of" not in t.user_attrs]
+    assert within and all(t.intermediate_values and t.constraints["latency"] <= 0 for t in within)
+    assert study.best_trial.user_attrs["status"] == "feasible"
+
+
+def test_same_command_resumes_without_redoing_and_mismatch_is_refused(search_run, tmp_path):
+    out = search_run["out"]
+    before = [(t.number, t.state, t.values, t.params) for t in load(out).trials]
+    best_files = digest(out / "best" / "model.safetensors")
+    again = kdnas(*search_run["args"])
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert [(t.number, t.state, t.values, t.params) for t in load(out).trials] == before
+    assert digest(out / "best" / "model.safetensors") == best_files  # the final phase was not redone
+
+    db = digest(out / "study.db")
+    args = list(search_run["args"])
+    args[args.index("--proxy-steps") + 1] = "7"
+    refused = kdnas(*args)
+    assert refused.returncode == 2
+    message = refused.stderr.strip()
+    assert "\n" not in message and "proxy_steps=6" in message and "proxy_steps=7" in message
+    assert "Traceback" not in refused.stderr
+    assert digest(out / "study.db") == db
+
+
+def test_report_command_rebuilds_pages(search_run, tmp_path):
+    out = tmp_path / "copy"
+    shutil.copytree(search_run["out"], out, ignore=shutil.ignore_patterns("best"))
+    for name in ("pareto.html", "report.html", "trials.csv", "summary.json"):
+        (out / name).unlink()
+    # The recorded storage points at the original folder; the copy is read through --storage.
+    result = kdnas("report", str(out), "--storage", f"sqlite:///{out / 'study.db'}", "--study-name", "kdnas")
+    assert result.returncode == 0, result.stderr
+    assert (out / "report.html").stat().st_size > 1_000_000
+    assert (out / "trials.csv").read_text() == (search_run["out"] / "trials.csv").read_text()
+    missing = kdnas("report", str(tmp_path / "nothing-here"))
+    assert missing.returncode == 2 and "\n" not in missing.stderr.strip()
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.fail("Debian `chromium` is required for the report test: apt-get install -y chromium")
+    return path
+
+
+def test_report_page_renders_in_headless_chromium(search_run):
+    """Open report.html in a real headless Chromium: plots drawn, no JS error; keep a screenshot."""
+    out = search_run["out"]
+    probe = out / "report-probe.html"
+    # Record any uncaught error on the page itself, so the dumped DOM says whether one happened.
+    catcher = ("<script>window.addEventListener('error', function (e) {"
+               " document.documentElement.setAttribute('data-js-error', String(e.message)); });</script>")
+    probe.write_text((out / "report.html").read_text().replace("<head>", "<head>" + catcher, 1))
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory() as profile_dir:
+        flags = [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile_dir}", "--virtual-time-budget=15000",
+                 "--window-size=1400,2600"]
+        dom = subprocess.run([*flags, "--enable-logging=stderr", "--v=0", "--dump-dom", probe.as_uri()],
+                             capture_output=True, text=True, timeout=180)
+        subprocess.run([*flags, f"--screenshot={shot}", probe.as_uri()], capture_output=True, timeout=180)
+    html = dom.stdout
+    error = re.search(r"<html[^>]*data-js-error=\"([^\"]*)\"", html)
+    assert error is None, f"JavaScript error on the page: {error and error.group(1)}"
+    assert "<html" in html and "</html>" in html, "no DOM was dumped"
+    assert "Uncaught" not in dom.stderr, [l for l in dom.stderr.splitlines() if "Uncaught" in l]
+    assert html.count('class="main-svg"') >= 6, "plotly did not draw the three figures"
+    # Trace points: one <path class="point"> per plotted marker; bars for the importances.
+    study = load(out)
+    plotted = sum(1 for t in study.trials if t.user_attrs.get("latency"))
+    assert html.count('class="point"') >= plotted, (html.count('class="point"'), plotted)
+    trained = sum(1 for t in study.trials if t.user_attrs.get("reward") is not None and "duplicate_of" not in t.user_attrs)
+    if trained >= 2:
+        assert 'class="bars"' in html, "the importance bars were not drawn"
+    else:  # the page says why there is no importance chart
+        assert "Parameter importances needs at least 2 trained trials" in html
+    assert "<table id=\"trials\">" in html and html.count("<tr class=") == len(study.trials)
+    assert shot.is_file() and shot.stat().st_size > 50_000
+
+
+def _wait_for(out: Path, predicate, timeout: float) -> optuna.Study:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (out / "study.db").is_file():
+            try:
+                study = load(out)
+                if predicate(study):
+                    return study
+            except (KeyError, optuna.exceptions.OptunaError, Exception):
+                pass
+        time.sleep(0.3)
+    pytest.fail("the search never reached the state to kill it in")
+
+
+def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, budget_ms):
+    out = tmp_path / "killed"
+    args = ["search", "--out", str(out), "--trials", "3", "--layers", "1-2", "--heads", "4", "--hidden", "96",
+            "--ffn", "256,512", "--budget-ms", "1000", "--proxy-steps", "40", "--eval-every", "5",
+            "--final-steps", "4", *TINY]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "nas.cli", *args], cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def mid_distill(study):
+            states = [t.state for t in study.trials]
+            running = [t for t in study.trials if t.state == TrialState.RUNNING]
+            return (TrialState.COMPLETE in states and running
+                    and running[0].user_attrs.get("phase") == "distill" and running[0].intermediate_values)
+        study = _wait_for(out, mid_distill, timeout=400)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the CLI and any latency worker
+        proc.wait()
+    killed = [t for t in load(out).trials if t.state == TrialState.RUNNING]
+    assert len(killed) == 1
+    finished = {t.number: (t.state, t.values, t.params, t.intermediate_values, t.user_attrs)
+                for t in load(out).trials if t.state.is_finished()}
+    assert finished
+
+    result = kdnas(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = load(out)
+    trials = {t.number: t for t in after.trials}
+    for number, kept in finished.items():  # nothing finished was redone or lost
+        t = trials[number]
+        assert (t.state, t.values, t.params, t.intermediate_values, t.user_attrs) == kept
+    dead = trials[killed[0].number]
+    assert dead.state == TrialState.FAIL and dead.user_attrs["fail_kind"] == "stale"
+    retries = [t for t in after.trials if t.user_attrs.get("retry_of") == dead.number]
+    assert len(retries) == 1 and retries[0].state == TrialState.COMPLETE and retries[0].params == dead.params
+    counted = [t for t in after.trials if t.state.is_finished() and t.user_attrs.get("fail_kind") != "stale"]
+    assert len(counted) == 3
+    assert (out / "best" / "model.onnx").is_file()
+
+
+def _refused(result: subprocess.CompletedProcess, *words: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    message = result.stderr.strip()
+    assert "\n" not in message and "Traceback" not in message, message
+    for word in words:
+        assert word in message, message
+
+
+def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
+    out = search_run["out"]
+    db = digest(out / "study.db")
+    args = list(search_run["args"])
+
+    def swap(flag: str, value: str) -> list[str]:
+        changed = list(args)
+        changed[changed.index(flag) + 1] = value
+        return changed
+
+    _refused(kdnas(*swap("--trials", "0")), "trial")
+    _refused(kdnas(*swap("--trials", "-3")), "trial")
+    _refused(kdnas(*swap("--heads", "5")), "no valid shape")
+    _refused(kdnas(*swap("--budget-ms", "-1")), "budget")
+    _refused(kdnas(*args, "--storage", f"sqlite:///{tmp_path}/no/such/dir/x.db"), "storage")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    _refused(kdnas(*swap("--out", str(blocker / "sub"))), "not writable")
+    assert digest(out / "study.db") == db
+    # A budget under the fastest shape of the space names that shape and its latency; no study is created.
+    fresh = tmp_path / "fresh"
+    _refused(kdnas(*swap("--out", str(fresh)), *["--budget-ms", "0.001"]), "below the fastest", "1x4x96x256", "ms median")
+    assert optuna.get_all_study_names(f"sqlite:///{fresh / 'study.db'}") == []

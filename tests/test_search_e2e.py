@@ -206,9 +206,11 @@ def test_report_page_renders_in_headless_chromium(search_run):
     assert shot.is_file() and shot.stat().st_size > 50_000
 
 
-def _wait_for(out: Path, predicate, timeout: float) -> optuna.Study:
+def _wait_for(out: Path, predicate, timeout: float, proc: subprocess.Popen | None = None) -> optuna.Study:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the search exited (code {proc.returncode}) before reaching the state to kill it in")
         if (out / "study.db").is_file():
             try:
                 study = load(out)
@@ -234,7 +236,8 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
             running = [t for t in study.trials if t.state == TrialState.RUNNING]
             return (TrialState.COMPLETE in states and running
                     and running[0].user_attrs.get("phase") == "distill" and running[0].intermediate_values)
-        study = _wait_for(out, mid_distill, timeout=400)
+        # Generous: on a loaded 2-core machine the first trial alone can take minutes.
+        study = _wait_for(out, mid_distill, timeout=900, proc=proc)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the CLI and any latency worker
         proc.wait()

@@ -18,6 +18,7 @@ EXIT_USER_ERROR = 2
 
 def build_parser() -> argparse.ArgumentParser:
     from distill import _cli as distill_cli
+    from distill import _eval_cli as evaluate_cli
     from export import _cli as export_cli
     from latency import _cli as latency_cli
 
@@ -31,14 +32,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in (distill_cli, export_cli, latency_cli):
+    for module in (distill_cli, evaluate_cli, export_cli, latency_cli):
         module.register(sub)
-    try:
-        from nas import _cli as nas_cli
-    except ImportError:  # the search sub-commands land with their own issue
-        nas_cli = None
-    if nas_cli is not None:
-        nas_cli.register(sub)
+    from nas import _cli as nas_cli
+
+    nas_cli.register(sub)
     return parser
 
 

@@ -1,0 +1,187 @@
+"""`kdnas evaluate` (is the student any good?) and `kdnas transfer` (XtremeDistil task transfer)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EVALUATE_EPILOG = """\
+what it does:
+  Each MODEL (a student folder such as runs/demo/best, or a bundled teacher name) and the --teacher
+  are fine-tuned on every task with a classification head (masked mean pooling + linear), once per
+  --seeds seed, and scored on the task's test examples. The table shows accuracy mean ± std over
+  seeds (macro-F1 beside it), the student's accuracy as a percentage of the teacher's, and each
+  model's CPU latency (batch 1, --latency-seq tokens, --threads threads, onnxruntime), so it is the
+  table a deployment decision needs. Scores are cached per (weights, task, recipe, seed) in
+  $KDNAS_CACHE/eval, so the teacher is fine-tuned once for many students.
+
+tasks (bundled, offline; fixed seeded 80/10/10 splits, duplicates removed):
+  sentiment  Rotten Tomatoes snippets, rotten/fresh              (10,202 / 1,275 / 1,275)
+  topic      BBC news articles, 5 topics                          (1,701 / 212 / 212)
+  tweets     self-driving-car tweets, negative/neutral/positive   (29,749 / 3,718 / 3,718)
+  or your own: a .csv/.tsv/.json/.jsonl file or a save_to_disk folder with a text column
+  (text, sentence, content, document, body, review, tweet) and a label column (label, labels,
+  category, sentiment, class, target, topic); a hub dataset name where the network is reachable.
+
+protocol: CPU-sized by default — at most --train-size training and --eval-size test examples per
+task (stratified, the same examples for every model and seed), --epochs epochs at --max-len tokens.
+Use --train-size all --eval-size all for the full splits (a GPU is used when present).
+
+examples:
+  kdnas evaluate runs/demo/best                                   (vs minilm-l6, 3 tasks, 3 seeds)
+  kdnas evaluate runs/demo/best runs/s4 --tasks sentiment,topic --seeds 0,1 --out eval.json
+  kdnas evaluate --teacher none runs/s4 --tasks ./my_labels.csv --lr 1e-4 --epochs 2
+"""
+
+TRANSFER_EPILOG = """\
+stages (Algorithm 1; each freezes what the previous one learned):
+  1 representation  encoder + up-projection   multi-layer hidden + attention loss (Eq. 8-9), unlabeled
+  2 logit-head      task head only            task-logit loss (Eq. 12 MSE, or --logit-loss od: Hinton τ)
+  3 logit-all       encoder + head            task-logit loss
+  4 ce-head         task head only            cross-entropy on labels (Eq. 13)
+  5 ce-all          encoder + head            cross-entropy
+The teacher is first fine-tuned on the --source task; the student's word embeddings start from the
+SVD of the teacher's. The attention loss needs the student to have the teacher's head count (12).
+
+OUT holds the student encoder (an HF folder with the tokenizer), task_head.pt and transfer.json
+(teacher and student accuracy on the source test examples, per-stage losses and times).
+Then measure task transfer with:  kdnas evaluate OUT --tasks sentiment,topic,tweets
+
+example:
+  kdnas transfer --source sentiment --arch 4x12x192x768 --out runs/xd
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from .assets import DEFAULT_TEACHER
+    from .finetune import FinetuneConfig
+
+    d = FinetuneConfig()
+    p = subparsers.add_parser(
+        "evaluate", help="fine-tune teacher and students on labeled tasks and compare them",
+        description="How much of the teacher's quality does a student keep? Fine-tune and score on tasks.",
+        epilog=EVALUATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("models", nargs="*", metavar="MODEL", help="student folders (or bundled teacher names) to evaluate")
+    p.add_argument("--teacher", default=DEFAULT_TEACHER,
+                   help="reference model for %% of teacher: bundled name or folder; 'none' to skip (default: %(default)s)")
+    p.add_argument("--tasks", default="sentiment,topic,tweets",
+                   help="comma-separated bundled task names and/or dataset paths (default: %(default)s)")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated fine-tuning seeds (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, App. D (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="(default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="(default: %(default)s)")
+    p.add_argument("--max-len", type=int, default=d.max_len, help="tokens per example, longer ones truncated (default: %(default)s)")
+    p.add_argument("--train-size", default=str(d.train_size),
+                   help="training examples per task, or 'all' (default: %(default)s)")
+    p.add_argument("--eval-size", default=str(d.eval_size), help="test examples per task, or 'all' (default: %(default)s)")
+    p.add_argument("--train-embeddings", action="store_true",
+                   help="also fine-tune the word embeddings (frozen by default: ~4x cheaper on CPU)")
+    p.add_argument("--no-latency", action="store_true", help="skip the CPU latency column")
+    p.add_argument("--latency-seq", type=int, default=128, help="sequence length for latency (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads for latency (default: %(default)s)")
+    p.add_argument("--no-cache", action="store_true", help="recompute every score (ignore $KDNAS_CACHE/eval)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: %(default)s)")
+    p.add_argument("--out", default=None, help="write the results as JSON to this file")
+    p.add_argument("--json", action="store_true", help="print the JSON on stdout instead of the table")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_evaluate)
+
+    t = subparsers.add_parser(
+        "transfer", help="XtremeDistil task-transfer distillation (five progressive stages)",
+        description="Distill a student through a fine-tuned teacher's source task (XtremeDistilTransformers).",
+        epilog=TRANSFER_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    t.add_argument("--teacher", default=DEFAULT_TEACHER, help="bundled name or folder (default: %(default)s)")
+    t.add_argument("--source", default="sentiment", help="source task to fine-tune the teacher on (default: %(default)s)")
+    t.add_argument("--arch", default="4x12x192x768", help="student LAYERSxHEADSxHIDDENxFFN (default: %(default)s)")
+    t.add_argument("--stage-steps", default=None,
+                   help="steps of the five stages, comma-separated (default: 400,60,150,30,60)")
+    t.add_argument("--logit-loss", default="mse", choices=["mse", "od"], help="task-logit loss (default: %(default)s)")
+    t.add_argument("--temperature", type=float, default=2.0, help="OD temperature τ for --logit-loss od (default: %(default)s)")
+    t.add_argument("--transfer-size", type=int, default=1024, help="unlabeled transfer sequences (default: %(default)s)")
+    t.add_argument("--labeled-size", default="2000", help="labeled source examples, or 'all' (default: %(default)s)")
+    t.add_argument("--seq-len", type=int, default=64, help="(default: %(default)s)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--device", default="auto")
+    t.add_argument("--out", required=True, help="output folder for the student")
+    t.add_argument("--quiet", action="store_true")
+    t.set_defaults(func=run_transfer)
+
+
+def _size(text: str, flag: str) -> int | None:
+    from .errors import KdnasError
+
+    if str(text).lower() in ("all", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise KdnasError(f"{flag} {text!r} is invalid: give a number or 'all'") from None
+
+
+def _int_list(text: str, flag: str) -> tuple[int, ...]:
+    from .errors import KdnasError
+
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise KdnasError(f"{flag} {text!r} is invalid: give comma-separated integers") from None
+    if not values:
+        raise KdnasError(f"{flag} is empty")
+    return values
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from .errors import KdnasError
+    from .finetune import evaluate, format_table
+    from .finetune import FinetuneConfig
+
+    config = FinetuneConfig(
+        lr=args.lr, batch_size=args.batch_size, epochs=args.epochs, max_len=args.max_len,
+        train_size=_size(args.train_size, "--train-size"), eval_size=_size(args.eval_size, "--eval-size"),
+        seeds=_int_list(args.seeds, "--seeds"), device=args.device, progress=not args.quiet,
+        freeze_embeddings=not args.train_embeddings,
+    )
+    teacher = None if args.teacher.lower() == "none" else args.teacher
+    if teacher is None and not args.models:
+        raise KdnasError("nothing to evaluate: give at least one MODEL or a --teacher")
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks:
+        raise KdnasError("--tasks is empty; bundled tasks: sentiment, topic, tweets")
+    report = evaluate(args.models, tasks, config, teacher=teacher, latency=not args.no_latency,
+                      latency_seq=args.latency_seq, threads=args.threads, cache=not args.no_cache,
+                      log=None if args.quiet else (lambda m: print(m, file=sys.stderr)))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    return 0
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .task_transfer import STAGES, StageBudget, TransferConfig, task_transfer
+
+    config = TransferConfig(arch=args.arch, logit_loss=args.logit_loss, temperature=args.temperature,
+                            transfer_size=args.transfer_size, labeled_size=_size(args.labeled_size, "--labeled-size"),
+                            seq_len=args.seq_len, seed=args.seed, device=args.device, progress=not args.quiet)
+    if args.stage_steps:
+        from .errors import KdnasError
+
+        steps = _int_list(args.stage_steps, "--stage-steps")
+        if len(steps) != len(STAGES):
+            raise KdnasError(f"--stage-steps needs {len(STAGES)} numbers (one per stage), got {len(steps)}")
+        config = dataclasses.replace(config, **{
+            s.name.replace("-", "_"): StageBudget(n, config.budget(s).lr) for s, n in zip(STAGES, steps)})
+    result = task_transfer(args.teacher, args.source, config)
+    out = result.save(args.out)
+    t, s = result.teacher_source, result.student_source
+    print(f"source task {result.source}: teacher accuracy {100 * t['accuracy']:.1f} (macro-F1 {100 * t['macro_f1']:.1f}), "
+          f"student {100 * s['accuracy']:.1f} ({100 * s['macro_f1']:.1f}) = {100 * s['accuracy'] / t['accuracy']:.1f}% "
+          f"of teacher, on {t['test_examples']} test examples -> {out}")
+    print(f"task transfer: kdnas evaluate {out} --teacher {args.teacher}")
+    return 0

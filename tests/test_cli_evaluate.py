@@ -1,0 +1,114 @@
+"""`kdnas evaluate` / `kdnas transfer` on the command line: teaching help, bad input -> one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+import nas.cli
+from distill import _eval_cli
+
+
+@pytest.fixture(autouse=True)
+def wired(monkeypatch):
+    """Run through the real `kdnas` entry point, with the evaluate/transfer sub-commands registered
+    even before nas/cli.py lists them (registering twice would be an argparse error)."""
+    original = nas.cli.build_parser
+
+    def build():
+        parser = original()
+        sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+        if "evaluate" not in sub.choices:
+            _eval_cli.register(sub)
+        return parser
+
+    monkeypatch.setattr(nas.cli, "build_parser", build)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from distill.assets import teacher_path
+
+    hf_logging.set_verbosity_error()
+    out = tmp_path_factory.mktemp("minilm-2l")
+    AutoModel.from_pretrained(teacher_path("minilm-l6"), num_hidden_layers=2).save_pretrained(out)
+    AutoTokenizer.from_pretrained(teacher_path("minilm-l6")).save_pretrained(out)
+    return str(out)
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_help_teaches_tasks_protocol_and_examples(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        nas.cli.main(["evaluate", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for text in ("sentiment", "10,202", "tweets", "% of teacher", "--train-size", "examples:", "label column"):
+        assert text in out
+    with pytest.raises(SystemExit):
+        nas.cli.main(["transfer", "--help"])
+    out = capsys.readouterr().out
+    assert "logit-head" in out and "ce-all" in out and "SVD" in out
+
+
+def test_unknown_task(capsys, tiny_model):
+    assert nas.cli.main(["evaluate", tiny_model, "--teacher", "none", "--tasks", "glue-sst2", "--quiet"]) == 2
+    line = _error_line(capsys)
+    assert "glue-sst2" in line and "sentiment, topic, tweets" in line
+
+
+def test_dataset_without_text_or_label_column(capsys, tmp_path, tiny_model):
+    path = tmp_path / "reviews.csv"
+    path.write_text("review_body,stars\nnice,5\nbad,1\n")
+    assert nas.cli.main(["evaluate", tiny_model, "--tasks", str(path), "--quiet"]) == 2
+    line = _error_line(capsys)
+    assert "columns found: review_body, stars" in line
+
+
+def test_one_class_only(capsys, tmp_path, tiny_model):
+    path = tmp_path / "one.jsonl"
+    path.write_text("\n".join(json.dumps({"text": f"t {i}", "label": "spam"}) for i in range(10)))
+    assert nas.cli.main(["evaluate", tiny_model, "--tasks", str(path), "--quiet"]) == 2
+    assert "only one class (spam)" in _error_line(capsys)
+
+
+def test_student_folder_without_tokenizer(capsys, tmp_path, tiny_model):
+    bare = tmp_path / "student"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(f"{tiny_model}/{name}", bare / name)
+    assert nas.cli.main(["evaluate", str(bare), "--tasks", "topic", "--quiet"]) == 2
+    line = _error_line(capsys)
+    assert "has no tokenizer" in line and str(bare) in line
+
+
+def test_bad_numbers_are_user_errors(capsys, tiny_model):
+    assert nas.cli.main(["evaluate", tiny_model, "--seeds", "a,b", "--quiet"]) == 2
+    assert "--seeds" in _error_line(capsys)
+    assert nas.cli.main(["evaluate", tiny_model, "--train-size", "lots", "--quiet"]) == 2
+    assert "--train-size" in _error_line(capsys)
+    assert nas.cli.main(["transfer", "--stage-steps", "1,2", "--out", "x", "--quiet"]) == 2
+    assert "5 numbers" in _error_line(capsys)
+
+
+def test_evaluate_writes_json_and_table(capsys, tmp_path, tiny_model, isolated_cache):
+    out = tmp_path / "eval.json"
+    code = nas.cli.main(["evaluate", tiny_model, "--teacher", tiny_model, "--tasks", "topic", "--seeds", "0",
+                         "--train-size", "32", "--eval-size", "20", "--epochs", "1", "--max-len", "16",
+                         "--lr", "2e-4", "--no-latency", "--quiet", "--out", str(out)])
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "topic acc (F1)" in table and "(teacher)" in table and "majority class" in table
+    report = json.loads(out.read_text())
+    assert [m["role"] for m in report["models"]] == ["teacher", "student"]
+    assert report["models"][1]["percent_of_teacher"]["topic"] == pytest.approx(100.0)
+    assert report["protocol"]["seeds"] == [0]

@@ -1,0 +1,132 @@
+"""Fine-tuning and scoring: metrics, a real tiny fine-tune that beats the majority class, caching."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distill.errors import KdnasError
+from distill.finetune import (
+    FinetuneConfig,
+    accuracy_and_f1,
+    evaluate,
+    evaluate_model,
+    finetune_once,
+    format_table,
+    protocol_splits,
+    resolve_model,
+)
+from distill.tasks import load_task
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """The bundled MiniLM cut to its first 2 layers: a real pretrained encoder, cheap on 2 cores."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from distill.assets import teacher_path
+
+    path = teacher_path("minilm-l6")
+    out = tmp_path_factory.mktemp("minilm-2l")
+    AutoModel.from_pretrained(path, num_hidden_layers=2).save_pretrained(out)
+    AutoTokenizer.from_pretrained(path).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def topic():
+    return load_task("topic")
+
+
+# Topic from the first 32 tokens (headline + lead) with 240 training examples, 2 epochs.
+TINY = FinetuneConfig(lr=2e-4, batch_size=16, epochs=2, max_len=32, train_size=240, eval_size=150, seeds=(0,),
+                      progress=False)
+
+
+def test_gain_kept_is_zero_at_the_majority_class():
+    from distill.finetune import _gain_kept
+
+    assert _gain_kept(0.578, 0.732, 0.578) == 0.0
+    assert _gain_kept(0.655, 0.732, 0.578) == pytest.approx(50.0)
+
+
+def test_accuracy_and_macro_f1():
+    acc, f1 = accuracy_and_f1([0, 0, 1, 1], [0, 1, 1, 1], 2)
+    assert acc == 0.75
+    # class 0: tp 1, fp 1, fn 0 -> 2/3; class 1: tp 2, fp 0, fn 1 -> 4/5
+    assert f1 == pytest.approx((2 / 3 + 4 / 5) / 2)
+    _, f1 = accuracy_and_f1([0, 0, 0], [0, 0, 1], 3)  # a class never predicted nor present scores 0
+    assert f1 == pytest.approx((0.8 + 0 + 0) / 3)
+
+
+def test_tiny_finetune_beats_majority_class(tiny_model, topic, isolated_cache):
+    ref = resolve_model(tiny_model)
+    run = finetune_once(ref, topic, TINY, seed=0)
+    majority = protocol_splits(topic, TINY)[1].majority_accuracy()
+    assert run.train_examples == 240 and run.test_examples == 150
+    assert run.accuracy > majority + 0.25, (run.accuracy, majority)
+    assert 0 < run.macro_f1 <= 1
+
+
+def test_scores_are_cached_per_weights_and_recipe(tiny_model, topic, isolated_cache, monkeypatch):
+    config = FinetuneConfig(lr=2e-4, batch_size=16, epochs=1, max_len=16, train_size=32, eval_size=20,
+                            seeds=(0, 1), progress=False)
+    ref = resolve_model(tiny_model)
+    first = evaluate_model(ref, [topic], config)["topic"]
+    assert [r.seed for r in first.runs] == [0, 1] and not any(r.cached for r in first.runs)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a cached score was recomputed")
+
+    monkeypatch.setattr("distill.finetune.finetune_once", fail)
+    again = evaluate_model(ref, [topic], config)["topic"]
+    assert all(r.cached for r in again.runs)
+    assert [r.accuracy for r in again.runs] == [r.accuracy for r in first.runs]
+    assert first.std() >= 0 and first.mean() == pytest.approx(sum(r.accuracy for r in first.runs) / 2)
+
+
+def test_report_has_percent_of_teacher(tiny_model, isolated_cache):
+    config = FinetuneConfig(lr=2e-4, batch_size=16, epochs=1, max_len=16, train_size=32, eval_size=20,
+                            seeds=(0,), progress=False)
+    report = evaluate([tiny_model], ["topic"], config, teacher=tiny_model, latency=False)
+    teacher, student = report["models"]
+    assert teacher["role"] == "teacher" and student["role"] == "student"
+    assert student["percent_of_teacher"]["topic"] == pytest.approx(100.0)  # same weights, same seed
+    teacher_acc = teacher["tasks"]["topic"]["accuracy_mean"]
+    if teacher_acc > teacher["tasks"]["topic"]["majority_accuracy"]:
+        assert student["gain_kept"]["topic"] == pytest.approx(100.0)
+    else:  # 32 examples, 1 epoch may leave the reference at the majority class: no gain to keep
+        assert student["gain_kept"]["topic"] != student["gain_kept"]["topic"]  # nan
+    assert report["tasks"]["topic"]["used"] == {"train": 32, "test": 20}
+    table = format_table(report)
+    assert "% of teacher" in table and "majority class" in table
+
+
+def test_folder_without_tokenizer_is_a_user_error(tiny_model, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(f"{tiny_model}/{name}", bare / name)
+    with pytest.raises(KdnasError, match="has no tokenizer"):
+        resolve_model(str(bare))
+
+
+def test_invalid_recipe_values_are_user_errors():
+    with pytest.raises(KdnasError, match="learning rate"):
+        FinetuneConfig(lr=0)
+    with pytest.raises(KdnasError, match="at least one seed"):
+        FinetuneConfig(seeds=())
+
+
+def test_linear_probe_on_frozen_features_beats_majority(tiny_model, topic):
+    from distill.finetune import linear_probe
+
+    run = linear_probe(resolve_model(tiny_model), topic, train_size=200, eval_size=150, max_len=32, steps=100)
+    majority = topic.test.subsample(150, seed=0).majority_accuracy()
+    assert run.accuracy > majority + 0.3, (run.accuracy, majority)
+    again = linear_probe(resolve_model(tiny_model), topic, train_size=200, eval_size=150, max_len=32, steps=100)
+    assert again.accuracy == run.accuracy  # deterministic

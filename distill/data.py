@@ -185,7 +185,7 @@ def make_transfer_set(
             f"sequences of up to {seq_len} tokens; need at least 1 and 2"
         )
 
-    tensors = {name: _pad(r, seq_len, pad_id) for name, r in rows.items()}
+    tensors = {name: pad_rows(r, pad_id, width=seq_len) for name, r in rows.items()}
     digest = hashlib.sha256()
     for name in ("train", "eval"):
         digest.update(tensors[name][0].numpy().tobytes())
@@ -196,9 +196,12 @@ def make_transfer_set(
     )
 
 
-def _pad(rows: list[list[int]], seq_len: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    ids = torch.full((len(rows), seq_len), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), seq_len), dtype=torch.long)
+def pad_rows(rows: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(input_ids, attention_mask)` `[len(rows), width]`; width defaults to the longest row, so
+    a batch of short texts costs short compute."""
+    width = max(len(r) for r in rows) if width is None else width
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
         ids[i, : len(row)] = torch.tensor(row)
         mask[i, : len(row)] = 1

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from . import assets
+from .data import pad_rows
 from .errors import KdnasError
 from .tasks import Split, Task
 
@@ -181,13 +182,7 @@ def encode(tokenizer, texts, max_len: int) -> list[list[int]]:
 
 def pad_batch(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad to the longest row of this batch (not to max_len): short tweets cost short compute."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    return ids, mask
+    return pad_rows(rows, pad_id)
 
 
 def train_classifier(

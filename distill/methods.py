@@ -177,22 +177,29 @@ def _layer_map(strategy: str, teacher: ModelDims, student: ModelDims) -> list[li
 # hidden-state methods
 
 
-class HSMethod(Method):
-    """Hidden-state transfer (comparative Eq. 6): one learned W_i^j per mapped (student i, teacher j)."""
-
-    name = "hs"
+class _MappedLayersMethod(Method):
+    """A method over (student layer, teacher layer) hidden-state pairs chosen by a layer map."""
 
     def __init__(self, teacher: ModelDims, student: ModelDims, layer_map: str = "uniform") -> None:
         super().__init__(teacher, student)
         self.layer_map = _choice("layer_map", layer_map, LAYER_MAPS)
         self.pairs = [(i, j) for i, js in enumerate(_layer_map(self.layer_map, teacher, student), 1) for j in js]
-        self.projections = nn.ModuleDict({f"s{i}_t{j}": _linear(student.hidden, teacher.hidden) for i, j in self.pairs})
 
     def teacher_needs(self) -> Needs:
         return Needs(hidden=frozenset(j for _, j in self.pairs))
 
     def student_needs(self) -> Needs:
         return Needs(hidden=frozenset(i for i, _ in self.pairs))
+
+
+class HSMethod(_MappedLayersMethod):
+    """Hidden-state transfer (comparative Eq. 6): one learned W_i^j per mapped (student i, teacher j)."""
+
+    name = "hs"
+
+    def __init__(self, teacher: ModelDims, student: ModelDims, layer_map: str = "uniform") -> None:
+        super().__init__(teacher, student, layer_map)
+        self.projections = nn.ModuleDict({f"s{i}_t{j}": _linear(student.hidden, teacher.hidden) for i, j in self.pairs})
 
     def pair_losses(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
         """`[len(self.pairs)]` raw per-pair MSEs, for the variance-normalised L_HS of the KD-NAS reward."""
@@ -207,25 +214,17 @@ class HSMethod(Method):
         return self.pair_losses(student, teacher, attention_mask).sum()
 
 
-class PKDMethod(Method):
+class PKDMethod(_MappedLayersMethod):
     """Patient KD (ALP-KD Eq. 3-4) on [CLS]; student projected to d_T per pair when sizes differ."""
 
     name = "pkd"
 
     def __init__(self, teacher: ModelDims, student: ModelDims, layer_map: str = "uniform") -> None:
-        super().__init__(teacher, student)
-        self.layer_map = _choice("layer_map", layer_map, LAYER_MAPS)
-        self.pairs = [(i, j) for i, js in enumerate(_layer_map(self.layer_map, teacher, student), 1) for j in js]
+        super().__init__(teacher, student, layer_map)
         project = student.hidden != teacher.hidden
         self.projections = nn.ModuleDict(
             {f"s{i}_t{j}": _linear(student.hidden, teacher.hidden) for i, j in self.pairs} if project else {}
         )
-
-    def teacher_needs(self) -> Needs:
-        return Needs(hidden=frozenset(j for _, j in self.pairs))
-
-    def student_needs(self) -> Needs:
-        return Needs(hidden=frozenset(i for i, _ in self.pairs))
 
     def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
         return pkd_loss(

@@ -31,6 +31,7 @@ from . import assets
 from .data import pad_rows
 from .errors import KdnasError
 from .tasks import Split, Task
+from .trainer import optimizer_step
 
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")
 
@@ -180,11 +181,6 @@ def encode(tokenizer, texts, max_len: int) -> list[list[int]]:
     return tokenizer(list(texts), truncation=True, max_length=max_len, verbose=False)["input_ids"]
 
 
-def pad_batch(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad to the longest row of this batch (not to max_len): short tweets cost short compute."""
-    return pad_rows(rows, pad_id)
-
-
 def train_classifier(
     model: Classifier,
     rows: list[list[int]],
@@ -218,7 +214,7 @@ def train_classifier(
         order = torch.randperm(len(rows), generator=generator)
         for start in range(0, len(rows), config.batch_size):
             index = order[start : start + config.batch_size]
-            ids, mask = pad_batch([rows[i] for i in index], pad_id)
+            ids, mask = pad_rows([rows[i] for i in index], pad_id)
             with autocast:
                 logits = model(ids.to(device), mask.to(device)).float()
             if loss_fn is None:
@@ -227,11 +223,7 @@ def train_classifier(
                 loss = loss_fn(logits, index)
             if not torch.isfinite(loss):
                 raise KdnasError(f"fine-tuning loss became {loss.item()} (lr {config.lr}); try a lower --lr")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            schedule.step()
+            optimizer_step(loss, params, optimizer, schedule)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.3f}")
@@ -248,7 +240,7 @@ def predict_logits(model: nn.Module, rows: list[list[int]], *, pad_id: int, batc
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        ids, mask = pad_batch([rows[i] for i in chunk], pad_id)
+        ids, mask = pad_rows([rows[i] for i in chunk], pad_id)
         with autocast:
             logits = model(ids.to(device), mask.to(device)).float().cpu()
         for i, row in zip(chunk, logits):
@@ -527,7 +519,7 @@ def pooled_features(ref: ModelRef, texts, max_len: int, device: str = "auto", ba
     out = torch.empty(len(rows), encoder.config.hidden_size)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        ids, mask = pad_batch([rows[i] for i in chunk], pad_id)
+        ids, mask = pad_rows([rows[i] for i in chunk], pad_id)
         out[chunk] = model.pooled(ids.to(model.head.weight.device), mask.to(model.head.weight.device)).float().cpu()
     return out
 

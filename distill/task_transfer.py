@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from .cache import TeacherCache
-from .data import make_transfer_set
+from .data import make_transfer_set, pad_rows
 from .errors import KdnasError
 from .finetune import (
     Classifier,
@@ -44,13 +44,12 @@ from .finetune import (
     resolve_device,
     resolve_model,
     train_classifier,
-    pad_batch,
 )
 from .losses import od_loss
 from .spec import parse_arch
 from .tasks import Task, load_task
 from .teachers import teacher_from_model
-from .trainer import DistillConfig, distill
+from .trainer import DistillConfig, distill, optimizer_step
 
 LOGIT_LOSSES = ("mse", "od")
 
@@ -227,11 +226,7 @@ def run_stage(
         loss = loss_fn(logits, targets.to(device))
         if not torch.isfinite(loss):
             raise KdnasError(f"stage {stage.name}: loss became {loss.item()} (lr {budget.lr}); lower that stage's lr")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(loss, params, optimizer, schedule)
         losses.append(loss.item())
         bar.set_postfix(loss=f"{loss.item():.4f}")
     tail = losses[-max(1, len(losses) // 10):]
@@ -318,7 +313,7 @@ def task_transfer(teacher_name: str = "minilm-l6", source: str | Task = "sentime
     hard = torch.tensor(list(labeled.labels))
 
     def labeled_batches(index: torch.Tensor):
-        ids, mask = pad_batch([labeled_rows[i] for i in index], pad_id)
+        ids, mask = pad_rows([labeled_rows[i] for i in index], pad_id)
         return ids, mask, hard[index]
 
     for stage in STAGES[3:]:

@@ -129,6 +129,16 @@ class DistillResult:
         return out
 
 
+def optimizer_step(loss: torch.Tensor, params: list[nn.Parameter], optimizer: torch.optim.Optimizer,
+                   schedule: torch.optim.lr_scheduler.LRScheduler, max_grad_norm: float = 1.0) -> None:
+    """One update: backward, clip the gradient norm, step the optimizer and the LR schedule."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    schedule.step()
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -228,11 +238,7 @@ def distill(
                 f"loss became {loss.item()} at step {step} (method {config.method}, lr {config.lr}); "
                 "the run stopped — try a lower --lr"
             )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        schedule.step()
+        optimizer_step(loss, params, optimizer, schedule)
         running.append(loss.item())
         seen_tokens += int(mask.sum())
         bar.update(1)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distill.finetune import Classifier, FinetuneConfig, encode, pad_batch
+from distill.data import pad_rows
+from distill.finetune import Classifier, FinetuneConfig, encode
 from distill.losses import od_loss
 from distill.spec import parse_arch
 from distill.task_transfer import STAGES, StageBudget, TransferConfig, logit_loss, run_stage, set_trainable, task_transfer
@@ -63,7 +64,7 @@ def test_task_stages_train_only_what_they_unfreeze(stage, teacher, topic):
 
     # One step; capture the gradients the optimiser saw through a hook on the loss function's result.
     def batches(index):
-        ids, mask = pad_batch([rows[i] for i in index], 0)
+        ids, mask = pad_rows([rows[i] for i in index], 0)
         return ids, mask, targets[index]
 
     config = TransferConfig(batch_size=8, progress=False)

@@ -11,10 +11,16 @@ changes it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import optuna
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; concurrent first opens stay a rare race there
+    fcntl = None
 
 from distill.errors import KdnasError
 
@@ -46,14 +52,29 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
                 raise KdnasError(f"storage {url!r}: database file {path} does not exist")
             if not path.parent.is_dir():
                 raise KdnasError(f"storage {url!r}: folder {path.parent} does not exist")
-            # A report read while a search writes must wait for the lock, not fail.
-            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
+            return _sqlite_storage(url, path.parent)
         return optuna.storages.RDBStorage(url)
     except KdnasError:
         raise
     except Exception as err:  # SQLAlchemy / driver errors: bad URL, unreachable server, no driver
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise KdnasError(f"storage {url!r} cannot be opened: {first}") from None
+
+
+def _sqlite_storage(url: str, folder: Path) -> optuna.storages.RDBStorage:
+    # Two processes opening a new file at once (a search and a worker, or a report) would both
+    # create the schema and one would fail on "table already exists"; an advisory lock on the folder
+    # makes the first one create it and the others open what it made.
+    # A report read while a search writes must wait for the lock, not fail: hence the timeout.
+    engine_kwargs = {"connect_args": {"timeout": 60}}
+    if fcntl is None:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study | None:

@@ -89,3 +89,26 @@ def test_silent_worker_on_another_host_goes_stale_after_the_grace_time(tmp_path)
     trial.set_user_attr("alive_at", time.time() - 100)
     assert fail_stale_trials(study, stale_after_s=1000) == []
     assert fail_stale_trials(study, stale_after_s=10) == [trial.number]
+
+
+def test_processes_opening_a_new_sqlite_file_at_once_all_get_the_storage(tmp_path):
+    """A search and a report (or two workers) starting together both create the schema; none may fail."""
+    import threading
+
+    for attempt in range(5):
+        url = f"sqlite:///{tmp_path / f'new{attempt}.db'}"
+        start, errors = threading.Barrier(4), []
+
+        def open_it():
+            start.wait()
+            try:
+                open_storage(url)
+            except Exception as err:  # noqa: BLE001 - the test reports whatever went wrong
+                errors.append(err)
+
+        threads = [threading.Thread(target=open_it) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors, errors[0]

@@ -41,7 +41,8 @@ def kdnas(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def load(out: Path, name: str = "kdnas") -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=f"sqlite:///{out / 'study.db'}")
+    storage = optuna.storages.RDBStorage(f"sqlite:///{out / 'study.db'}", engine_kwargs={"connect_args": {"timeout": 60}})
+    return optuna.load_study(study_name=name, storage=storage)
 
 
 def digest(path: Path) -> str:
@@ -199,19 +200,23 @@ def test_report_page_renders_in_headless_chromium(search_run):
     assert html.count('class="point"') >= plotted, (html.count('class="point"'), plotted)
     trained = sum(1 for t in study.trials if t.user_attrs.get("reward") is not None and "duplicate_of" not in t.user_attrs)
     if trained >= 2:
-        assert 'class="bars"' in html, "the importance bars were not drawn"
+        assert 'class="trace bars"' in html, "the importance bars were not drawn"
     else:  # the page says why there is no importance chart
         assert "Parameter importances needs at least 2 trained trials" in html
     assert "<table id=\"trials\">" in html and html.count("<tr class=") == len(study.trials)
     assert shot.is_file() and shot.stat().st_size > 50_000
 
 
-def _wait_for(out: Path, predicate, timeout: float, proc: subprocess.Popen | None = None) -> optuna.Study:
+def _wait_for(out: Path, predicate, timeout: float, proc: subprocess.Popen | None = None,
+              log: Path | None = None) -> optuna.Study:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            pytest.fail(f"the search exited (code {proc.returncode}) before reaching the state to kill it in")
-        if (out / "study.db").is_file():
+            said = log.read_text()[-3000:] if log is not None and log.is_file() else ""
+            pytest.fail(f"the search exited (code {proc.returncode}) before reaching the state to kill it in:\n{said}")
+        # search.json is written after the study exists: opening study.db before that would race the
+        # search's own schema creation (this process would create tables in the file it is creating).
+        if (out / "search.json").is_file():
             try:
                 study = load(out)
                 if predicate(study):
@@ -228,8 +233,10 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
             "--ffn", "256,512", "--budget-ms", "1000", "--proxy-steps", "40", "--eval-every", "5",
             "--final-steps", "4", *TINY]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "nas.cli", *args], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed.stderr"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "nas.cli", *args], cwd=REPO, env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         def mid_distill(study):
             states = [t.state for t in study.trials]
@@ -237,9 +244,10 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
             return (TrialState.COMPLETE in states and running
                     and running[0].user_attrs.get("phase") == "distill" and running[0].intermediate_values)
         # Generous: on a loaded 2-core machine the first trial alone can take minutes.
-        study = _wait_for(out, mid_distill, timeout=900, proc=proc)
+        study = _wait_for(out, mid_distill, timeout=900, proc=proc, log=log)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the CLI and any latency worker
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the CLI and any latency worker
         proc.wait()
     killed = [t for t in load(out).trials if t.state == TrialState.RUNNING]
     assert len(killed) == 1

@@ -11,25 +11,25 @@ def register(subparsers) -> None:
         "profile",
         help="measure CPU inference latency (onnxruntime or torch) of a model or architecture",
         description=(
-            "Measure CPU latency in a separate process pinned to --threads cores: warm-up, then runs until "
-            "the median is stable (or a cap); reports median, p90, min and the spread (cv). A spread above "
-            "10 % is retried and flagged NOISY if it persists. Folders and architectures are built with "
+            "Measure CPU latency in a separate process pinned to --threads cores: warm-up, then three timed "
+            "blocks, each run until its median is stable (or a cap); the least disturbed block is reported "
+            "(median, p90, min, spread as cv) with every block's median. A spread above 10 % earns more "
+            "blocks and is flagged NOISY if it persists. Folders and architectures are built with "
             "random weights (weights do not change latency) and exported to ONNX. Results are cached under "
             "$KDNAS_CACHE/latency, keyed by shape, runtime, batch, seq, threads, CPU and library versions."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("target", metavar="MODEL_OR_ARCH",
                         help="an .onnx file, a model folder, a bundled teacher (minilm-l6, mpnet-base) "
                              "or an architecture LAYERSxHEADSxHIDDENxFFN, e.g. 4x12x192x768")
-    parser.add_argument("--batch", type=int, default=1, help="batch size")
-    parser.add_argument("--seq", type=int, default=128, help="sequence length in tokens")
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads (= pinned cores)")
+    parser.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
+    parser.add_argument("--seq", type=int, default=128, help="sequence length in tokens (default 128)")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads (= pinned cores; default 2)")
     parser.add_argument("--runtime", choices=("onnxruntime", "torch"), default="onnxruntime",
-                        help="onnxruntime, or PyTorch eager for comparison")
+                        help="onnxruntime (default), or PyTorch eager for comparison")
     parser.add_argument("--no-optimize", dest="optimized", action="store_false",
                         help="onnxruntime: skip the transformer optimizer (no fused attention)")
-    parser.add_argument("--int8", action="store_true", help="onnxruntime: dynamic INT8 quantization")
+    parser.add_argument("--int8", action="store_true", help="onnxruntime: dynamic INT8 quantization, as kdnas export --int8 makes it")
     parser.add_argument("--no-cache", dest="use_cache", action="store_false",
                         help="measure even if a cached result exists (and do not store it)")
     parser.add_argument("--cache-dir", default=None, help="cache folder (default $KDNAS_CACHE/latency)")

@@ -18,6 +18,9 @@ from distill.spec import StudentSpec, parse_arch
 RUNTIMES = ("onnxruntime", "torch")
 MAX_CV = 0.10  # above this spread a measurement is retried, then flagged noisy
 RETRIES = 2
+BLOCKS = 3  # timed blocks per measurement; the least disturbed one is reported
+# Bumped when the way a figure is measured changes, so cached figures from the old way are not mixed in.
+PROTOCOL = 2
 # Models whose position ids start after the padding index, so fewer positions are usable.
 _OFFSET_POSITIONS = {"mpnet", "roberta", "xlm-roberta", "camembert"}
 
@@ -47,6 +50,7 @@ class LatencyResult:
     stable: bool = True
     attempts: int = 1
     fused: dict[str, int] = field(default_factory=dict)
+    block_medians: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -58,7 +62,13 @@ class LatencyResult:
         flags = (" NOISY" if self.noisy else "") + (" (cached)" if self.cached else "")
         return (f"{self.target}  {flavour}  batch={self.batch} seq={self.seq} threads={self.threads}: "
                 f"median {self.median_ms:.2f} ms, p90 {self.p90_ms:.2f}, min {self.min_ms:.2f}, "
-                f"cv {100 * self.cv:.1f}% over {self.runs} runs{flags}")
+                f"cv {100 * self.cv:.1f}% over {self.runs} runs{self._blocks()}{flags}")
+
+    def _blocks(self) -> str:
+        if len(self.block_medians) < 2:
+            return ""
+        medians = ", ".join(f"{m:.2f}" for m in self.block_medians)
+        return f"; best of {len(self.block_medians)} blocks (medians {medians} ms)"
 
 
 def profile(
@@ -101,6 +111,7 @@ def profile(
         "target": resolved["identity"], "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
         "optimized": bool(optimized) and onnx_flavour and resolved["kind"] != "onnx",
         "int8": bool(int8) and onnx_flavour and resolved["kind"] != "onnx", "cpu": cpu, "versions": versions,
+        "protocol": PROTOCOL,
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
     cache_file = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / f"{key}.json"
@@ -113,7 +124,7 @@ def profile(
     request = {
         "target": resolved["worker"], "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
         "optimized": identity["optimized"], "int8": identity["int8"], "vocab_size": resolved["vocab_size"],
-        "max_cv": MAX_CV, "retries": RETRIES,
+        "max_cv": MAX_CV, "retries": RETRIES, "blocks": BLOCKS,
     }
     stats = _run_worker(request, threads, timeout)
     result = LatencyResult(
@@ -121,7 +132,7 @@ def profile(
         cv=stats["cv"], runs=stats["runs"], noisy=stats["cv"] > MAX_CV or not stats["stable"], batch=batch, seq=seq,
         threads=threads, runtime=runtime, cpu=cpu, versions=versions, cached=False, key=key,
         target=resolved["label"], optimized=identity["optimized"], int8=identity["int8"], stable=stats["stable"],
-        attempts=stats["attempts"], fused=stats["fused"],
+        attempts=stats["attempts"], fused=stats["fused"], block_medians=stats["block_medians"],
     )
     if use_cache:
         _write_atomic(cache_file, json.dumps(result.to_dict(), indent=1))

@@ -40,22 +40,14 @@ def run(request: dict) -> dict:
     rule = _stats.StopRule(**request.get("rule", {}))
     runner = _torch_runner if request["runtime"] == "torch" else _ort_runner
     run_once, fused, tmp = runner(request, threads)
-    attempts = []
     try:
-        # A spread above max_cv is retried: a burst of other work on the machine passes, a noisy
-        # machine stays noisy and is flagged. Other work can only add time, so the attempt with the
-        # lowest median is the least disturbed one and is kept (timeit's "min of repeats" reasoning).
-        for attempt in range(1 + int(request["retries"])):
-            if attempt:
-                time.sleep(1.0)
-            attempts.append(_stats.measure(run_once, rule))
-            if attempts[-1].cv <= request["max_cv"] and attempts[-1].stable:
-                break
+        best, blocks = _stats.measure_blocks(run_once, rule, blocks=int(request.get("blocks", 1)),
+                                             retries=int(request["retries"]), max_cv=request["max_cv"])
     finally:
         if tmp is not None:
             tmp.cleanup()
-    best = min(attempts, key=lambda s: (not s.stable, s.median_ms))
-    return {**best.__dict__, "attempts": len(attempts), "cores": cores, "fused": fused}
+    return {**best.__dict__, "attempts": len(blocks), "block_medians": [round(b.median_ms, 4) for b in blocks],
+            "cores": cores, "fused": fused}
 
 
 def _inputs(request: dict):

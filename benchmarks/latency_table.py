@@ -2,26 +2,29 @@
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/latency_table.py [--batch 1 --seq 128 --threads 2]
 
-Five BERT shapes with random weights (values do not change latency), measured fresh (no cache) with
-PyTorch eager, onnxruntime fp32 (plain export), onnxruntime optimized (fused) and onnxruntime INT8
-(dynamic, on the fused graph). The five shapes of one flavour run round-robin in one process pinned
-to --threads cores, so the teacher/student ratios share the machine's conditions (the CPU is shared). Then two checks from issue #3: two
-`kdnas profile` runs of one shape agree within 5 %, and INT8 is >= 2x faster than fp32 onnxruntime.
-Writes benchmarks/results/latency_table.json and prints the README table.
+Five BERT shapes with random weights (values do not change latency) in four flavours: PyTorch eager,
+onnxruntime fp32 (plain export), onnxruntime optimized (fused) and onnxruntime INT8 (the recipe of
+`kdnas export --int8`). Each graph is exported once; then every (shape, flavour) is measured by
+`latency.profile` (its own pinned process, three timed blocks, no cache) in --rounds rounds that
+visit all twenty in turn, and the lowest round median is kept, so bursts of other work on the
+shared CPU fall on teacher and students alike and the ratios stay meaningful. Then two checks from
+issue #3: two `kdnas profile` runs of one shape agree within 5 %, and INT8 is >= 2x faster than
+fp32 onnxruntime. Writes benchmarks/results/latency_table.json and prints the README table.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from distill.spec import parse_arch
+from latency import profile
 from latency._profile import cpu_name, library_versions
 
 # name, architecture, the paper's CPU latency (ms) and teacher/student speed-up.
@@ -39,7 +42,6 @@ FLAVOURS = [  # label -> profile() keyword arguments
     ("ort int8", {"runtime": "onnxruntime", "optimized": True, "int8": True}),
 ]
 OUT = Path(__file__).resolve().parent / "results" / "latency_table.json"
-MIN_ROUNDS, MAX_ROUNDS, ROUND_SECONDS = 20, 400, 60.0
 
 
 def main() -> int:
@@ -47,6 +49,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="visits of every (shape, flavour)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     shape = {"batch": args.batch, "seq": args.seq, "threads": args.threads}
@@ -56,17 +59,21 @@ def main() -> int:
                                      "params_m": round(parse_arch(arch).num_parameters() / 1e6, 1),
                                      "params_no_emb_m": round(parse_arch(arch).num_parameters(False) / 1e6, 1)}
                               for name, arch, ms, up in SHAPES}
-    for label, kwargs in FLAVOURS:
-        # One pinned process per flavour runs the five models round-robin, so bursts of other work on
-        # the shared CPU hit teacher and students alike and the ratios stay meaningful.
-        request = {**shape, **kwargs, "archs": [arch for _, arch, _, _ in SHAPES]}
-        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "HF_HUB_OFFLINE": "1"}
-        reply = subprocess.run([sys.executable, __file__, "--interleaved-worker"], input=json.dumps(request),
-                               capture_output=True, text=True, env=env, check=True)
-        for arch, stats in json.loads(reply.stdout.strip().splitlines()[-1]).items():
-            table[arch][label] = stats
-            print(f"{label:14s} {arch:15s} median {stats['median_ms']:8.2f} ms  min {stats['min_ms']:8.2f}  "
-                  f"cv {100 * stats['cv']:5.1f}%  {stats['runs']} runs", flush=True)
+    with tempfile.TemporaryDirectory(prefix="kdnas-latency-table-") as tmp:
+        targets = {(arch, label): _target(arch, kwargs, Path(tmp)) for label, kwargs in FLAVOURS
+                   for _, arch, _, _ in SHAPES}
+        rounds: dict[tuple[str, str], list] = {key: [] for key in targets}
+        for number in range(args.rounds):
+            for (arch, label), (target, kwargs) in targets.items():
+                res = profile(target, **shape, **kwargs, use_cache=False)
+                rounds[(arch, label)].append(res)
+                print(f"round {number + 1}  {label:14s} {arch:15s} median {res.median_ms:8.2f} ms  "
+                      f"min {res.min_ms:8.2f}  cv {100 * res.cv:5.1f}%  blocks {res.block_medians}", flush=True)
+    for (arch, label), results in rounds.items():
+        best = min(results, key=lambda r: (r.noisy, r.median_ms))
+        table[arch][label] = {"median_ms": round(best.median_ms, 3), "p90_ms": round(best.p90_ms, 3),
+                              "min_ms": round(best.min_ms, 3), "cv": round(best.cv, 4), "runs": best.runs,
+                              "noisy": best.noisy, "round_medians_ms": [round(r.median_ms, 3) for r in results]}
     teacher = SHAPES[0][1]
     for row in table.values():
         for label, _ in FLAVOURS:
@@ -93,44 +100,22 @@ def main() -> int:
     return 0
 
 
-def interleaved_worker() -> int:
-    """Time several models in turn, one run each per round, until ROUND_SECONDS or MAX_ROUNDS."""
-    from latency import _stats, _worker
-    from distill.spec import StudentSpec
+def _target(arch: str, kwargs: dict, folder: Path) -> tuple[object, dict]:
+    """What `profile` measures for one cell: the architecture for torch, an exported graph for onnxruntime."""
+    if kwargs["runtime"] == "torch":
+        return arch, {"runtime": "torch"}
+    from distill.spec import build_student
+    from export import export_onnx, quantize_int8
 
-    request = json.loads(sys.stdin.read())
-    threads = request["threads"]
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
-    runtime = request.get("runtime", "onnxruntime")
-    runners = {}
-    for arch in request["archs"]:
-        one = {"target": {"kind": "spec", "spec": dataclasses.asdict(parse_arch(arch))}, "runtime": runtime,
-               "batch": request["batch"], "seq": request["seq"], "threads": threads,
-               "optimized": request.get("optimized", False), "int8": request.get("int8", False),
-               "vocab_size": StudentSpec.vocab_size}
-        build = _worker._torch_runner if runtime == "torch" else _worker._ort_runner
-        run_once, fused, tmp = build(one, threads)
-        for _ in range(3):
-            run_once()  # warm-up
-        runners[arch] = (run_once, fused, tmp)
-    samples = {arch: [] for arch in runners}
-    start = time.perf_counter()
-    for _ in range(MAX_ROUNDS):
-        for arch, (run_once, _, _) in runners.items():
-            t0 = time.perf_counter()
-            run_once()
-            samples[arch].append((time.perf_counter() - t0) * 1e3)
-        if time.perf_counter() - start > ROUND_SECONDS and len(samples[arch]) >= MIN_ROUNDS:
-            break
-    out = {}
-    for arch, (_, fused, tmp) in runners.items():
-        st = _stats.summarize(samples[arch])
-        out[arch] = {"median_ms": round(st.median_ms, 3), "p90_ms": round(st.p90_ms, 3),
-                     "min_ms": round(st.min_ms, 3), "cv": round(st.cv, 4), "runs": st.runs, "fused": fused}
-        if tmp is not None:
-            tmp.cleanup()
-    print(json.dumps(out))
-    return 0
+    name = arch + ("-opt" if kwargs["optimized"] else "-plain")
+    path = folder / f"{name}.onnx"
+    if not path.is_file():
+        export_onnx(build_student(parse_arch(arch), seed=0).eval(), path, optimize=kwargs["optimized"])
+    if kwargs.get("int8"):
+        quantized = folder / f"{name}.int8.onnx"
+        quantize_int8(path, quantized)
+        path = quantized
+    return str(path), {"runtime": "onnxruntime"}
 
 
 def _repeat_check(arch: str, shape: dict) -> dict:
@@ -175,4 +160,4 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(interleaved_worker() if sys.argv[1:] == ["--interleaved-worker"] else main())
+    sys.exit(main())

@@ -163,7 +163,6 @@ def make_transfer_set(
         raise KdnasError("the tokenizer lacks a CLS, SEP or PAD token; a BERT-style tokenizer is required")
 
     rows: dict[str, list[list[int]]] = {"eval": [], "train": []}
-    want = {"eval": num_eval, "train": num_train}
     split = "eval"
     for start in range(0, len(order), 32):
         batch = [texts[i] for i in order[start : start + 32]]

@@ -12,8 +12,8 @@ def register(subparsers) -> None:
         help="measure CPU inference latency (onnxruntime or torch) of a model or architecture",
         description=(
             "Measure CPU latency in a separate process pinned to --threads cores: warm-up, then three timed "
-            "blocks, each run until its median is stable (or a cap); the least disturbed block is reported "
-            "(median, p90, min, spread as cv) with every block's median. A spread above 10 % earns more "
+            "blocks, each run until its median is stable (or a cap); the settled block with the lowest median "
+            "is reported (median, p90, min, spread as cv) with every block's median. No block under 10 % cv earns more "
             "blocks and is flagged NOISY if it persists. Folders and architectures are built with "
             "random weights (weights do not change latency) and exported to ONNX. Results are cached under "
             "$KDNAS_CACHE/latency, keyed by shape, runtime, batch, seq, threads, CPU and library versions."

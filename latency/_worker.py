@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from . import _stats
@@ -41,13 +40,13 @@ def run(request: dict) -> dict:
     runner = _torch_runner if request["runtime"] == "torch" else _ort_runner
     run_once, fused, tmp = runner(request, threads)
     try:
-        best, blocks = _stats.measure_blocks(run_once, rule, blocks=int(request.get("blocks", 1)),
+        best, blocks, quiet = _stats.measure_blocks(run_once, rule, blocks=int(request.get("blocks", 1)),
                                              retries=int(request["retries"]), max_cv=request["max_cv"])
     finally:
         if tmp is not None:
             tmp.cleanup()
     return {**best.__dict__, "attempts": len(blocks), "block_medians": [round(b.median_ms, 4) for b in blocks],
-            "cores": cores, "fused": fused}
+            "quiet": quiet, "cores": cores, "fused": fused}
 
 
 def _inputs(request: dict):

@@ -244,7 +244,7 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
             return (TrialState.COMPLETE in states and running
                     and running[0].user_attrs.get("phase") == "distill" and running[0].intermediate_values)
         # Generous: on a loaded 2-core machine the first trial alone can take minutes.
-        study = _wait_for(out, mid_distill, timeout=900, proc=proc, log=log)
+        _wait_for(out, mid_distill, timeout=900, proc=proc, log=log)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the whole group: the CLI and any latency worker

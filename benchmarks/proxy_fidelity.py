@@ -117,8 +117,9 @@ def main() -> int:
     p.add_argument("--ft-epochs", type=int, default=2)
     p.add_argument("--ft-lr", type=float, default=1e-4)
     p.add_argument("--seeds", default="0")
-    p.add_argument("--variants", default="hs-60,hs-uniform+last,minilmv2",
-                   help="extra proxy settings to compare with the search default (hs, uniform, proxy steps)")
+    p.add_argument("--variants", default="hs-short,hs-uniform+last,minilmv2",
+                   help="extra proxy settings to compare with the search default (hs, uniform, proxy steps): "
+                        "hs-short (a third of the steps), hs-long (3x), hs-uniform+last, minilmv2")
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "proxy_fidelity.json"))
     args = p.parse_args()
@@ -129,8 +130,10 @@ def main() -> int:
         raise SystemExit(f"--long-steps must be >= 10 x the proxy's {search.proxy_steps} steps")
     proxies = [Proxy("search-default", search.method, search.layer_map, search.proxy_steps)]
     for v in filter(None, args.variants.split(",")):
-        if v == "hs-60":
-            proxies.append(Proxy("hs-60-steps", "hs", "uniform", 3 * search.proxy_steps))
+        if v == "hs-short":  # a third of the steps (20 at the default 60: the default until 2026-11-22)
+            proxies.append(Proxy(f"hs-{search.proxy_steps // 3}-steps", "hs", "uniform", max(1, search.proxy_steps // 3)))
+        elif v == "hs-long":
+            proxies.append(Proxy(f"hs-{3 * search.proxy_steps}-steps", "hs", "uniform", 3 * search.proxy_steps))
         elif v == "hs-uniform+last":
             proxies.append(Proxy("hs-uniform+last", "hs", "uniform+last", search.proxy_steps))
         elif v == "minilmv2":

@@ -94,6 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fin = p.add_argument_group("after the search")
     fin.add_argument("--final-steps", type=int, default=d.final_steps,
                      help="distillation steps for the winner; 0 skips the final phase (default: %(default)s)")
+    fin.add_argument("--final-train", type=int, default=d.final_train,
+                     help="training sequences for the final distillation, from the same corpus; the held-out rows "
+                          "are the proxy's, so final and proxy L_HS compare (default: %(default)s)")
     fin.add_argument("--final-top-k", type=int, default=d.final_top_k,
                      help="also finish the next best (best/ then finalists/RANK-ARCH/) (default: %(default)s)")
     fin.add_argument("--reference", action="store_true",
@@ -133,7 +136,7 @@ def _search(args: argparse.Namespace) -> int:
         seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
         prune=not args.no_prune, target_ratio=args.target_ratio, exponent=args.exponent,
         latency_batch=args.latency_batch, latency_seq=args.latency_seq, threads=args.threads, runtime=args.runtime,
-        final_steps=args.final_steps, final_top_k=args.final_top_k, reference=args.reference, device=args.device,
+        final_steps=args.final_steps, final_train=args.final_train, final_top_k=args.final_top_k, reference=args.reference, device=args.device,
         progress=not args.no_progress, space_overrides=overrides,
     )
     summary = search(config)

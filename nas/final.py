@@ -1,8 +1,8 @@
 """After the search: distill the winner(s) longer, export with checks, profile, write out.
 
 The winner is the feasible trial with the best reward (for the Pareto objective: the front
-member with the best KD-NAS reward). It is trained from scratch for `final_steps` on the same
-transfer set, exported (ONNX + fused + INT8, parity-checked by `export`), and profiled with the
+member with the best KD-NAS reward). It is trained from scratch for `final_steps` on a transfer
+set of `final_train` sequences with the proxy's held-out rows (so the losses compare), exported (ONNX + fused + INT8, parity-checked by `export`), and profiled with the
 same latency settings as the search. Results are kept in the study (`final`), so a rerun of a
 finished search does not redo them.
 """
@@ -35,25 +35,31 @@ def final_dir(out: Path, rank: int, arch: str) -> Path:
     return out / "best" if rank == 1 else out / "finalists" / f"{rank}-{arch}"
 
 
-def is_done(study: optuna.Study, out: Path, chosen: list[dict[str, Any]], steps: int) -> bool:
+def is_done(study: optuna.Study, out: Path, chosen: list[dict[str, Any]], steps: int, train: int) -> bool:
     done = study.user_attrs.get("final") or []
-    want = [(r["number"], steps, str(final_dir(out, i, r["arch"]))) for i, r in enumerate(chosen, 1)]
-    have = [(f["trial"], f["steps"], f["dir"]) for f in done]
+    want = [(r["number"], steps, train, str(final_dir(out, i, r["arch"]))) for i, r in enumerate(chosen, 1)]
+    have = [(f["trial"], f["steps"], f.get("train"), f["dir"]) for f in done]
     return have == want and all((Path(d) / "export.json").is_file() for _, _, d in want)
 
 
 def run_final(study: optuna.Study, ctx: Any, out: Path, chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from export import export_model
 
+    from distill import TeacherCache, make_transfer_set
+
     cfg = ctx.config
+    ctx.progress.phase(f"final: transfer set of {cfg.final_train} sequences, teacher targets")
+    data = make_transfer_set(ctx.teacher.tokenizer, ctx.texts, seq_len=cfg.seq_len, num_train=cfg.final_train,
+                             num_eval=cfg.proxy_eval, seed=cfg.seed)
+    cache = TeacherCache(ctx.teacher, data)
     results = []
     for rank, row in enumerate(chosen, 1):
         dest = final_dir(out, rank, row["arch"])
         spec = StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
         ctx.progress.phase(f"final {rank}/{len(chosen)} {spec.arch}: distill {cfg.final_steps} steps")
         t0 = time.perf_counter()
-        res = run_distill(spec, ctx.teacher, ctx.data,
-                          ctx.distill_config(cfg.final_steps, eval_every=max(1, cfg.final_steps // 5)), cache=ctx.cache)
+        res = run_distill(spec, ctx.teacher, data,
+                          ctx.distill_config(cfg.final_steps, eval_every=max(1, cfg.final_steps // 5)), cache=cache)
         t1 = time.perf_counter()
         ctx.progress.phase(f"final {rank}/{len(chosen)} {spec.arch}: export")
         student = res.student.eval()
@@ -62,7 +68,10 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, chosen: list[dict[str, A
         report = export_model(student, dest, int8=True, tokenizer=ctx.teacher.tokenizer)
         student.save_pretrained(dest)
         atomic_write_text(dest / "distill.json",
-                          json.dumps({**res.summary(), "search_trial": row["number"]}, indent=2, default=str) + "\n")
+                          json.dumps({**res.summary(), "search_trial": row["number"],
+                                     "transfer_set": {"train": int(data.train_ids.shape[0]),
+                                                      "eval": int(data.eval_ids.shape[0]), "seq_len": data.seq_len}},
+                                    indent=2, default=str) + "\n")
         t2 = time.perf_counter()
         ctx.progress.phase(f"final {rank}/{len(chosen)} {spec.arch}: latency")
         latency = latency_record(measure(dest, cfg))
@@ -71,6 +80,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, chosen: list[dict[str, A
         loss = float(res.metrics["l_hs_norm"])
         entry = {
             "rank": rank, "trial": row["number"], "arch": spec.arch, "dir": str(dest), "steps": cfg.final_steps,
+            "train": cfg.final_train, "train_rows": int(data.train_ids.shape[0]),
             "params": spec.num_parameters(), "l_hs_norm": loss, "l_hs_raw": float(res.metrics["l_hs_raw"]),
             "latency_ms": latency["median_ms"], "latency": latency, "latency_int8_onnx": int8_latency, "reward": ctx.reward(loss, latency["median_ms"]),
             "within_budget": latency["median_ms"] <= ctx.budget_ms, "proxy_reward": row["reward"],

@@ -85,7 +85,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         fail_stale_trials(study, cfg.stale_after_s)
         enqueue_retries(study)
 
-        ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, data=data,
+        ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=teacher_latency["median_ms"], budget_ms=budget_ms,
                             progress=progress)
         objective = Objective(ctx)
@@ -109,7 +109,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
                 f"no trial was trained within the budget of {budget_ms:.2f} ms after {cfg.trials} trials; "
                 f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
             )
-        if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg.final_steps):
+        if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg.final_steps, cfg.final_train):
             run_final(study, ctx, out, chosen)
         progress.phase("done")
         return write_outputs(study, out)

@@ -41,6 +41,7 @@ class SearchContext:
     space: SearchSpace
     sizes: dict[str, int]
     teacher: Any
+    texts: Any  # the corpus, for the final run's larger transfer set
     data: Any
     cache: Any
     teacher_latency_ms: float

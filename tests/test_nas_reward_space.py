@@ -96,3 +96,11 @@ def test_reference_shapes_are_table1_for_a_base_teacher_and_scale_to_minilm():
         "6L-DistilBERT": (6, 12, 768, 3072), "6L": (6, 12, 384, 1536), "4L": (4, 12, 576, 768), "3L": (3, 12, 384, 1024)}
     assert dict(reference_shapes(12, 384, 1536)) == {
         "6L-DistilBERT": (6, 12, 384, 1536), "6L": (6, 12, 192, 768), "4L": (4, 12, 288, 384), "3L": (3, 12, 192, 512)}
+
+
+def test_final_train_must_be_positive():
+    from nas.config import SearchConfig
+
+    with pytest.raises(KdnasError, match="final_train=0"):
+        SearchConfig(final_train=0)
+    assert SearchConfig().proxy_steps == 60 and SearchConfig().final_train == 1024

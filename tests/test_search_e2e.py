@@ -29,7 +29,8 @@ from nas import kdnas_reward
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
-TINY = ["--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--no-progress"]
+TINY = ["--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--final-train", "48",
+        "--no-progress"]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -85,6 +86,9 @@ def test_search_writes_every_output(search_run):
     summary = json.loads((out / "summary.json").read_text())
     final = summary["final"][0]
     assert final["arch"] == summary["best_trial"]["arch"] and final["steps"] == 6
+    # The final run trains on its own, larger transfer set (--final-train 48 vs 32 proxy rows).
+    assert final["train"] == 48 and final["train_rows"] == 48
+    assert json.loads((best / "distill.json").read_text())["transfer_set"] == {"train": 48, "eval": 8, "seq_len": 32}
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(best)

@@ -39,7 +39,7 @@ def is_done(study: optuna.Study, out: Path, chosen: list[dict[str, Any]], steps:
     done = study.user_attrs.get("final") or []
     want = [(r["number"], steps, train, str(final_dir(out, i, r["arch"]))) for i, r in enumerate(chosen, 1)]
     have = [(f["trial"], f["steps"], f.get("train"), f["dir"]) for f in done]
-    return have == want and all((Path(d) / "export.json").is_file() for _, _, d in want)
+    return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
 
 
 def run_final(study: optuna.Study, ctx: Any, out: Path, chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:

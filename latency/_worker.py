@@ -41,7 +41,7 @@ def run(request: dict) -> dict:
     run_once, fused, tmp = runner(request, threads)
     try:
         best, blocks, quiet = _stats.measure_blocks(run_once, rule, blocks=int(request.get("blocks", 1)),
-                                             retries=int(request["retries"]), max_cv=request["max_cv"])
+                                                    retries=int(request["retries"]), max_cv=request["max_cv"])
     finally:
         if tmp is not None:
             tmp.cleanup()

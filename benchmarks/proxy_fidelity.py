@@ -1,7 +1,7 @@
 """Does the search's cheap proxy pick the students that turn out best?
 
 For N architectures spread over the search space: distill each with the search's proxy budget
-(`nas.config.SearchConfig` defaults: hs, uniform layer map, 20 steps on 96 sequences, batch 8,
+(`nas.config.SearchConfig` defaults: hs, uniform layer map, 60 steps on 96 sequences, batch 8,
 seq 64, lr 2e-3) and with a long budget (>= 10x the steps, on a larger transfer set), fine-tune
 each long student on a downstream task, and report Kendall's tau-b, with a bootstrap 95 %
 interval over architectures, between

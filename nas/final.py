@@ -2,8 +2,9 @@
 
 The winner is the feasible trial with the best reward (for the Pareto objective: the front
 member with the best KD-NAS reward). It is trained from scratch for `final_steps` on a transfer
-set of `final_train` sequences with the proxy's held-out rows (so the losses compare), exported (ONNX + fused + INT8, parity-checked by `export`), and profiled with the
-same latency settings as the search. Results are kept in the study (`final`), so a rerun of a
+set of `final_train` sequences with the proxy's held-out rows (so the losses compare), exported
+(ONNX + fused + INT8, parity-checked by `export`), and profiled with the same latency settings as
+the search. Results are kept in the study (`final`), so a rerun of a
 finished search does not redo them.
 """
 
@@ -43,9 +44,8 @@ def is_done(study: optuna.Study, out: Path, chosen: list[dict[str, Any]], steps:
 
 
 def run_final(study: optuna.Study, ctx: Any, out: Path, chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from export import export_model
-
     from distill import TeacherCache, make_transfer_set
+    from export import export_model
 
     cfg = ctx.config
     ctx.progress.phase(f"final: transfer set of {cfg.final_train} sequences, teacher targets")

@@ -30,6 +30,23 @@ def small_data(teacher, news_texts):
     return make_transfer_set(teacher.tokenizer, news_texts, seq_len=64, num_train=128, num_eval=32, seed=0)
 
 
+@pytest.fixture(scope="session")
+def minilm_2l(tmp_path_factory) -> str:
+    """The bundled MiniLM cut to its first 2 layers: a real pretrained encoder (12 heads) that
+    fine-tunes quickly on 2 cores. Saved once per session; tests copy it before changing anything."""
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from distill.assets import teacher_path
+
+    hf_logging.set_verbosity_error()
+    path = teacher_path("minilm-l6")
+    out = tmp_path_factory.mktemp("minilm-2l")
+    AutoModel.from_pretrained(path, num_hidden_layers=2).save_pretrained(out)
+    AutoTokenizer.from_pretrained(path).save_pretrained(out)
+    return str(out)
+
+
 @pytest.fixture()
 def isolated_cache(tmp_path, monkeypatch):
     """A private KDNAS_CACHE so tests never read targets written by another run."""

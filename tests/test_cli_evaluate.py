@@ -27,20 +27,6 @@ def wired(monkeypatch):
     monkeypatch.setattr(nas.cli, "build_parser", build)
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    from distill.assets import teacher_path
-
-    hf_logging.set_verbosity_error()
-    out = tmp_path_factory.mktemp("minilm-2l")
-    AutoModel.from_pretrained(teacher_path("minilm-l6"), num_hidden_layers=2).save_pretrained(out)
-    AutoTokenizer.from_pretrained(teacher_path("minilm-l6")).save_pretrained(out)
-    return str(out)
-
-
 def _error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
@@ -60,49 +46,49 @@ def test_help_teaches_tasks_protocol_and_examples(capsys):
     assert "logit-head" in out and "ce-all" in out and "SVD" in out
 
 
-def test_unknown_task(capsys, tiny_model):
-    assert nas.cli.main(["evaluate", tiny_model, "--teacher", "none", "--tasks", "glue-sst2", "--quiet"]) == 2
+def test_unknown_task(capsys, minilm_2l):
+    assert nas.cli.main(["evaluate", minilm_2l, "--teacher", "none", "--tasks", "glue-sst2", "--quiet"]) == 2
     line = _error_line(capsys)
     assert "glue-sst2" in line and "sentiment, topic, tweets" in line
 
 
-def test_dataset_without_text_or_label_column(capsys, tmp_path, tiny_model):
+def test_dataset_without_text_or_label_column(capsys, tmp_path, minilm_2l):
     path = tmp_path / "reviews.csv"
     path.write_text("review_body,stars\nnice,5\nbad,1\n")
-    assert nas.cli.main(["evaluate", tiny_model, "--tasks", str(path), "--quiet"]) == 2
+    assert nas.cli.main(["evaluate", minilm_2l, "--tasks", str(path), "--quiet"]) == 2
     line = _error_line(capsys)
     assert "columns found: review_body, stars" in line
 
 
-def test_one_class_only(capsys, tmp_path, tiny_model):
+def test_one_class_only(capsys, tmp_path, minilm_2l):
     path = tmp_path / "one.jsonl"
     path.write_text("\n".join(json.dumps({"text": f"t {i}", "label": "spam"}) for i in range(10)))
-    assert nas.cli.main(["evaluate", tiny_model, "--tasks", str(path), "--quiet"]) == 2
+    assert nas.cli.main(["evaluate", minilm_2l, "--tasks", str(path), "--quiet"]) == 2
     assert "only one class (spam)" in _error_line(capsys)
 
 
-def test_student_folder_without_tokenizer(capsys, tmp_path, tiny_model):
+def test_student_folder_without_tokenizer(capsys, tmp_path, minilm_2l):
     bare = tmp_path / "student"
     bare.mkdir()
     for name in ("config.json", "model.safetensors"):
-        shutil.copy(f"{tiny_model}/{name}", bare / name)
+        shutil.copy(f"{minilm_2l}/{name}", bare / name)
     assert nas.cli.main(["evaluate", str(bare), "--tasks", "topic", "--quiet"]) == 2
     line = _error_line(capsys)
     assert "has no tokenizer" in line and str(bare) in line
 
 
-def test_bad_numbers_are_user_errors(capsys, tiny_model):
-    assert nas.cli.main(["evaluate", tiny_model, "--seeds", "a,b", "--quiet"]) == 2
+def test_bad_numbers_are_user_errors(capsys, minilm_2l):
+    assert nas.cli.main(["evaluate", minilm_2l, "--seeds", "a,b", "--quiet"]) == 2
     assert "--seeds" in _error_line(capsys)
-    assert nas.cli.main(["evaluate", tiny_model, "--train-size", "lots", "--quiet"]) == 2
+    assert nas.cli.main(["evaluate", minilm_2l, "--train-size", "lots", "--quiet"]) == 2
     assert "--train-size" in _error_line(capsys)
     assert nas.cli.main(["transfer", "--stage-steps", "1,2", "--out", "x", "--quiet"]) == 2
     assert "5 numbers" in _error_line(capsys)
 
 
-def test_evaluate_writes_json_and_table(capsys, tmp_path, tiny_model, isolated_cache):
+def test_evaluate_writes_json_and_table(capsys, tmp_path, minilm_2l, isolated_cache):
     out = tmp_path / "eval.json"
-    code = nas.cli.main(["evaluate", tiny_model, "--teacher", tiny_model, "--tasks", "topic", "--seeds", "0",
+    code = nas.cli.main(["evaluate", minilm_2l, "--teacher", minilm_2l, "--tasks", "topic", "--seeds", "0",
                          "--train-size", "32", "--eval-size", "20", "--epochs", "1", "--max-len", "16",
                          "--lr", "2e-4", "--no-latency", "--quiet", "--out", str(out)])
     assert code == 0

@@ -22,20 +22,6 @@ torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    """The bundled MiniLM cut to its first 2 layers: a real pretrained encoder, cheap on 2 cores."""
-    from transformers import AutoModel, AutoTokenizer
-
-    from distill.assets import teacher_path
-
-    path = teacher_path("minilm-l6")
-    out = tmp_path_factory.mktemp("minilm-2l")
-    AutoModel.from_pretrained(path, num_hidden_layers=2).save_pretrained(out)
-    AutoTokenizer.from_pretrained(path).save_pretrained(out)
-    return str(out)
-
-
-@pytest.fixture(scope="module")
 def topic():
     return load_task("topic")
 
@@ -61,8 +47,8 @@ def test_accuracy_and_macro_f1():
     assert f1 == pytest.approx((0.8 + 0 + 0) / 3)
 
 
-def test_tiny_finetune_beats_majority_class(tiny_model, topic, isolated_cache):
-    ref = resolve_model(tiny_model)
+def test_tiny_finetune_beats_majority_class(minilm_2l, topic, isolated_cache):
+    ref = resolve_model(minilm_2l)
     run = finetune_once(ref, topic, TINY, seed=0)
     majority = protocol_splits(topic, TINY)[1].majority_accuracy()
     assert run.train_examples == 240 and run.test_examples == 150
@@ -70,10 +56,10 @@ def test_tiny_finetune_beats_majority_class(tiny_model, topic, isolated_cache):
     assert 0 < run.macro_f1 <= 1
 
 
-def test_scores_are_cached_per_weights_and_recipe(tiny_model, topic, isolated_cache, monkeypatch):
+def test_scores_are_cached_per_weights_and_recipe(minilm_2l, topic, isolated_cache, monkeypatch):
     config = FinetuneConfig(lr=2e-4, batch_size=16, epochs=1, max_len=16, train_size=32, eval_size=20,
                             seeds=(0, 1), progress=False)
-    ref = resolve_model(tiny_model)
+    ref = resolve_model(minilm_2l)
     first = evaluate_model(ref, [topic], config)["topic"]
     assert [r.seed for r in first.runs] == [0, 1] and not any(r.cached for r in first.runs)
 
@@ -87,10 +73,10 @@ def test_scores_are_cached_per_weights_and_recipe(tiny_model, topic, isolated_ca
     assert first.std() >= 0 and first.mean() == pytest.approx(sum(r.accuracy for r in first.runs) / 2)
 
 
-def test_report_has_percent_of_teacher(tiny_model, isolated_cache):
+def test_report_has_percent_of_teacher(minilm_2l, isolated_cache):
     config = FinetuneConfig(lr=2e-4, batch_size=16, epochs=1, max_len=16, train_size=32, eval_size=20,
                             seeds=(0,), progress=False)
-    report = evaluate([tiny_model], ["topic"], config, teacher=tiny_model, latency=False)
+    report = evaluate([minilm_2l], ["topic"], config, teacher=minilm_2l, latency=False)
     teacher, student = report["models"]
     assert teacher["role"] == "teacher" and student["role"] == "student"
     assert student["percent_of_teacher"]["topic"] == pytest.approx(100.0)  # same weights, same seed
@@ -104,13 +90,13 @@ def test_report_has_percent_of_teacher(tiny_model, isolated_cache):
     assert "% of teacher" in table and "majority class" in table
 
 
-def test_folder_without_tokenizer_is_a_user_error(tiny_model, tmp_path):
+def test_folder_without_tokenizer_is_a_user_error(minilm_2l, tmp_path):
     import shutil
 
     bare = tmp_path / "bare"
     bare.mkdir()
     for name in ("config.json", "model.safetensors"):
-        shutil.copy(f"{tiny_model}/{name}", bare / name)
+        shutil.copy(f"{minilm_2l}/{name}", bare / name)
     with pytest.raises(KdnasError, match="has no tokenizer"):
         resolve_model(str(bare))
 
@@ -122,11 +108,11 @@ def test_invalid_recipe_values_are_user_errors():
         FinetuneConfig(seeds=())
 
 
-def test_linear_probe_on_frozen_features_beats_majority(tiny_model, topic):
+def test_linear_probe_on_frozen_features_beats_majority(minilm_2l, topic):
     from distill.finetune import linear_probe
 
-    run = linear_probe(resolve_model(tiny_model), topic, train_size=200, eval_size=150, max_len=32, steps=100)
+    run = linear_probe(resolve_model(minilm_2l), topic, train_size=200, eval_size=150, max_len=32, steps=100)
     majority = topic.test.subsample(150, seed=0).majority_accuracy()
     assert run.accuracy > majority + 0.3, (run.accuracy, majority)
-    again = linear_probe(resolve_model(tiny_model), topic, train_size=200, eval_size=150, max_len=32, steps=100)
+    again = linear_probe(resolve_model(minilm_2l), topic, train_size=200, eval_size=150, max_len=32, steps=100)
     assert again.accuracy == run.accuracy  # deterministic

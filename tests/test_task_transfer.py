@@ -18,21 +18,6 @@ torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="module")
-def minilm_2l(tmp_path_factory):
-    """The bundled MiniLM cut to 2 layers: a real teacher (12 heads) that fine-tunes quickly."""
-    from transformers import AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    from distill.assets import teacher_path
-
-    hf_logging.set_verbosity_error()
-    out = tmp_path_factory.mktemp("minilm-2l")
-    AutoModel.from_pretrained(teacher_path("minilm-l6"), num_hidden_layers=2).save_pretrained(out)
-    AutoTokenizer.from_pretrained(teacher_path("minilm-l6")).save_pretrained(out)
-    return str(out)
-
-
-@pytest.fixture(scope="module")
 def topic():
     return load_task("topic")
 

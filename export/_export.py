@@ -80,6 +80,8 @@ def export_model(
     out = Path(out_dir).expanduser()
     _check_out_dir(out)
     _graph.check_opset(opset)
+    if int8_fp32_attention and not int8:
+        raise KdnasError("--int8-fp32-attention chooses how model.int8.onnx is quantized: add --int8 to write it")
     model, source, tok_source = _load_model(model_or_dir)
     tok = _load_tokenizer(tokenizer if tokenizer is not None else tok_source, source)
     vocab = int(model.config.vocab_size)

@@ -16,13 +16,21 @@ from distill.errors import KdnasError
 EXIT_USER_ERROR = 2
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own errors (a mistyped number, an unknown option) as one line, like every other
+    user error; the full usage stays one `--help` away. Sub-command parsers inherit this class."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from distill import _cli as distill_cli
     from distill import _eval_cli as evaluate_cli
     from export import _cli as export_cli
     from latency import _cli as latency_cli
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kdnas",
         description=(
             "Find, distill and ship small Transformer students under a CPU latency budget. "

@@ -63,3 +63,21 @@ def test_help_explains_methods_and_options():
     assert run.returncode == 0
     for word in ("minilmv2", "--layer-map", "uniform+last", "--assistant", "--cache-dir", "AutoModel.from_pretrained"):
         assert word in run.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("search", "--final-train", "abc"), "argument --final-train: invalid int value: 'abc'"),
+    (("profile", "4x12x192x768", "--batch", "1.5"), "argument --batch: invalid int value: '1.5'"),
+    (("distill", "--out", "unused", "--no-such-option"), "unrecognized arguments: --no-such-option"),
+    (("distill",), "the following arguments are required: --out"),
+    (("frobnicate",), "invalid choice: 'frobnicate'"),
+])
+def test_argparse_errors_are_one_line_too(args, message, capsys):
+    """A mistyped value or option gets the same one-line error as every other user error, not the usage."""
+    from nas.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "usage:" not in err, err

@@ -142,6 +142,8 @@ def test_bad_inputs(student_dir, tmp_path):
         export_model(tmp_path / "empty", tmp_path / "b")
     with pytest.raises(KdnasError, match="opset 9 is not supported"):
         export_model(student_dir, tmp_path / "c", opset=9)
+    with pytest.raises(KdnasError, match="add --int8"):
+        export_model(student_dir, tmp_path / "e", int8_fp32_attention=True)
     with pytest.raises(KdnasError, match="no tokenizer"):
         export_model(TINY, tmp_path / "d")  # a spec has no tokenizer of its own
     (tmp_path / "busy").mkdir()

@@ -9,6 +9,7 @@ Public API:
     Evaluator                               held-out L_HS, raw and normalized
     layer_map, minilmv2_loss, METHODS       losses (see distill.losses for all of them)
     StudentSpec, parse_arch, build_student  student shapes
+    inherit_student, measure_importance     students cut from the teacher's own weights
     KdnasError                              user errors
 """
 
@@ -17,6 +18,7 @@ from .cache import TeacherCache
 from .data import TransferSet, load_corpus, make_transfer_set
 from .errors import KdnasError
 from .evaluate import Evaluator
+from .inherit import inherit_student, measure_importance
 from .losses import layer_map, minilmv2_loss
 from .methods import METHODS, build_method
 from .recipes import hs_then_od, wants_assistant, with_assistant
@@ -27,6 +29,6 @@ from .trainer import DistillConfig, DistillResult, distill
 __all__ = [
     "Activations", "DistillConfig", "DistillResult", "Evaluator", "KdnasError", "METHODS", "ModelDims", "Needs",
     "StudentSpec", "Teacher", "TeacherCache", "TransferSet", "build_method", "build_student", "distill",
-    "hs_then_od", "layer_map", "load_corpus", "load_teacher", "make_transfer_set", "minilmv2_loss",
+    "hs_then_od", "inherit_student", "layer_map", "measure_importance", "load_corpus", "load_teacher", "make_transfer_set", "minilmv2_loss",
     "parse_arch", "wants_assistant", "with_assistant",
 ]

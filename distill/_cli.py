@@ -22,6 +22,7 @@ methods (METHODS.md):
   xtremedistil   multi-layer hidden + attention transfer (equal head counts); pair with --init svd
   od             output distribution on masked-LM logits, Eq. 5 (teacher needs an MLM head)
   hs+od          two stages: hs, then od from that checkpoint (App. B)
+  embed          sentence-embedding transfer: token states, pooled cosine, in-batch relations
 
 The output folder loads with AutoModel.from_pretrained(DIR) and holds the teacher's tokenizer and
 distill.json (config, per-evaluation losses, final held-out L_HS raw and normalized).
@@ -49,6 +50,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate, App. B (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default: %(default)s)")
     p.add_argument("--train-size", type=int, default=2048, help="training sequences in the transfer set (default: %(default)s)")
+    p.add_argument("--unit", default="window", choices=["window", "sentence"],
+                   help="training rows: windows of running text, or one sentence each (default: %(default)s)")
     p.add_argument("--eval-size", type=int, default=64, help="held-out sequences for L_HS (default: %(default)s)")
     p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps; 0 = at the end (default: %(default)s)")
     p.add_argument("--layer-map", default=None,
@@ -59,8 +62,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ckd-overlap", default=None, help="CKD/ALP buckets: NO (no overlap) or PO (partial overlap; default: NO)")
     p.add_argument("--alp-scope", default=None, help="ALP attention over: all teacher layers or a bucket (default: all)")
     p.add_argument("--temperature", type=float, default=None, help="OD temperature tau (default: 1.0)")
-    p.add_argument("--init", default="random", choices=["random", "svd"],
-                   help="student word embeddings: random, or svd of the teacher's (XtremeDistil)")
+    p.add_argument("--init", default="inherit", choices=["inherit", "svd", "random"],
+                   help="inherit: the teacher's own layers, heads, neurons and channels, ranked by activation "
+                        "importance; svd: SVD of the teacher's word embeddings (XtremeDistil), the rest random; "
+                        "random (default: %(default)s)")
+    p.add_argument("--layer-rule", default="even", choices=["first", "even", "bi"],
+                   help="which teacher layers an inherited student keeps: the first, evenly spaced, or the "
+                        "largest block influence (default: %(default)s)")
+    p.add_argument("--embed-terms", default=None,
+                   help="embed method: '+'-joined terms of tok, cos, rel (default: tok+cos+rel)")
     p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
                    help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (bf16 autocast on CUDA; default: %(default)s)")
@@ -78,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from .cache import TeacherCache
     from .data import load_corpus, make_transfer_set
     from .errors import KdnasError
+    from .inherit import inherit_reason
     from .methods import METHODS
     from .recipes import hs_then_od, wants_assistant, with_assistant
     from .spec import parse_arch
@@ -99,18 +110,20 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
         layer_map=args.layer_map, relation_heads=args.relation_heads, teacher_layer=args.teacher_layer,
         ckd_overlap=args.ckd_overlap, alp_scope=args.alp_scope, temperature=args.temperature, init=args.init, seed=args.seed,
-        device=args.device, progress=not args.quiet,
+        layer_rule=args.layer_rule, embed_terms=args.embed_terms, device=args.device, progress=not args.quiet,
     )
     needs_mlm = args.method in ("od", "hs+od")
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     parse_arch(args.arch)  # fail on a malformed shape before loading anything
     teacher = load_teacher(args.teacher, mlm=needs_mlm)
     spec = parse_arch(args.arch, **teacher.student_sizes())
+    if config.init == "inherit" and (reason := inherit_reason(teacher, spec)) is not None:
+        raise KdnasError(f"--init inherit: {reason}; use --init svd or random for this shape")
     log(f"teacher {args.teacher}: {teacher.dims.layers}x{teacher.dims.heads}x{teacher.dims.hidden}x{teacher.dims.ffn}; "
         f"student {spec.arch} ({spec.num_parameters() / 1e6:.1f}M parameters)")
     texts = load_corpus(args.corpus)
     data = make_transfer_set(teacher.tokenizer, texts, seq_len=args.seq_len, num_train=args.train_size,
-                             num_eval=args.eval_size, seed=args.seed)
+                             num_eval=args.eval_size, seed=args.seed, unit=args.unit)
     log(f"corpus {args.corpus}: {data.num_train} training and {data.num_eval} held-out sequences of {data.seq_len} tokens")
     if args.cache_dir is None:
         cache_dir = assets.cache_root() / "targets"

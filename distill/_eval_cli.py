@@ -10,12 +10,21 @@ from pathlib import Path
 EVALUATE_EPILOG = """\
 what it does:
   Each MODEL (a student folder such as runs/demo/best, or a bundled teacher name) and the --teacher
-  are fine-tuned on every task with a classification head (masked mean pooling + linear), once per
-  --seeds seed, and scored on the task's test examples. The table shows accuracy mean ± std over
-  seeds (macro-F1 beside it), the student's accuracy as a percentage of the teacher's, and each
-  model's CPU latency (batch 1, --latency-seq tokens, --threads threads, onnxruntime), so it is the
-  table a deployment decision needs. Scores are cached per (weights, task, recipe, seed) in
-  $KDNAS_CACHE/eval, so the teacher is fine-tuned once for many students.
+  are measured three ways (--measures; each reads the sentence embedding, the masked mean of the
+  last hidden states):
+  fidelity  Spearman's rho between the teacher's and the model's cosine similarities over
+            --fidelity-pairs random pairs of --fidelity-sentences held-out sentences of --corpus
+            (documents never used for distillation), and the mean cosine between the two
+            embeddings of a sentence (through a fitted linear map when the widths differ).
+  probe     logistic regression on frozen embeddings (MTEB's classifier), trained on the task's
+            full train split and on --shots examples per class (--draws draws), scored on the full
+            test split; "probe gain kept" is the share of the teacher's gain over the majority class.
+  finetune  fine-tuned with a classification head (masked mean pooling + linear), once per --seeds
+            seed, on the task's train examples; accuracy mean ± std over seeds (macro-F1 beside
+            it), % of teacher and gain kept.
+  Each model's CPU latency (batch 1, --latency-seq tokens, --threads threads, onnxruntime) is
+  beside, so it is the table a deployment decision needs. Results are cached in $KDNAS_CACHE/eval
+  and $KDNAS_CACHE/quality per weights, so the teacher is measured once for many students.
 
 tasks (bundled, offline; fixed seeded 80/10/10 splits, duplicates removed):
   sentiment  Rotten Tomatoes snippets, rotten/fresh              (10,202 / 1,275 / 1,275)
@@ -25,13 +34,15 @@ tasks (bundled, offline; fixed seeded 80/10/10 splits, duplicates removed):
   (text, sentence, content, document, body, review, tweet) and a label column (label, labels,
   category, sentiment, class, target, topic); a hub dataset name where the network is reachable.
 
-protocol: CPU-sized by default — at most --train-size training and --eval-size test examples per
-task (stratified, the same examples for every model and seed), --epochs epochs at --max-len tokens.
-Use --train-size all --eval-size all for the full splits (a GPU is used when present).
+protocol: fine-tuning is CPU-sized by default — at most --train-size training and --eval-size test
+examples per task (stratified, the same examples for every model and seed), --epochs epochs at
+--max-len tokens. Use --train-size all --eval-size all for the full splits (a GPU is used when
+present). Probes always use the full splits; every measure reads --max-len tokens.
 
 examples:
   kdnas evaluate runs/demo/best                                   (vs minilm-l6, 3 tasks, 3 seeds)
   kdnas evaluate runs/demo/best runs/s4 --tasks sentiment,topic --seeds 0,1 --out eval.json
+  kdnas evaluate runs/s4 --measures fidelity,probe                (no fine-tuning: minutes on a CPU)
   kdnas evaluate --teacher none runs/s4 --tasks ./my_labels.csv --lr 1e-4 --epochs 2
 """
 
@@ -60,8 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     d = FinetuneConfig()
     p = subparsers.add_parser(
-        "evaluate", help="fine-tune teacher and students on labeled tasks and compare them",
-        description="How much of the teacher's quality does a student keep? Fine-tune and score on tasks.",
+        "evaluate", help="measure teacher and students (embedding fidelity, probes, fine-tuning) and compare them",
+        description="How much of the teacher's quality does a student keep? Embedding fidelity to the teacher, "
+                    "linear probes and fine-tuning on labeled tasks.",
         epilog=EVALUATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("models", nargs="*", metavar="MODEL", help="student folders (or bundled teacher names) to evaluate")
@@ -69,6 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="reference model for %% of teacher: bundled name or folder; 'none' to skip (default: %(default)s)")
     p.add_argument("--tasks", default="sentiment,topic,tweets",
                    help="comma-separated bundled task names and/or dataset paths (default: %(default)s)")
+    _add_quality_flags(p)
     p.add_argument("--seeds", default="0,1,2", help="comma-separated fine-tuning seeds (default: %(default)s)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, App. D (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="(default: %(default)s)")
@@ -82,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-latency", action="store_true", help="skip the CPU latency column")
     p.add_argument("--latency-seq", type=int, default=128, help="sequence length for latency (default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="CPU threads for latency (default: %(default)s)")
-    p.add_argument("--no-cache", action="store_true", help="recompute every score (ignore $KDNAS_CACHE/eval)")
+    p.add_argument("--no-cache", action="store_true", help="recompute every score (ignore $KDNAS_CACHE/eval and /quality)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: %(default)s)")
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     p.add_argument("--json", action="store_true", help="print the JSON on stdout instead of the table")
@@ -109,6 +122,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--out", required=True, help="output folder for the student")
     t.add_argument("--quiet", action="store_true")
     t.set_defaults(func=run_transfer)
+
+
+def _add_quality_flags(p: argparse.ArgumentParser) -> None:
+    """`kdnas evaluate`'s options for the fidelity and probe measures (distill.quality)."""
+    from .quality import QualityConfig
+
+    q = QualityConfig()
+    p.add_argument("--measures", default=None,
+                   help="comma-separated, of: fidelity, probe, finetune (default: all three; without a "
+                        "teacher, probe,finetune)")
+    p.add_argument("--fidelity-sentences", type=int, default=q.fidelity_sentences, metavar="N",
+                   help="held-out sentences for fidelity (default: %(default)s)")
+    p.add_argument("--fidelity-pairs", type=int, default=q.fidelity_pairs, metavar="N",
+                   help="random sentence pairs for fidelity's Spearman rho, >= 100 (default: %(default)s)")
+    p.add_argument("--corpus", default=q.corpus,
+                   help="corpus whose held-out documents give the fidelity sentences (default: %(default)s)")
+    p.add_argument("--shots", type=int, default=q.shots, help="examples per class of a few-shot probe (default: %(default)s)")
+    p.add_argument("--draws", type=int, default=q.draws, help="few-shot probe draws (default: %(default)s)")
 
 
 def _size(text: str, flag: str) -> int | None:
@@ -138,6 +169,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from .errors import KdnasError
     from .finetune import evaluate, format_table
     from .finetune import FinetuneConfig
+    from .quality import MEASURES, QualityConfig, check_measures
 
     config = FinetuneConfig(
         lr=args.lr, batch_size=args.batch_size, epochs=args.epochs, max_len=args.max_len,
@@ -151,9 +183,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not tasks:
         raise KdnasError("--tasks is empty; bundled tasks: sentiment, topic, tweets")
+    measures = check_measures(args.measures if args.measures is not None else ",".join(MEASURES))
+    if args.measures is None and teacher is None:  # fidelity needs a teacher; only an explicit ask is an error
+        measures = tuple(m for m in measures if m != "fidelity")
+    quality = QualityConfig(corpus=args.corpus, fidelity_sentences=args.fidelity_sentences,
+                            fidelity_pairs=args.fidelity_pairs, shots=args.shots, draws=args.draws)
     report = evaluate(args.models, tasks, config, teacher=teacher, latency=not args.no_latency,
                       latency_seq=args.latency_seq, threads=args.threads, cache=not args.no_cache,
-                      log=None if args.quiet else (lambda m: print(m, file=sys.stderr)))
+                      log=None if args.quiet else (lambda m: print(m, file=sys.stderr)),
+                      measures=measures, quality=quality)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))

@@ -51,6 +51,7 @@ class TeacherCache:
         self.batch_size = batch_size
         self._store: dict[tuple[str, str, int], torch.Tensor] = {}
         self.teacher_passes = 0  # full passes over a split; tests and benchmarks read it
+        self._importance = None
 
     def _file(self, split: str, kind: str, layer: int) -> Path:
         assert self.directory is not None
@@ -72,20 +73,11 @@ class TeacherCache:
             hidden=frozenset(i for k, i in missing if k == "hidden"),
             qkv=frozenset(i for k, i in missing if k != "hidden"),
         )
-        ids, mask = self.data.split(split)
-        device = next(self.teacher.model.parameters()).device
-        chunks: dict[tuple[str, int], list[torch.Tensor]] = {e: [] for e in _entries(wanted)}
-        for start in range(0, ids.shape[0], self.batch_size):
-            acts = self.teacher.activations(
-                ids[start : start + self.batch_size].to(device), mask[start : start + self.batch_size].to(device), wanted
-            )
-            for (kind, layer), parts in chunks.items():
-                parts.append(getattr(acts, kind)[layer].to("cpu", self.dtype))
+        computed = self._teacher_pass(split, wanted)
         self.teacher_passes += 1
-        for (kind, layer), parts in chunks.items():
+        for (kind, layer), tensor in computed.items():
             if (kind, layer) not in missing:
                 continue  # computed alongside (e.g. all of Q/K/V of a layer); keep what was asked
-            tensor = torch.cat(parts)
             self._store[(split, kind, layer)] = tensor
             if self.directory is not None:
                 self.directory.mkdir(parents=True, exist_ok=True)
@@ -94,13 +86,42 @@ class TeacherCache:
                 torch.save(tensor, tmp)
                 tmp.replace(path)
 
-    def batch(self, split: str, index: torch.Tensor, needs: Needs) -> Activations:
-        """Teacher activations of the rows `index` of `split` (call `ensure` first)."""
+    def _teacher_pass(self, split: str, wanted: Needs) -> dict[tuple[str, int], torch.Tensor]:
+        """One teacher pass over `split`, in length-sorted batches cut to their longest row (short
+        rows such as sentences cost what they hold); padded positions are stored as zeros."""
+        ids, mask = self.data.split(split)
+        lengths = mask.sum(1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        device = next(self.teacher.model.parameters()).device
+        out: dict[tuple[str, int], torch.Tensor] = {}
+        for start in range(0, ids.shape[0], self.batch_size):
+            rows = order[start : start + self.batch_size]
+            width = int(lengths[rows].max())
+            acts = self.teacher.activations(ids[rows, :width].to(device), mask[rows, :width].to(device), wanted)
+            for kind, layer in _entries(wanted):
+                value = getattr(acts, kind)[layer]
+                if (kind, layer) not in out:
+                    out[(kind, layer)] = torch.zeros(*ids.shape, value.shape[-1], dtype=self.dtype)
+                out[(kind, layer)][rows, :width] = value.to("cpu", self.dtype)
+        return out
+
+    def batch(self, split: str, index: torch.Tensor, needs: Needs, width: int | None = None) -> Activations:
+        """Teacher activations of the rows `index` of `split`, cut to the first `width` positions."""
         self.ensure(split, needs)
         out = Activations()
         for kind, layer in _entries(needs):
-            getattr(out, kind)[layer] = self._store[(split, kind, layer)][index]
+            getattr(out, kind)[layer] = self._store[(split, kind, layer)][index, :width]
         return out
+
+    def importance(self, rows: int = 256):
+        """Activation importances of the teacher on the first `rows` training rows (the calibration
+        batch of `distill.inherit`), measured once per cache."""
+        if self._importance is None:
+            from .inherit import measure_importance
+
+            ids, mask = self.data.split("train")
+            self._importance = measure_importance(self.teacher, ids[:rows], mask[:rows])
+        return self._importance
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._store.values())

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import random
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,13 @@ from .errors import KdnasError
 
 _TEXT_COLUMNS = ("text", "sentence", "content", "document", "body")
 _MIN_CHUNK = 8  # shorter tails carry too little context to be worth a training row
+# One document in HELDOUT_EVERY (chosen by a hash of its text, so independent of seeds and sizes) is
+# never put in a transfer set: quality measures (embedding fidelity) read sentences from these.
+# Corpora of fewer than HELDOUT_MIN_DOCS documents hold nothing out (and have no such measures).
+HELDOUT_EVERY = 16
+HELDOUT_MIN_DOCS = 64
+UNITS = ("window", "sentence")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])")
 
 
 def load_corpus(name_or_path: str) -> list[str]:
@@ -140,9 +148,13 @@ class TransferSet:
 
 
 def make_transfer_set(
-    tokenizer, texts: list[str], *, seq_len: int = 128, num_train: int = 512, num_eval: int = 64, seed: int = 0
+    tokenizer, texts: list[str], *, seq_len: int = 128, num_train: int = 512, num_eval: int = 64, seed: int = 0,
+    unit: str = "window",
 ) -> TransferSet:
     """Chunk shuffled documents into `[CLS] … [SEP]` rows of at most `seq_len` tokens.
+
+    `unit="window"`: consecutive windows of the running text; `unit="sentence"`: one sentence per
+    row (truncated to `seq_len`), the unit a sentence-embedding model is used on.
 
     Evaluation rows are taken from the first documents after shuffling, training rows from the
     rest, so the held-out loss is measured on text the student never trained on.
@@ -150,11 +162,15 @@ def make_transfer_set(
     max_positions = int(getattr(tokenizer, "model_max_length", 512) or 512)
     if not 8 <= seq_len <= min(max_positions, 512):
         raise KdnasError(f"sequence length {seq_len} is invalid: allowed 8..{min(max_positions, 512)}")
+    if unit not in UNITS:
+        raise KdnasError(f"transfer unit {unit!r} is invalid: allowed {', '.join(UNITS)}")
     if num_train < 1 or num_eval < 2:
         raise KdnasError(f"transfer set sizes train={num_train}, eval={num_eval} are invalid: need train >= 1, eval >= 2")
     if not texts:
         raise KdnasError("corpus is empty: no documents to distill on")
 
+    if len(texts) >= HELDOUT_MIN_DOCS:
+        texts = [t for t in texts if not is_heldout(t)]
     order = list(range(len(texts)))
     random.Random(seed).shuffle(order)
     body = seq_len - 2
@@ -167,11 +183,10 @@ def make_transfer_set(
     for start in range(0, len(order), 32):
         batch = [texts[i] for i in order[start : start + 32]]
         encoded = tokenizer(batch, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
-        for ids in encoded:
-            for offset in range(0, len(ids), body):
-                piece = ids[offset : offset + body]
-                if len(piece) >= _MIN_CHUNK:
-                    rows[split].append([cls_id, *piece, sep_id])
+        for doc, ids in zip(batch, encoded):
+            pieces = _sentence_pieces(tokenizer, doc, body) if unit == "sentence" else \
+                [ids[offset : offset + body] for offset in range(0, len(ids), body)]
+            rows[split].extend([cls_id, *piece, sep_id] for piece in pieces if len(piece) >= _MIN_CHUNK)
             if split == "eval" and len(rows["eval"]) >= num_eval:
                 split = "train"  # switch at a document boundary: no document feeds both splits
         if len(rows["train"]) >= num_train:
@@ -193,6 +208,49 @@ def make_transfer_set(
         eval_ids=tensors["eval"][0], eval_mask=tensors["eval"][1],
         seq_len=seq_len, fingerprint=digest.hexdigest()[:16],
     )
+
+
+def split_sentences(doc: str) -> list[str]:
+    """A document's sentences (a split after . ! ? followed by a capital or a digit)."""
+    return _SENTENCE_END.split(" ".join(doc.split()))
+
+
+def _sentence_pieces(tokenizer, doc: str, body: int) -> list[list[int]]:
+    sentences = split_sentences(doc)
+    encoded = tokenizer(sentences, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+    return [ids[:body] for ids in encoded]
+
+
+def is_heldout(text: str) -> bool:
+    """Whether a document is reserved for quality measures (never in a transfer set of a corpus of at
+    least HELDOUT_MIN_DOCS documents)."""
+    return hashlib.sha256(text.encode("utf-8")).digest()[0] % HELDOUT_EVERY == 0
+
+
+def heldout_sentences(texts: list[str], n: int = 1000, *, seed: int = 0, min_words: int = 6,
+                      max_words: int = 60) -> list[str]:
+    """Up to `n` distinct sentences of the held-out documents (see `is_heldout`), a seeded sample.
+
+    Sentences, not whole documents: a sentence-embedding model is used on sentences and short
+    passages, and whole news articles would all be truncated to their first tokens.
+    """
+    if len(texts) < HELDOUT_MIN_DOCS:
+        raise KdnasError(f"the corpus has {len(texts)} documents; held-out quality measures need at least "
+                         f"{HELDOUT_MIN_DOCS} (one in {HELDOUT_EVERY} is held out of training)")
+    sentences: list[str] = []
+    seen: set[str] = set()
+    for doc in texts:
+        if not is_heldout(doc):
+            continue
+        for sentence in split_sentences(doc):
+            if min_words <= len(sentence.split()) <= max_words and sentence not in seen:
+                seen.add(sentence)
+                sentences.append(sentence)
+    if len(sentences) < 2:
+        raise KdnasError(f"the corpus has {len(sentences)} held-out sentences; quality measures need at least 2 "
+                         f"(one document in {HELDOUT_EVERY} is held out: give a larger corpus)")
+    random.Random(seed).shuffle(sentences)
+    return sentences[:n]
 
 
 def pad_rows(rows: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

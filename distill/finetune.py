@@ -20,9 +20,11 @@ import json
 import math
 import statistics
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -30,8 +32,12 @@ from torch import nn
 from . import assets
 from .data import pad_rows
 from .errors import KdnasError
+from .losses import mean_pool
 from .tasks import Split, Task
 from .trainer import optimizer_step
+
+if TYPE_CHECKING:
+    from .quality import QualityConfig
 
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")
 
@@ -96,8 +102,7 @@ class Classifier(nn.Module):
 
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         states = self.encoder(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
-        weights = attention_mask.unsqueeze(-1).to(states.dtype)
-        return (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        return mean_pool(states, attention_mask)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.dropout(self.pooled(input_ids, attention_mask)))
@@ -326,10 +331,12 @@ class ModelScores:
     parameters: int
     latency_ms: float | None
     tasks: dict[str, TaskScore] = field(default_factory=dict)
+    quality: dict = field(default_factory=dict)  # "fidelity" and "probes" (distill.quality), when measured
 
     def to_dict(self) -> dict:
         return {"model": self.model, "path": self.path, "role": self.role, "parameters": self.parameters,
-                "latency_ms": self.latency_ms, "tasks": {k: v.to_dict() for k, v in self.tasks.items()}}
+                "latency_ms": self.latency_ms, "tasks": {k: v.to_dict() for k, v in self.tasks.items()},
+                **self.quality}
 
 
 def evaluate_model(ref: ModelRef, tasks: list[Task], config: FinetuneConfig, *, cache: bool = True) -> dict[str, TaskScore]:
@@ -413,58 +420,92 @@ def evaluate(
     threads: int = 2,
     cache: bool = True,
     log=None,
+    measures: Sequence[str] = ("finetune",),
+    quality: QualityConfig | None = None,
 ) -> dict:
-    """Fine-tune `teacher` and each model on each task over the seeds; a JSON-ready report.
+    """Measure `teacher` and each model on each task; a JSON-ready report.
 
-    Every model and task is checked (folders, tokenizers, columns, classes) before any training,
-    so a typo fails in a second rather than after the teacher's fine-tuning.
+    `measures` (see `distill.quality.MEASURES`): "finetune" fine-tunes over the seeds (this
+    module), "probe" and "fidelity" read frozen embeddings (`distill.quality`, protocol in
+    `quality`, a `QualityConfig`; max length and device come from `config`). Every model, task and
+    the fidelity corpus are checked before any training, so a typo fails in a second rather than
+    after the teacher's fine-tuning.
     """
+    from . import quality as q
     from .tasks import load_task
 
     log = log or (lambda message: None)
+    measures = q.check_measures(measures)
+    quality = quality or q.QualityConfig()
     loaded = [load_task(t) for t in tasks]
     refs = [(resolve_model(teacher), "teacher")] if teacher else []
     refs += [(resolve_model(m), "student") for m in models]
+    if "fidelity" in measures and not teacher:
+        raise KdnasError("the fidelity measure compares each model with the teacher: give a teacher, "
+                         f"or leave fidelity out of the measures ({', '.join(measures)})")
+    sentences = q.heldout_for(quality) if "fidelity" in measures else None
     device = resolve_device(config.device)
-    log(f"evaluating {len(refs)} model(s) on {', '.join(t.name for t in loaded)} over seeds "
-        f"{list(config.seeds)} on {device.type}")
+    log(f"evaluating {len(refs)} model(s) on {', '.join(t.name for t in loaded)} ({', '.join(measures)}"
+        + (f", fine-tuning seeds {list(config.seeds)}" if "finetune" in measures else "") + f") on {device.type}")
 
     results: list[ModelScores] = []
     for ref, role in refs:
-        scores = evaluate_model(ref, loaded, config, cache=cache)
-        lat = None
-        if latency:
-            from latency import profile
-
-            lat = profile(ref.path, batch=1, seq=latency_seq, threads=threads).median_ms
+        extra = q.measure_model(ref, refs[0][0] if teacher else None, loaded, measures, quality, sentences,
+                                max_len=config.max_len, device=config.device, cache=cache)
+        scores = evaluate_model(ref, loaded, config, cache=cache) if "finetune" in measures else {}
+        lat = _latency_ms(ref, latency_seq, threads) if latency else None
         results.append(ModelScores(model=ref.name, path=ref.path, role=role, parameters=count_parameters(ref),
-                                   latency_ms=lat, tasks=scores))
-        log(f"  {ref.name}: " + ", ".join(f"{k} {100 * v.mean():.1f}" for k, v in scores.items()))
+                                   latency_ms=lat, tasks=scores, quality=extra))
+        log(f"  {ref.name}: " + _summary(results[-1]))
 
-    reference = results[0] if teacher else None
-    rows = []
-    for entry in results:
-        row = entry.to_dict()
-        if reference is not None:
-            row["percent_of_teacher"] = {k: 100 * v.mean() / reference.tasks[k].mean()
-                                         for k, v in entry.tasks.items()}
-            row["percent_of_teacher"]["average"] = sum(row["percent_of_teacher"].values()) / len(entry.tasks)
-            # Raw % flatters a student that only predicts the majority class (e.g. 79 % on sentiment);
-            # the share of the teacher's gain over that baseline does not.
-            row["gain_kept"] = {k: _gain_kept(v.mean(), reference.tasks[k].mean(), v.majority)
-                                for k, v in entry.tasks.items()}
-            row["gain_kept"]["average"] = sum(row["gain_kept"].values()) / len(entry.tasks)
-            if entry.latency_ms and reference.latency_ms:
-                row["speedup"] = reference.latency_ms / entry.latency_ms
-        rows.append(row)
+    rows = [_relative(entry, results[0] if teacher else None) for entry in results]
     return {
         "protocol": {**asdict(config), "device": device.type, "latency": {"batch": 1, "seq": latency_seq,
-                     "threads": threads, "runtime": "onnxruntime"} if latency else None},
+                     "threads": threads, "runtime": "onnxruntime"} if latency else None,
+                     **q.protocol(measures, quality, sentences)},
         "tasks": {t.name: {"labels": list(t.labels), "sizes": t.sizes(), "source": t.source,
                            "used": {"train": len(protocol_splits(t, config)[0]),
                                     "test": len(protocol_splits(t, config)[1])}} for t in loaded},
         "models": rows,
     }
+
+
+def _latency_ms(ref: ModelRef, seq: int, threads: int) -> float:
+    """Median CPU latency (batch 1, onnxruntime) of the model, in milliseconds."""
+    from latency import profile
+
+    return profile(ref.path, batch=1, seq=seq, threads=threads).median_ms
+
+
+def _summary(entry: ModelScores) -> str:
+    """One log line: fidelity ρ, full-split probe and fine-tuning accuracy, whichever were measured."""
+    parts = []
+    if "fidelity" in entry.quality:
+        parts.append(f"fidelity ρ {entry.quality['fidelity']['spearman']:.3f}")
+    parts += [f"{k} probe {100 * v['full']:.1f}" for k, v in entry.quality.get("probes", {}).items()]
+    parts += [f"{k} {100 * v.mean():.1f}" for k, v in entry.tasks.items()]
+    return ", ".join(parts)
+
+
+def _relative(entry: ModelScores, reference: ModelScores | None) -> dict:
+    """A report row: the model's scores, and beside them what share of the reference's it keeps."""
+    from .quality import relative_quality
+
+    row = entry.to_dict()
+    if reference is None:
+        return row
+    if entry.tasks:
+        row["percent_of_teacher"] = {k: 100 * v.mean() / reference.tasks[k].mean() for k, v in entry.tasks.items()}
+        row["percent_of_teacher"]["average"] = sum(row["percent_of_teacher"].values()) / len(entry.tasks)
+        # Raw % flatters a student that only predicts the majority class (e.g. 79 % on sentiment);
+        # the share of the teacher's gain over that baseline does not.
+        row["gain_kept"] = {k: _gain_kept(v.mean(), reference.tasks[k].mean(), v.majority)
+                            for k, v in entry.tasks.items()}
+        row["gain_kept"]["average"] = sum(row["gain_kept"].values()) / len(entry.tasks)
+    row.update(relative_quality(entry.quality, reference.quality))
+    if entry.latency_ms and reference.latency_ms:
+        row["speedup"] = reference.latency_ms / entry.latency_ms
+    return row
 
 
 def _gain_kept(student: float, teacher: float, majority: float) -> float:
@@ -473,14 +514,34 @@ def _gain_kept(student: float, teacher: float, majority: float) -> float:
 
 
 def format_table(report: dict) -> str:
-    """A readable table: accuracy mean ± std (macro-F1), % of teacher, latency."""
-    tasks = list(report["tasks"])
-    head = ["model", "params", "latency ms"] + [f"{t} acc (F1)" for t in tasks] + ["% of teacher", "gain kept"]
+    """A readable table: fidelity and probe columns (`distill.quality.table_parts`), then fine-tuning
+    accuracy mean ± std (macro-F1), % of teacher and gain kept, each when measured; params, latency."""
+    from .quality import table_parts
+
+    q_head, q_rows, q_majority, q_note = table_parts(report)
+    f_head, f_rows, f_majority, f_note = _finetune_parts(report)
+    head = ["model", "params", "latency ms"] + q_head + f_head
     lines = []
+    for row, q_cells, f_cells in zip(report["models"], q_rows, f_rows):
+        lines.append([f"{row['model']}{' (teacher)' if row['role'] == 'teacher' else ''}",
+                      f"{row['parameters'] / 1e6:.1f}M",
+                      f"{row['latency_ms']:.2f}" if row.get("latency_ms") else "-"] + q_cells + f_cells)
+    lines.append(["majority class", "", ""] + q_majority + f_majority)
+    widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    footer = [note for note in (q_note, f_note) if note]
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), *footer])
+
+
+def _finetune_parts(report: dict) -> tuple[list[str], list[list[str]], list[str], str]:
+    """The fine-tuning columns: head, cells per model row, majority row, footer (empty when not measured)."""
+    tasks = list(report["tasks"])
+    if "finetune" not in report["protocol"].get("measures", ["finetune"]):
+        return [], [[] for _ in report["models"]], [], ""
+    head = [f"{t} acc (F1)" for t in tasks] + ["% of teacher", "gain kept"]
+    rows = []
     for row in report["models"]:
-        cells = [f"{row['model']}{' (teacher)' if row['role'] == 'teacher' else ''}",
-                 f"{row['parameters'] / 1e6:.1f}M",
-                 f"{row['latency_ms']:.2f}" if row.get("latency_ms") else "-"]
+        cells = []
         for t in tasks:
             s = row["tasks"][t]
             pct = row.get("percent_of_teacher", {}).get(t)
@@ -490,18 +551,14 @@ def format_table(report: dict) -> str:
         cells.append(f"{avg:.1f}%" if avg is not None else "-")
         gain = row.get("gain_kept", {}).get("average")
         cells.append(f"{gain + 0.0:.1f}%" if gain is not None else "-")  # no "-0.0"
-        lines.append(cells)
-    majority = ["majority class", "", ""] + [
-        f"{100 * report['models'][0]['tasks'][t]['majority_accuracy']:.1f}" for t in tasks] + ["", ""]
-    lines.append(majority)
-    widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+        rows.append(cells)
+    majority = [f"{100 * report['models'][0]['tasks'][t]['majority_accuracy']:.1f}" for t in tasks] + ["", ""]
     p = report["protocol"]
     footer = (f"accuracy % mean ± std over seeds {p['seeds']} (macro-F1 %); fine-tuned {p['epochs']} epochs, lr {p['lr']}, "
               f"batch {p['batch_size']}, max len {p['max_len']}; train/test examples per task: "
               + ", ".join(f"{t} {v['used']['train']}/{v['used']['test']}" for t, v in report["tasks"].items())
               + "; gain kept = (student - majority) / (teacher - majority), averaged over tasks")
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), footer])
+    return head, rows, majority, footer
 
 
 # --------------------------------------------------------------------------------------------
@@ -509,10 +566,25 @@ def format_table(report: dict) -> str:
 
 
 @torch.inference_mode()
-def pooled_features(ref: ModelRef, texts, max_len: int, device: str = "auto", batch_size: int = 64) -> torch.Tensor:
-    """Masked-mean-pooled last hidden states `[N, d]` of a frozen encoder."""
-    encoder, tokenizer = load_encoder(ref)
-    model = Classifier(encoder, 1).to(resolve_device(device)).eval()
+def pooled_features(ref_or_model: ModelRef | tuple[nn.Module, object], texts, max_len: int, device: str = "auto",
+                    batch_size: int = 64) -> torch.Tensor:
+    """Masked-mean-pooled last hidden states `[N, d]` of a frozen encoder, fp32, in the order of `texts`.
+
+    `ref_or_model` is a `ModelRef` (loaded onto `device`) or an `(encoder, tokenizer)` pair already in
+    memory (used on its own device; a task model such as *ForMaskedLM is read through its encoder).
+    Texts are batched by token length, so a batch of short sentences costs short compute.
+    """
+    from .teachers import base_model
+
+    if isinstance(ref_or_model, ModelRef):
+        encoder, tokenizer = load_encoder(ref_or_model)
+        encoder.to(resolve_device(device))
+    else:
+        encoder, tokenizer = ref_or_model
+        encoder = base_model(encoder)
+    was_training = encoder.training
+    encoder.eval()
+    on = next(encoder.parameters()).device
     rows = encode(tokenizer, texts, max_len)
     pad_id = int(tokenizer.pad_token_id or 0)
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
@@ -520,7 +592,9 @@ def pooled_features(ref: ModelRef, texts, max_len: int, device: str = "auto", ba
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         ids, mask = pad_rows([rows[i] for i in chunk], pad_id)
-        out[chunk] = model.pooled(ids.to(model.head.weight.device), mask.to(model.head.weight.device)).float().cpu()
+        states = encoder(input_ids=ids.to(on), attention_mask=mask.to(on), return_dict=True).last_hidden_state
+        out[chunk] = mean_pool(states.float(), mask.to(on)).cpu()
+    encoder.train(was_training)
     return out
 
 

@@ -482,6 +482,53 @@ def xtremedistil_attention_loss(
         return torch.stack(terms).sum() / (2 * len(terms))
 
 
+# --------------------------------------------------------------------------------------------
+# sentence-embedding transfer (METHODS.md, "Embedding-level distillation")
+
+
+def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """`e = Σ_t m_t h_t / Σ_t m_t`: the masked mean of `[batch, seq, d]` states, `[batch, d]` in float32
+    (the sentence-transformers pooling of the bundled teachers)."""
+    with _fp32(states):
+        tokens = _token_mask(attention_mask, states).float()[..., None]
+        return (states.float() * tokens).sum(1) / tokens.sum(1).clamp_min(1.0)
+
+
+def pooled_cosine_loss(student: torch.Tensor, teacher: torch.Tensor, projection: Projection = None) -> torch.Tensor:
+    """`L_cos = mean_batch (1 − ê_S · ê_T)` on pooled embeddings `[batch, d]`, ê = e/‖e‖.
+
+    The student's embedding goes through `projection` (`W ∈ R^{H_S×H_T}`) first when the widths differ.
+    """
+    with _fp32(student):
+        s = F.normalize(_project(student, projection), dim=-1)
+        return (1 - (s * F.normalize(teacher.float(), dim=-1)).sum(-1)).mean()
+
+
+def relation_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """`L_rel = mean_{i,k} ((ê_S,i · ê_S,k) − (ê_T,i · ê_T,k))²` over the batch's pairs, `[batch, d]` in.
+
+    Width-free: it transfers the similarity geometry that sentence-embedding users consume.
+    """
+    with _fp32(student):
+        s, t = F.normalize(student.float(), dim=-1), F.normalize(teacher.float(), dim=-1)
+        return (s @ s.T - t @ t.T).pow(2).mean()
+
+
+def token_state_loss(student: torch.Tensor, teacher: torch.Tensor, projection: Projection = None,
+                     attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """`L_tok = mean over real tokens and features of (h_S W − h_T)² / Var_T(feature)`.
+
+    The variance is the teacher's, per feature, over the batch's real tokens, so a few outlier
+    dimensions (sentence encoders have some) do not dominate; predicting the mean scores 1.0.
+    """
+    _same_tokens(student, teacher)
+    with _fp32(student):
+        tokens = _token_mask(attention_mask, student)
+        target = teacher.float()[tokens]
+        variance = target.var(0, unbiased=False).clamp_min(1e-6).detach()
+        return ((_project(student, projection)[tokens] - target).pow(2) / variance).mean()
+
+
 def svd_embedding_init(teacher_word_embeddings: torch.Tensor, d_student: int) -> torch.Tensor:
     """SVD embedding factorisation, XtremeDistil §3.1: the student's word embeddings U_k Σ_k `[V, d_S]`.
 

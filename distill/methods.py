@@ -32,15 +32,21 @@ from .losses import (
     hs_pair_losses,
     layer_map,
     minilm_v1_loss,
+    mean_pool,
     minilmv2_loss,
     od_loss,
+    pooled_cosine_loss,
+    relation_loss,
+    token_state_loss,
     pkd_loss,
     relation_head_choices,
     xtremedistil_attention_loss,
     xtremedistil_hidden_loss,
 )
 
-METHODS: tuple[str, ...] = ("hs", "minilmv2", "direct-minilm", "minilm", "pkd", "ckd", "alp", "xtremedistil", "od")
+METHODS: tuple[str, ...] = ("hs", "minilmv2", "direct-minilm", "minilm", "pkd", "ckd", "alp", "xtremedistil", "od",
+                             "embed")
+EMBED_TERMS: tuple[str, ...] = ("tok", "cos", "rel")
 TEACHER_LAYERS: tuple[str, ...] = ("L", "L-1", "L-2")
 ALP_SCOPES: tuple[str, ...] = ("all", "bucket")
 
@@ -55,6 +61,7 @@ _OPTIONS: dict[str, dict[str, object]] = {
     "alp": {"alp_scope": "all", "ckd_overlap": None},
     "xtremedistil": {},
     "od": {"temperature": 1.0},
+    "embed": {"embed_terms": "tok+cos+rel"},
 }
 
 
@@ -459,6 +466,65 @@ class ODMethod(Method):
 
 
 # --------------------------------------------------------------------------------------------
+# sentence embedding
+
+
+def _weighted_terms(text: str) -> dict[str, float]:
+    """'tok+cos+10*rel' -> {"tok": 1.0, "cos": 1.0, "rel": 10.0}: distinct terms, positive weights."""
+    terms: dict[str, float] = {}
+    for part in (p.strip() for p in str(text).split("+")):
+        weight, _, name = part.rpartition("*")
+        try:
+            value = float(weight) if weight else 1.0
+        except ValueError:
+            value = -1.0
+        if name not in EMBED_TERMS or name in terms or not (value > 0 and math.isfinite(value)):
+            raise KdnasError(f"embed_terms={text!r} is invalid: '+'-joined distinct terms of {', '.join(EMBED_TERMS)}, "
+                             "each optionally weighted as W*term (e.g. tok+cos+10*rel)")
+        terms[name] = value
+    return terms
+
+
+class EmbedMethod(Method):
+    """Sentence-embedding transfer on the last layers (METHODS.md, "Embedding-level distillation"):
+    the weighted sum of the chosen terms — `tok` (variance-normalised token states), `cos` (pooled
+    cosine), `rel` (in-batch similarity relation) — of the last student layer against the last
+    teacher layer.
+
+    One projection `W ∈ R^{H_S×H_T}` serves `tok` and `cos`; it starts as the identity when the widths
+    match, since an inherited student starts in the teacher's coordinates.
+    """
+
+    name = "embed"
+
+    def __init__(self, teacher: ModelDims, student: ModelDims, embed_terms: str = "tok+cos+rel") -> None:
+        super().__init__(teacher, student)
+        self.terms = _weighted_terms(embed_terms)
+        self.projection = _linear(student.hidden, teacher.hidden, bias=True)
+        if student.hidden == teacher.hidden:
+            with torch.no_grad():
+                self.projection.weight.copy_(torch.eye(student.hidden))
+                self.projection.bias.zero_()
+
+    def teacher_needs(self) -> Needs:
+        return Needs(hidden=frozenset({self.teacher_dims.layers}))
+
+    def student_needs(self) -> Needs:
+        return Needs(hidden=frozenset({self.student_dims.layers}))
+
+    def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
+        s = _get(student.hidden, self.student_dims.layers, "student", "hidden state")
+        t = _get(teacher.hidden, self.teacher_dims.layers, "teacher", "hidden state")
+        s_emb, t_emb = mean_pool(s, attention_mask), mean_pool(t, attention_mask)
+        loss = {
+            "tok": lambda: token_state_loss(s, t, self.projection, attention_mask),
+            "cos": lambda: pooled_cosine_loss(s_emb, t_emb, self.projection),
+            "rel": lambda: relation_loss(s_emb, t_emb),
+        }
+        return sum(weight * loss[term]() for term, weight in self.terms.items())
+
+
+# --------------------------------------------------------------------------------------------
 
 _CLASSES: dict[str, type[Method]] = {
     "hs": HSMethod,
@@ -470,6 +536,7 @@ _CLASSES: dict[str, type[Method]] = {
     "alp": ALPMethod,
     "xtremedistil": XtremeDistilMethod,
     "od": ODMethod,
+    "embed": EmbedMethod,
 }
 
 

@@ -14,6 +14,7 @@ from contextlib import nullcontext
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,12 +29,14 @@ from .cache import TeacherCache
 from .data import TransferSet
 from .errors import KdnasError
 from .evaluate import Evaluator
+from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method
 from .spec import StudentSpec
 from .teachers import Teacher, activations, base_model, model_dims
 
 OnEval = Callable[[int, dict], None]
+INITS: tuple[str, ...] = ("inherit", "svd", "random")
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,19 @@ class DistillConfig:
     ckd_overlap: str | None = None
     alp_scope: str | None = None
     temperature: float | None = None
+    embed_terms: str | None = None
     mask_prob: float = 0.15
     eval_layer_map: str = "uniform"
-    init: str = "random"  # or "svd": XtremeDistil's SVD-factorised teacher word embeddings
+    # "inherit": the teacher's own layers, heads, neurons and channels (distill.inherit); "svd":
+    # XtremeDistil's SVD-factorised teacher word embeddings, the rest random; "random".
+    init: str = "inherit"
+    layer_rule: str = "even"  # which teacher layers an inherited student keeps (distill.inherit)
+    # Dropout in the student while it distills; None keeps the model's own (BERT: 0.1). Matching a
+    # deterministic teacher, dropout only adds noise to the targets' imitation.
+    dropout: float | None = 0.0
+    # Word embeddings fixed during distillation; None: fixed for an inherited student (they are the
+    # teacher's already, and rows the transfer set never touches would drift from those it does).
+    freeze_embeddings: bool | None = None
     seed: int = 0
     device: str = "auto"
     progress: bool = True
@@ -70,14 +83,19 @@ class DistillConfig:
             raise KdnasError(f"learning rate {self.lr} is invalid: must be a positive number")
         if not 0 <= self.warmup < 1:
             raise KdnasError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
-        if self.init not in ("random", "svd"):
-            raise KdnasError(f"init {self.init!r} is invalid: allowed random, svd")
+        if self.init not in INITS:
+            raise KdnasError(f"init {self.init!r} is invalid: allowed {', '.join(INITS)}")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise KdnasError(f"dropout {self.dropout} is invalid: allowed 0 <= dropout < 1")
+        if self.layer_rule not in LAYER_RULES:
+            raise KdnasError(f"layer rule {self.layer_rule!r} is invalid: allowed {', '.join(LAYER_RULES)}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise KdnasError(f"device {self.device!r} is invalid: allowed auto, cpu, cuda, cuda:N")
 
     def method_options(self) -> dict:
         """The method options that were set; `build_method` rejects any the method does not take."""
-        names = ("layer_map", "relation_heads", "teacher_layer", "ckd_overlap", "alp_scope", "temperature")
+        names = ("layer_map", "relation_heads", "teacher_layer", "ckd_overlap", "alp_scope", "temperature",
+                 "embed_terms")
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def for_method(self, method: str) -> "DistillConfig":
@@ -98,6 +116,7 @@ class DistillResult:
     history: list[dict] = field(default_factory=list)
     seconds: float = 0.0
     tokens_per_second: float = 0.0
+    init: dict = field(default_factory=dict)  # how the student started (distill.trainer.initial_student)
 
     def summary(self) -> dict:
         return {
@@ -108,6 +127,7 @@ class DistillResult:
             "history": self.history,
             "seconds": round(self.seconds, 3),
             "tokens_per_second": round(self.tokens_per_second, 1),
+            "init": self.init,
         }
 
     def save(self, out_dir: str | os.PathLike, tokenizer, extra: dict | None = None) -> Path:
@@ -181,12 +201,21 @@ def distill(
     mlm = method.student_needs().logits
     if mlm and not teacher.has_mlm_head:
         raise KdnasError(f"method {config.method!r} needs a teacher with a masked-LM head; {teacher.name!r} has none")
+    # Importance (inherit) and held-out targets (evaluator) come from a cache even when training
+    # runs the teacher live.
+    targets = cache if cache is not None else TeacherCache(teacher, data)
+    init = {"init": "continued"}
     if student is None:
-        student = build_student_model(spec, mlm=mlm, seed=config.seed)
-        if config.init == "svd":
-            _svd_init(student, teacher)
-    elif mlm and not hasattr(student, "cls"):
+        student, init = initial_student(spec, teacher, targets, config)
+    if mlm and not hasattr(student, "cls"):
         student = _with_mlm_head(student, spec, config.seed)
+    frozen = config.freeze_embeddings if config.freeze_embeddings is not None else init.get("init") == "inherit"
+    if frozen:
+        base_model(student).embeddings.word_embeddings.requires_grad_(False)
+    if config.dropout is not None:
+        for module in student.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = config.dropout
     student.to(device).train()
     method.to(device).train()
     teacher.model.to(device)
@@ -196,8 +225,7 @@ def distill(
     if not live_teacher:
         cache.ensure("train", method.teacher_needs())
     if evaluator is None:
-        evaluator = Evaluator(cache if cache is not None else TeacherCache(teacher, data),
-                              strategy=config.eval_layer_map)
+        evaluator = Evaluator(targets, strategy=config.eval_layer_map)
 
     params = [p for p in list(student.parameters()) + list(method.parameters()) if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay)
@@ -221,7 +249,9 @@ def distill(
             order, cursor = torch.randperm(ids_all.shape[0], generator=generator), 0
         index = order[cursor : cursor + config.batch_size]
         cursor += config.batch_size
-        ids, mask = ids_all[index].to(device), mask_all[index].to(device)
+        # Rows are left-aligned, so the batch is cut to its longest row: short rows (sentences) cost less.
+        width = int(mask_all[index].sum(1).max())
+        ids, mask = ids_all[index, :width].to(device), mask_all[index, :width].to(device)
         loss_mask = mask
         if mlm:
             ids, loss_mask = _mask_tokens(ids, mask, teacher.tokenizer, config.mask_prob, generator)
@@ -229,7 +259,7 @@ def distill(
             if live_teacher:
                 t_acts = teacher.activations(ids, mask, method.teacher_needs())
             else:
-                t_acts = cache.batch("train", index, method.teacher_needs()).to(device)
+                t_acts = cache.batch("train", index, method.teacher_needs(), width=width).to(device)
             s_acts = activations(student, ids, mask, method.student_needs())
             loss = method(s_acts, _as_float(t_acts), loss_mask)
         if not torch.isfinite(loss):
@@ -257,7 +287,32 @@ def distill(
     train_seconds = seconds - eval_seconds  # throughput counts training steps, not evaluations
     return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
                          metrics=metrics, history=history, seconds=seconds,
-                         tokens_per_second=seen_tokens / max(train_seconds, 1e-9))
+                         tokens_per_second=seen_tokens / max(train_seconds, 1e-9), init=init)
+
+
+def initial_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache,
+                    config: DistillConfig) -> tuple[nn.Module, dict]:
+    """The student before training, as `config.init` says, and what was done (for distill.json).
+
+    `inherit` falls back to `svd` where the weights cannot map (e.g. a student deeper than its
+    teacher), or to `random` for a student wider than its teacher, with a one-line notice on stderr
+    and the reason in the returned record.
+    """
+    if config.init == "inherit":
+        reason = inherit_reason(teacher, spec)
+        if reason is None:
+            student, plan = inherit_student(teacher, spec, targets.importance(), config.layer_rule)
+            return student, {"init": "inherit", **plan.describe()}
+        fallback = "svd" if spec.hidden <= teacher.dims.hidden else "random"  # SVD keeps at most d_T components
+        note = f"init inherit is not possible for {spec.arch} ({reason}); using {fallback}"
+        print(f"kdnas: {note}", file=sys.stderr)
+        info = {"init": fallback, "note": note}
+    else:
+        info = {"init": config.init}
+    student = build_student_model(spec, mlm=False, seed=config.seed)
+    if info["init"] == "svd":
+        _svd_init(student, teacher)
+    return student, info
 
 
 def _spec_dims(spec: StudentSpec) -> ModelDims:

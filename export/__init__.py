@@ -3,10 +3,15 @@
     from export import export_model
     report = export_model("runs/student", "runs/student-onnx", int8=True)
     report.parity.max_abs, report.fused, report.attention_fused, report.int8_cosine
+
+    # make an HF student folder a sentence-transformers drop-in for its teacher
+    write_sentence_transformers("runs/student", teacher_dir, hidden_size=384)
 """
 
 from ._export import ExportReport, export_model
 from ._graph import GraphInfo, export_onnx, quantize_int8
 from ._parity import Parity
+from ._sentence import read_sentence_pipeline, write_sentence_transformers
 
-__all__ = ["export_model", "ExportReport", "Parity", "export_onnx", "quantize_int8", "GraphInfo"]
+__all__ = ["export_model", "ExportReport", "Parity", "export_onnx", "quantize_int8", "GraphInfo",
+           "read_sentence_pipeline", "write_sentence_transformers"]

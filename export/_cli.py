@@ -30,6 +30,9 @@ def register(subparsers) -> None:
                         help="ship the plain exported graph, without onnxruntime's fusions")
     parser.add_argument("--tokenizer", default=None,
                         help="tokenizer folder or bundled teacher name, if STUDENT_DIR has no tokenizer files")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                        help="L2-normalize the graph's sentence_embedding (default: as STUDENT_DIR's "
+                             "sentence-transformers modules.json says; none: not normalized)")
     parser.add_argument("--json", action="store_true", help="print export.json instead of a summary")
     parser.set_defaults(func=_run)
 
@@ -46,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore")  # every warning is also in the report, printed below
         report = export_model(args.model, args.out, int8=args.int8,
                               int8_fp32_attention=args.int8_fp32_attention, opset=args.opset, optimize=args.optimize,
-                              tokenizer=args.tokenizer)
+                              tokenizer=args.tokenizer, normalize=args.normalize)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
         return 0
@@ -55,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"parity vs PyTorch on {p.sentences} sentences: max-abs {p.max_abs:.2e} (tolerance {p.tolerance:.0e}), "
           f"min cosine {p.cosine:.6f}")
     print(f"graph: {report.fusion}")
+    normalized = "L2-normalized" if report.normalize else "not normalized"
+    print(f"sentence_embedding: {report.pooling} pooling, {normalized}")
     if report.int8_cosine is not None:
         print(f"int8 ({report.int8_recipe}): min cosine to fp32 {report.int8_cosine:.4f} "
               f"(mean {report.int8_mean_cosine:.4f})")

@@ -17,7 +17,7 @@ import numpy as np
 from distill.errors import KdnasError
 from distill.spec import StudentSpec, build_student
 
-from . import _graph, _parity
+from . import _graph, _parity, _sentence
 
 MANIFEST = "export.json"
 MODEL_FILE = "model.onnx"
@@ -41,6 +41,8 @@ class ExportReport:
     attention_fused: bool
     fusion: str
     parity: _parity.Parity
+    pooling: str = "mean"  # how `sentence_embedding` pools the token states
+    normalize: bool = False  # whether `sentence_embedding` is L2-normalized in the graph
     int8_cosine: float | None = None  # min over the check sentences; None without --int8
     int8_mean_cosine: float | None = None  # the quality check's figure (warns under 0.99)
     int8_recipe: str | None = None
@@ -65,6 +67,8 @@ def export_model(
     opset: int | None = None,
     optimize: bool = True,
     tokenizer=None,
+    normalize: bool | None = None,
+    pooling: str | None = None,
 ) -> ExportReport:
     """Export an encoder to a deployable folder and verify it.
 
@@ -74,6 +78,9 @@ def export_model(
     graph when `optimize`, since that is what runs fastest and it passes the same parity check.
     `int8_fp32_attention` keeps the fused attention's QKV projection in fp32 in `model.int8.onnx`
     (a little more quality, much less speed-up; see `quantize_int8`).
+    `normalize` / `pooling`: how the graph's `sentence_embedding` is made, so it equals
+    `SentenceTransformer(folder).encode`; None reads them from the model folder's sentence-transformers
+    modules (modules.json: a Normalize module -> normalized), else mean pooling, not normalized.
     Raises `KdnasError` (and writes nothing) on bad input or a parity failure.
     """
     started = time.perf_counter()
@@ -82,7 +89,10 @@ def export_model(
     _graph.check_opset(opset)
     if int8_fp32_attention and not int8:
         raise KdnasError("--int8-fp32-attention chooses how model.int8.onnx is quantized: add --int8 to write it")
+    if pooling is not None:
+        _graph.check_pooling(pooling)
     model, source, tok_source = _load_model(model_or_dir)
+    pooling, normalize = _embedding_pipeline(tok_source, pooling, normalize)
     tok = _load_tokenizer(tokenizer if tokenizer is not None else tok_source, source)
     vocab = int(model.config.vocab_size)
     if len(tok) > vocab:
@@ -92,13 +102,14 @@ def export_model(
     notes: list[str] = []
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-") as tmp:
         stage = Path(tmp)
-        graph = _graph.export_onnx(model, stage / MODEL_FILE, opset=opset, optimize=optimize)
+        graph = _graph.export_onnx(model, stage / MODEL_FILE, opset=opset, optimize=optimize,
+                                   pooling=pooling, normalize=normalize)
         if optimize and not graph.attention_fused:
             notes.append(graph.fusion_summary())
             warnings.warn(graph.fusion_summary(), stacklevel=2)
 
         batches = _parity.tokenized_batches(tok, graph.inputs)
-        reference = [_graph.torch_encode(model, b) for b in batches]
+        reference = [_graph.torch_encode(model, b, pooling=pooling, normalize=normalize) for b in batches]
         parity = _parity.compare(reference, _parity.run_onnx(graph.path, batches), batches, _parity.FP32_MAX_ABS)
         if not parity.passed:
             raise KdnasError(
@@ -127,8 +138,8 @@ def export_model(
             out_dir=str(out), source=source, model_type=str(model.config.model_type), arch=_arch(model.config),
             opset=graph.opset, exporter=_graph.EXPORTER, inputs=graph.inputs, outputs=graph.outputs,
             optimized=graph.optimized, fused=graph.fused, attention_fused=graph.attention_fused,
-            fusion=graph.fusion_summary(), parity=parity, int8_cosine=int8_min, int8_mean_cosine=int8_mean,
-            int8_recipe=recipe,
+            fusion=graph.fusion_summary(), parity=parity, pooling=pooling, normalize=normalize,
+            int8_cosine=int8_min, int8_mean_cosine=int8_mean, int8_recipe=recipe,
             sizes=sizes, versions=_versions(), warnings=tuple(notes),
             seconds=round(time.perf_counter() - started, 2),
         )
@@ -162,6 +173,17 @@ def _load_model(model_or_dir):
     except (OSError, ValueError, KeyError) as err:
         raise KdnasError(f"cannot load a model from {folder}: {_one_line(err)}") from None
     return _graph.ensure_eager(model).eval(), name, str(folder)
+
+
+def _embedding_pipeline(model_home, pooling: str | None, normalize: bool | None) -> tuple[str, bool]:
+    """Explicit choices win; else the model folder's own sentence-transformers modules; else plain mean."""
+    if pooling is None or normalize is None:
+        home = Path(model_home).expanduser() if model_home else None
+        local = home is not None and (home / _sentence.MODULES).is_file()
+        found = _sentence.read_sentence_pipeline(home) if local else {"pooling": "mean", "normalize": False}
+        pooling = found["pooling"] if pooling is None else pooling
+        normalize = found["normalize"] if normalize is None else normalize
+    return _graph.check_pooling(pooling), bool(normalize)
 
 
 def _load_tokenizer(tokenizer, source: str):

@@ -24,6 +24,8 @@ from distill.errors import KdnasError
 DEFAULT_OPSET = 17
 EXPORTER = "torchscript"
 OUTPUT_NAMES = ("last_hidden_state", "sentence_embedding")
+# Pooling modes the graph can compute, named as sentence-transformers names them (1_Pooling/config.json).
+POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len_tokens")
 # Fused op types onnxruntime's transformer optimizer can produce for a BERT-style encoder.
 FUSED_OPS = (
     "EmbedLayerNormalization",
@@ -80,19 +82,25 @@ def ensure_eager(model):
     return model
 
 
-def export_onnx(model, path: str | os.PathLike, *, opset: int | None = None, optimize: bool = True) -> GraphInfo:
+def export_onnx(
+    model, path: str | os.PathLike, *, opset: int | None = None, optimize: bool = True,
+    pooling: str = "mean", normalize: bool = False,
+) -> GraphInfo:
     """Export a transformers encoder to `path` with dynamic batch/sequence axes.
 
     Inputs: input_ids, attention_mask (+ token_type_ids where the model has them). Outputs:
-    last_hidden_state [batch, seq, hidden] and sentence_embedding [batch, hidden] (mask-aware mean
-    pooling, the sentence-transformers convention of the bundled teachers). With `optimize`, the
-    graph is rewritten by onnxruntime's transformer optimizer and the fused nodes are counted.
+    last_hidden_state [batch, seq, hidden] and sentence_embedding [batch, hidden]: mask-aware
+    `pooling` (default mean, the bundled teachers' convention), L2-normalized inside the graph when
+    `normalize`, so it equals what sentence-transformers' `encode` returns for the same pipeline.
+    With `optimize`, the graph is rewritten by onnxruntime's transformer optimizer and the fused
+    nodes are counted.
     """
     opset = check_opset(opset)
+    check_pooling(pooling)
     model = ensure_eager(model).eval()
     with_tt = uses_token_type_ids(model)
     inputs = ("input_ids", "attention_mask") + (("token_type_ids",) if with_tt else ())
-    wrapper = _Encoder(model, with_tt).eval()
+    wrapper = _Encoder(model, with_tt, pooling, normalize).eval()
     dummy = torch.ones(2, 8, dtype=torch.long)
     args = (dummy, torch.ones_like(dummy)) + ((torch.zeros_like(dummy),) if with_tt else ())
     axes = {name: {0: "batch", 1: "sequence"} for name in inputs + ("last_hidden_state",)}
@@ -128,6 +136,14 @@ def check_opset(opset: int | None) -> int:
     if not isinstance(opset, int) or not 14 <= opset <= 20:
         raise KdnasError(f"opset {opset} is not supported: use 14..20 (default {DEFAULT_OPSET})")
     return opset
+
+
+def check_pooling(pooling: str) -> str:
+    """Only modes the graph computes exactly as sentence-transformers does; anything else is refused."""
+    if pooling not in POOLING_MODES:
+        raise KdnasError(f"pooling mode {pooling!r} is not supported by the ONNX export: use one of "
+                         f"{', '.join(POOLING_MODES)}")
+    return pooling
 
 
 def count_ops(path: str | os.PathLike) -> dict[str, int]:
@@ -167,24 +183,35 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attent
 
 
 class _Encoder(torch.nn.Module):
-    """Fixed positional signature for the exporter, plus the mean-pooled sentence embedding."""
+    """Fixed positional signature for the exporter, plus the pooled (optionally L2-normalized) sentence
+    embedding, computed as sentence-transformers' Pooling and Normalize modules compute it."""
 
-    def __init__(self, model, with_token_type_ids: bool) -> None:
+    def __init__(self, model, with_token_type_ids: bool, pooling: str = "mean", normalize: bool = False) -> None:
         super().__init__()
         self.model = model
         self.with_token_type_ids = with_token_type_ids
+        self.pooling = check_pooling(pooling)
+        self.normalize = bool(normalize)
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         extra = {"token_type_ids": token_type_ids} if self.with_token_type_ids else {}
         hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]  # right-padded batches: the first token is [CLS]
+        elif self.pooling == "max":
+            pooled = hidden.masked_fill(mask == 0, -1e9).max(1).values
+        else:
+            count = mask.sum(1).clamp(min=1e-9)
+            pooled = (hidden * mask).sum(1) / (count if self.pooling == "mean" else count.sqrt())
+        if self.normalize:
+            pooled = torch.nn.functional.normalize(pooled, p=2.0, dim=-1)
         return hidden, pooled
 
 
-def torch_encode(model, batch: dict) -> tuple:
+def torch_encode(model, batch: dict, *, pooling: str = "mean", normalize: bool = False) -> tuple:
     """The same two outputs as the ONNX graph, from PyTorch (for the parity check)."""
-    wrapper = _Encoder(ensure_eager(model).eval(), uses_token_type_ids(model)).eval()
+    wrapper = _Encoder(ensure_eager(model).eval(), uses_token_type_ids(model), pooling, normalize).eval()
     args = [torch.as_tensor(batch["input_ids"]), torch.as_tensor(batch["attention_mask"])]
     if "token_type_ids" in batch:
         args.append(torch.as_tensor(batch["token_type_ids"]))

@@ -42,6 +42,10 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from distill.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
 
+    from distill.data import UNITS
+    from distill.inherit import LAYER_RULES
+    from distill.trainer import INITS
+
     from .config import OBJECTIVES, SAMPLERS, SearchConfig
 
     d = SearchConfig()
@@ -73,8 +77,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     proxy = p.add_argument_group("proxy distillation (identical for every trial)")
     proxy.add_argument("--method", default=d.method, help="distillation method (default: %(default)s, as in the paper's KD-NAS)")
     proxy.add_argument("--layer-map", default=d.layer_map, help="default: %(default)s")
-    proxy.add_argument("--init", default=d.init, choices=["svd", "random"],
-                       help="student word embeddings: svd of the teacher's (XtremeDistil) or random (default: %(default)s)")
+    proxy.add_argument("--init", default=d.init, choices=list(INITS),
+                       help="how students start, proxy and final: inherit (the teacher's own layers, heads, neurons, "
+                            "channels; svd where a shape cannot), svd of the teacher's word embeddings, or random "
+                            "(default: %(default)s)")
+    proxy.add_argument("--layer-rule", default=d.layer_rule, choices=list(LAYER_RULES),
+                       help="which teacher layers an inherited student keeps (default: %(default)s)")
     proxy.add_argument("--proxy-steps", type=int, default=d.proxy_steps, help="default: %(default)s")
     proxy.add_argument("--proxy-train", type=int, default=d.proxy_train, help="training sequences (default: %(default)s)")
     proxy.add_argument("--proxy-eval", type=int, default=d.proxy_eval, help="held-out sequences for L_HS (default: %(default)s)")
@@ -97,6 +105,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fin.add_argument("--final-train", type=int, default=d.final_train,
                      help="training sequences for the final distillation, from the same corpus; the held-out rows "
                           "are the proxy's, so final and proxy L_HS compare (default: %(default)s)")
+    fin.add_argument("--final-method", default=d.final_method,
+                     help="distillation method of the final run (default: %(default)s: token states + pooled "
+                          "embedding + in-batch similarities)")
+    fin.add_argument("--final-lr", type=float, default=d.final_lr, help="peak learning rate of the final run (default: %(default)s)")
+    fin.add_argument("--final-batch-size", type=int, default=d.final_batch_size, help="default: %(default)s")
+    fin.add_argument("--final-unit", default=d.final_unit, choices=list(UNITS),
+                     help="training rows of the final run: one sentence each, or windows of running text "
+                          "(default: %(default)s)")
+    fin.add_argument("--quality-sentences", type=int, default=d.quality_sentences,
+                     help="held-out corpus sentences for the shipped student's embedding fidelity and its untrained "
+                          "baselines; 0 skips (default: %(default)s)")
     fin.add_argument("--final-top-k", type=int, default=d.final_top_k,
                      help="also finish the next best (best/ then finalists/RANK-ARCH/) (default: %(default)s)")
     fin.add_argument("--reference", action="store_true",
@@ -136,7 +155,9 @@ def _search(args: argparse.Namespace) -> int:
         seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
         prune=not args.no_prune, target_ratio=args.target_ratio, exponent=args.exponent,
         latency_batch=args.latency_batch, latency_seq=args.latency_seq, threads=args.threads, runtime=args.runtime,
-        final_steps=args.final_steps, final_train=args.final_train, final_top_k=args.final_top_k, reference=args.reference, device=args.device,
+        final_steps=args.final_steps, final_train=args.final_train, final_top_k=args.final_top_k,
+        final_method=args.final_method, final_unit=args.final_unit, final_lr=args.final_lr, final_batch_size=args.final_batch_size,
+        quality_sentences=args.quality_sentences, layer_rule=args.layer_rule, reference=args.reference, device=args.device,
         progress=not args.no_progress, space_overrides=overrides,
     )
     summary = search(config)
@@ -158,6 +179,12 @@ def _print_summary(summary: dict, out: Path) -> None:
     for f in summary.get("final") or []:
         print(f"final {f['dir']}: {f['arch']} after {f['steps']} steps: L_HS {f['l_hs_norm']:.4f}, "
               f"{f['latency_ms']:.2f} ms, reward {f['reward']:.4f}")
+        quality = f.get("quality") or {}
+        if "fidelity" in quality:
+            rows = ", ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
+            verdict = "beats both untrained baselines" if quality["beats_baselines"] else \
+                "does NOT beat the untrained baselines: this recipe failed"
+            print(f"  embedding fidelity rho ({quality['sentences']} held-out sentences): {rows}; {verdict}")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 

@@ -3,9 +3,10 @@
 The winner is the feasible trial with the best reward (for the Pareto objective: the front
 member with the best KD-NAS reward). It is trained from scratch for `final_steps` on a transfer
 set of `final_train` sequences with the proxy's held-out rows (so the losses compare), exported
-(ONNX + fused + INT8, parity-checked by `export`), and profiled with the same latency settings as
-the search. Results are kept in the study (`final`), so a rerun of a
-finished search does not redo them.
+(ONNX + fused + INT8, parity-checked by `export`), made a sentence-transformers drop-in for the
+teacher (the teacher's pooling and normalization, also inside model.onnx's `sentence_embedding`),
+given a model card, and profiled with the same latency settings as the search. Results are kept
+in the study (`final`), so a rerun of a finished search does not redo them.
 """
 
 from __future__ import annotations
@@ -36,61 +37,96 @@ def final_dir(out: Path, rank: int, arch: str) -> Path:
     return out / "best" if rank == 1 else out / "finalists" / f"{rank}-{arch}"
 
 
-def is_done(study: optuna.Study, out: Path, chosen: list[dict[str, Any]], steps: int, train: int) -> bool:
+def _recipe(cfg: Any) -> dict[str, Any]:
+    """What decides a final run besides the trial: a rerun with another recipe trains again."""
+    return {"steps": cfg.final_steps, "train": cfg.final_train, "unit": cfg.final_unit, "method": cfg.final_method,
+            "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule}
+
+
+def is_done(study: optuna.Study, out: Path, chosen: list[dict[str, Any]], cfg: Any) -> bool:
     done = study.user_attrs.get("final") or []
-    want = [(r["number"], steps, train, str(final_dir(out, i, r["arch"]))) for i, r in enumerate(chosen, 1)]
-    have = [(f["trial"], f["steps"], f.get("train"), f["dir"]) for f in done]
+    want = [(r["number"], _recipe(cfg), str(final_dir(out, i, r["arch"]))) for i, r in enumerate(chosen, 1)]
+    have = [(f["trial"], f.get("recipe"), f["dir"]) for f in done]
     return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
 
 
 def run_final(study: optuna.Study, ctx: Any, out: Path, chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from distill import TeacherCache, make_transfer_set
-    from export import export_model
+    from distill.assets import teacher_path
+    from export import read_sentence_pipeline
+    from export._graph import check_pooling
 
     cfg = ctx.config
-    ctx.progress.phase(f"final: transfer set of {cfg.final_train} sequences, teacher targets")
+    # Read before the long final distillation, so a teacher pipeline the export cannot match fails now.
+    teacher_dir = teacher_path(cfg.teacher)
+    pipeline = read_sentence_pipeline(teacher_dir)
+    check_pooling(pipeline["pooling"])
+    ctx.progress.phase(f"final: transfer set of {cfg.final_train} {cfg.final_unit}s, teacher targets")
     data = make_transfer_set(ctx.teacher.tokenizer, ctx.texts, seq_len=cfg.seq_len, num_train=cfg.final_train,
-                             num_eval=cfg.proxy_eval, seed=cfg.seed)
+                             num_eval=cfg.proxy_eval, seed=cfg.seed, unit=cfg.final_unit)
     cache = TeacherCache(ctx.teacher, data)
-    results = []
-    for rank, row in enumerate(chosen, 1):
-        dest = final_dir(out, rank, row["arch"])
-        spec = StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
-        ctx.progress.phase(f"final {rank}/{len(chosen)} {spec.arch}: distill {cfg.final_steps} steps")
-        t0 = time.perf_counter()
-        res = run_distill(spec, ctx.teacher, data,
-                          ctx.distill_config(cfg.final_steps, eval_every=max(1, cfg.final_steps // 5)), cache=cache)
-        t1 = time.perf_counter()
-        ctx.progress.phase(f"final {rank}/{len(chosen)} {spec.arch}: export")
-        student = res.student.eval()
-        # export_model writes the folder (ONNX, INT8, tokenizer, config, export.json) atomically and
-        # refuses to replace anything but an earlier export; the weights then complete the HF folder.
-        report = export_model(student, dest, int8=True, tokenizer=ctx.teacher.tokenizer)
-        student.save_pretrained(dest)
-        atomic_write_text(dest / "distill.json",
-                          json.dumps({**res.summary(), "search_trial": row["number"],
-                                     "transfer_set": {"train": int(data.train_ids.shape[0]),
-                                                      "eval": int(data.eval_ids.shape[0]), "seq_len": data.seq_len}},
-                                    indent=2, default=str) + "\n")
-        t2 = time.perf_counter()
-        ctx.progress.phase(f"final {rank}/{len(chosen)} {spec.arch}: latency")
-        latency = latency_record(measure(dest, cfg))
-        int8_latency = latency_record(measure(dest / "model.int8.onnx", cfg))
-        t3 = time.perf_counter()
-        loss = float(res.metrics["l_hs_norm"])
-        entry = {
-            "rank": rank, "trial": row["number"], "arch": spec.arch, "dir": str(dest), "steps": cfg.final_steps,
-            "train": cfg.final_train, "train_rows": int(data.train_ids.shape[0]),
-            "params": spec.num_parameters(), "l_hs_norm": loss, "l_hs_raw": float(res.metrics["l_hs_raw"]),
-            "latency_ms": latency["median_ms"], "latency": latency, "latency_int8_onnx": int8_latency, "reward": ctx.reward(loss, latency["median_ms"]),
-            "within_budget": latency["median_ms"] <= ctx.budget_ms, "proxy_reward": row["reward"],
-            "export": _jsonable(report.to_dict()),
-            "seconds": {"distill": round(t1 - t0, 3), "export": round(t2 - t1, 3), "latency": round(t3 - t2, 3)},
-        }
-        atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")
-        results.append(entry)
+    results = [_finish(ctx, cache, final_dir(out, rank, row["arch"]), row, f"final {rank}/{len(chosen)}",
+                       teacher_dir, pipeline) | {"rank": rank}
+               for rank, row in enumerate(chosen, 1)]
     study.set_user_attr("final", json.loads(json.dumps(results, default=str)))
     return results
+
+
+def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
+            pipeline: dict[str, Any]) -> dict[str, Any]:
+    """Distill one finalist with the final recipe, measure it against the baselines, ship it."""
+    from .baselines import fidelity_table
+    from .card import write_model_card
+
+    cfg, data = ctx.config, cache.data
+    spec = StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
+    ctx.progress.phase(f"{label} {spec.arch}: distill {cfg.final_steps} steps ({cfg.final_method})")
+    t0 = time.perf_counter()
+    res = run_distill(spec, ctx.teacher, data, ctx.final_config(), cache=cache)
+    student = res.student.eval()
+    t1 = time.perf_counter()
+    ctx.progress.phase(f"{label} {spec.arch}: fidelity vs untrained baselines")
+    quality = fidelity_table(ctx, spec, student, cache)
+    t2 = time.perf_counter()
+    ctx.progress.phase(f"{label} {spec.arch}: export")
+    shipped = _ship(ctx, student, dest, teacher_dir, pipeline,
+                     {**res.summary(), "search_trial": row["number"],
+                      "transfer_set": {"train": data.num_train, "eval": data.num_eval, "seq_len": data.seq_len,
+                                       "unit": cfg.final_unit}})
+    t3 = time.perf_counter()
+    ctx.progress.phase(f"{label} {spec.arch}: latency")
+    latency = latency_record(measure(dest, cfg))
+    int8_latency = latency_record(measure(dest / "model.int8.onnx", cfg))
+    loss = float(res.metrics["l_hs_norm"])
+    entry = {
+        "trial": row["number"], "arch": spec.arch, "dir": str(dest), "recipe": _recipe(cfg),
+        "steps": cfg.final_steps, "train": cfg.final_train, "train_rows": data.num_train, "init": res.init,
+        "params": spec.num_parameters(), "l_hs_norm": loss, "l_hs_raw": float(res.metrics["l_hs_raw"]),
+        "latency_ms": latency["median_ms"], "latency": latency, "latency_int8_onnx": int8_latency,
+        "reward": ctx.reward(loss, latency["median_ms"]), "within_budget": latency["median_ms"] <= ctx.budget_ms,
+        "proxy_reward": row["reward"], "quality": quality, **shipped,
+        "seconds": {"distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3), "export": round(t3 - t2, 3),
+                    "latency": round(time.perf_counter() - t3, 3)},
+    }
+    atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")
+    write_model_card(dest, entry, cfg)
+    return entry
+
+
+def _ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any], summary: dict) -> dict:
+    """Write `dest`: ONNX (+ INT8), the HF weights, the sentence-transformers modules, distill.json;
+    returns the export report and the sentence-transformers pipeline written."""
+    from export import export_model, write_sentence_transformers
+
+    # export_model writes the folder (ONNX, INT8, tokenizer, config, export.json) atomically and
+    # refuses to replace anything but an earlier export; the weights and the sentence-transformers
+    # modules then complete it, with the graph's sentence_embedding pooled/normalized like them.
+    report = export_model(student, dest, int8=True, tokenizer=ctx.teacher.tokenizer,
+                          pooling=pipeline["pooling"], normalize=pipeline["normalize"])
+    student.save_pretrained(dest)
+    sentence = write_sentence_transformers(dest, teacher_dir, hidden_size=student.config.hidden_size)
+    atomic_write_text(dest / "distill.json", json.dumps(summary, indent=2, default=str) + "\n")
+    return {"export": _jsonable(report.to_dict()), "sentence_transformers": _jsonable(sentence)}
 
 
 def _jsonable(value: Any) -> Any:

@@ -109,7 +109,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
                 f"no trial was trained within the budget of {budget_ms:.2f} ms after {cfg.trials} trials; "
                 f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
             )
-        if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg.final_steps, cfg.final_train):
+        if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg):
             run_final(study, ctx, out, chosen)
         progress.phase("done")
         return write_outputs(study, out)

@@ -49,11 +49,21 @@ class SearchContext:
     progress: Progress
 
     def distill_config(self, steps: int, eval_every: int | None = None) -> DistillConfig:
+        """The proxy's recipe (every trial, and the reference shapes)."""
         cfg = self.config
         extra = {} if cfg.lr is None else {"lr": cfg.lr}
         return DistillConfig(method=cfg.method, steps=steps, batch_size=cfg.batch_size,
                              eval_every=cfg.eval_every if eval_every is None else eval_every,
-                             layer_map=cfg.layer_map, init=cfg.init, seed=cfg.seed, device=cfg.device, progress=False, **extra)
+                             layer_map=cfg.layer_map, init=cfg.init, layer_rule=cfg.layer_rule, seed=cfg.seed,
+                             device=cfg.device, progress=False, **extra)
+
+    def final_config(self) -> DistillConfig:
+        """The winner's recipe: `final_method` for `final_steps`, evaluated five times on the way."""
+        cfg = self.config
+        options = {"layer_map": cfg.layer_map} if cfg.final_method in ("hs", "pkd") else {}
+        return DistillConfig(method=cfg.final_method, steps=cfg.final_steps, batch_size=cfg.final_batch_size,
+                             lr=cfg.final_lr, eval_every=max(1, cfg.final_steps // 5), init=cfg.init,
+                             layer_rule=cfg.layer_rule, seed=cfg.seed, device=cfg.device, progress=False, **options)
 
     def reward(self, loss: float, latency_ms: float) -> float:
         return kdnas_reward(loss, latency_ms, self.teacher_latency_ms, self.config.target_ratio,

@@ -81,3 +81,15 @@ def test_argparse_errors_are_one_line_too(args, message, capsys):
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "usage:" not in err, err
+
+
+@pytest.mark.parametrize("arch, words", [
+    ("8x12x384x1536", "student layers=8 exceeds the teacher's 6"),
+    ("2x12x768x1536", "student hidden=768 exceeds the teacher's 384"),
+])
+def test_init_inherit_with_a_student_larger_than_the_teacher_is_one_line_exit_2(tmp_path, arch, words):
+    run = kdnas("distill", "--arch", arch, "--init", "inherit", "--out", str(tmp_path / "o"), "--quiet",
+                env_cache=tmp_path)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert words in run.stderr and "--init svd" in run.stderr
+    assert not (tmp_path / "o").exists() and not (tmp_path / "targets").exists()

@@ -90,7 +90,7 @@ def test_evaluate_writes_json_and_table(capsys, tmp_path, minilm_2l, isolated_ca
     out = tmp_path / "eval.json"
     code = nas.cli.main(["evaluate", minilm_2l, "--teacher", minilm_2l, "--tasks", "topic", "--seeds", "0",
                          "--train-size", "32", "--eval-size", "20", "--epochs", "1", "--max-len", "16",
-                         "--lr", "2e-4", "--no-latency", "--quiet", "--out", str(out)])
+                         "--lr", "2e-4", "--no-latency", "--quiet", "--out", str(out), "--measures", "finetune"])
     assert code == 0
     table = capsys.readouterr().out
     assert "topic acc (F1)" in table and "(teacher)" in table and "majority class" in table

@@ -103,4 +103,4 @@ def test_final_train_must_be_positive():
 
     with pytest.raises(KdnasError, match="final_train=0"):
         SearchConfig(final_train=0)
-    assert SearchConfig().proxy_steps == 60 and SearchConfig().final_train == 1024
+    assert SearchConfig().proxy_steps == 60 and SearchConfig().final_train == 4096

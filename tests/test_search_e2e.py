@@ -30,7 +30,7 @@ from nas import kdnas_reward
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 TINY = ["--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--final-train", "48",
-        "--no-progress"]
+        "--final-batch-size", "8", "--quality-sentences", "48", "--no-progress"]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -88,7 +88,14 @@ def test_search_writes_every_output(search_run):
     assert final["arch"] == summary["best_trial"]["arch"] and final["steps"] == 6
     # The final run trains on its own, larger transfer set (--final-train 48 vs 32 proxy rows).
     assert final["train"] == 48 and final["train_rows"] == 48
-    assert json.loads((best / "distill.json").read_text())["transfer_set"] == {"train": 48, "eval": 8, "seq_len": 32}
+    assert json.loads((best / "distill.json").read_text())["transfer_set"] == {"train": 48, "eval": 8, "seq_len": 32,
+                                                                               "unit": "sentence"}
+    # Shipped as its users load it, and measured against what needs no training.
+    assert (best / "modules.json").is_file() and (best / "README.md").is_file()
+    fidelity = final["quality"]["fidelity"]
+    assert final["quality"]["sentences"] == 48 and "student" in fidelity
+    assert any(name.startswith("first ") for name in fidelity), fidelity
+    assert final["init"]["init"] == "inherit" and "embedding fidelity rho" in search_run["stdout"]
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(best)

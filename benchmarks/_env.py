@@ -1,0 +1,34 @@
+"""What every benchmark result records: the machine, the versions and the exact command."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import sys
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    import onnxruntime
+    import torch
+    import transformers
+
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+        "onnxruntime": onnxruntime.__version__,
+        "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
+    }

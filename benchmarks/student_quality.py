@@ -1,0 +1,142 @@
+"""Is the shipped student a useful model? It, the teacher and two untrained baselines, side by side.
+
+For a student folder written by `kdnas search` (e.g. runs/demo/best) this builds the two untrained
+baselines at equal or lower cost — the teacher's first k layers (k: the deepest full-width cut with
+no more FLOPs than the student) and the student's own inherited starting point before any training
+(rebuilt from its distill.json and checked against it) — and measures every row with `kdnas
+evaluate`'s measures: embedding fidelity, linear probes on the full splits and 16-shot, and
+(--finetune) fine-tuning over 3 seeds. A student that does not beat both baselines on every measure
+has failed, and the verdict says so.
+
+    python benchmarks/student_quality.py runs/demo/best
+    python benchmarks/student_quality.py runs/demo/best runs/long/best --finetune
+Writes benchmarks/results/student_quality.json and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _env import environment  # noqa: E402
+
+TASKS = ("sentiment", "topic", "tweets")
+
+
+def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Path) -> dict[str, Path]:
+    """Save both untrained baselines of `student_dir` as loadable sentence-transformers folders."""
+    from distill import StudentSpec, TeacherCache, load_corpus, load_teacher, make_transfer_set
+    from distill.assets import teacher_path
+    from distill.inherit import first_layers, inherit_student
+    from export import write_sentence_transformers
+    from nas.baselines import first_layers_depth
+
+    record = json.loads((student_dir / "distill.json").read_text())
+    teacher = load_teacher(teacher_name)
+    spec = StudentSpec(**record["spec"])
+    data_info, config = record["transfer_set"], record["config"]
+    data = make_transfer_set(teacher.tokenizer, load_corpus(corpus), seq_len=data_info["seq_len"],
+                             num_train=data_info["train"], num_eval=data_info["eval"], seed=config["seed"],
+                             unit=data_info.get("unit", "window"))
+    importance = TeacherCache(teacher, data).importance()
+    inherited, plan = inherit_student(teacher, spec, importance, config["layer_rule"])
+    started = record["init"]
+    if started.get("teacher_layers") != [j + 1 for j in plan.layers]:
+        raise SystemExit(f"rebuilt start {plan.describe()} differs from the student's {started}")
+    k = first_layers_depth(teacher.dims, spec, 128)
+    models = {f"first-{k}-layers": first_layers(teacher, k, importance), f"inherited-{spec.arch}": inherited}
+    out = {}
+    for name, model in models.items():
+        folder = work / name
+        model.save_pretrained(folder)
+        teacher.tokenizer.save_pretrained(folder)
+        write_sentence_transformers(folder, teacher_path(teacher_name), hidden_size=model.config.hidden_size)
+        out[name] = folder
+    return out
+
+
+def verdicts(report: dict, students: list[str], baselines: list[str]) -> dict[str, dict]:
+    """For each student: every measure on which it does not beat every baseline (empty = passed)."""
+    rows = {r["model"]: r for r in report["models"]}
+    out = {}
+    for name in students:
+        failed = []
+        for base in baselines:
+            for measure, value in _scores(rows[name]).items():
+                if value <= _scores(rows[base])[measure]:
+                    failed.append(f"{measure}: {value:.4f} <= {base} {_scores(rows[base])[measure]:.4f}")
+        out[name] = {"beats_both_baselines_on_every_measure": not failed, "failures": failed}
+    return out
+
+
+def _scores(row: dict) -> dict[str, float]:
+    scores = {}
+    if "fidelity" in row:
+        scores["fidelity rho"] = row["fidelity"]["spearman"]
+    for task, p in row.get("probes", {}).items():
+        if p["full"] is not None:
+            scores[f"{task} probe"] = p["full"]
+        scores[f"{task} 16-shot"] = p["few_shot_mean"]
+    for task, t in row.get("tasks", {}).items():
+        scores[f"{task} fine-tune"] = t["accuracy_mean"]
+    return scores
+
+
+def main() -> int:
+    from distill.finetune import FinetuneConfig, evaluate
+    from distill.quality import QualityConfig
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("students", nargs="+", type=Path, help="student folders; the first one's baselines are built")
+    parser.add_argument("--teacher", default="minilm-l6")
+    parser.add_argument("--corpus", default="news")
+    parser.add_argument("--finetune", action="store_true", help="also fine-tune every row (3 seeds; slow on CPU)")
+    parser.add_argument("--work", type=Path, default=Path("runs/student-quality"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "student_quality.json")
+    args = parser.parse_args()
+
+    baselines = build_baselines(args.students[0], args.teacher, args.corpus, args.work)
+    measures = ("fidelity", "probe") + (("finetune",) if args.finetune else ())
+    # Fine-tuning with unfrozen embeddings on the full training splits, 3 epochs: the teacher's usual level.
+    config = FinetuneConfig(train_size=None, eval_size=None, freeze_embeddings=False, progress=False)
+    models = [str(s) for s in args.students] + [str(p) for p in baselines.values()]
+    report = evaluate(models, list(TASKS), config, teacher=args.teacher, measures=measures,
+                      quality=QualityConfig(corpus=args.corpus), log=lambda m: print(m, file=sys.stderr, flush=True))
+    report["verdicts"] = verdicts(report, [str(s) for s in args.students], [str(p) for p in baselines.values()])
+    report["environment"] = environment()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(table(report))
+    return 0
+
+
+def table(report: dict) -> str:
+    tasks = list(report["tasks"])
+    head = ["model", "latency ms", "fidelity ρ", "mean cos"] + [f"{t} probe" for t in tasks] + \
+        [f"{t} 16-shot" for t in tasks] + ["probe gain kept"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in report["models"]:
+        probes = row["probes"]
+        cells = [Path(row["model"]).name if "/" in row["model"] else row["model"],
+                 f"{row['latency_ms']:.2f}" if row.get("latency_ms") else "-",
+                 f"{row['fidelity']['spearman']:.3f}", f"{row['fidelity']['mean_cosine']:.3f}"]
+        cells += [f"{100 * probes[t]['full']:.1f}" for t in tasks]
+        cells += [f"{100 * probes[t]['few_shot_mean']:.1f} ± {100 * probes[t]['few_shot_std']:.1f}" for t in tasks]
+        gain = row.get("probe_gain_kept", {}).get("average")
+        cells.append(f"{gain:.1f} %" if gain is not None else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    majority = report["models"][0]["probes"]
+    lines.append("| majority class | | | | " + " | ".join(f"{100 * majority[t]['majority']:.1f}" for t in tasks) +
+                 " | " + " | ".join("" for _ in tasks) + " | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Is the shipped student better than what needs no training? Its embedding fidelity beside two
+untrained baselines at equal or lower cost.
+
+- `first k layers`: the teacher cut after its first k layers at full width, untrained, with k the
+  deepest cut whose FLOPs do not exceed the student's (so its latency is not higher);
+- `inherited, untrained`: the student's own starting point (`distill.inherit`), before any step.
+
+A distilled student that does not beat both has failed, and the summary says so. Fidelity is
+Spearman's ρ between the teacher's and the model's pairwise cosine similarities of held-out corpus
+sentences (`distill.quality.embedding_fidelity`); the probes of `kdnas evaluate` are too slow for
+the search itself and are run by `benchmarks/student_quality.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from distill import StudentSpec
+from distill.errors import KdnasError
+
+PAIRS = 4000
+
+
+def first_layers_depth(teacher_dims: Any, spec: StudentSpec, seq: int) -> int:
+    """The deepest full-width cut of the teacher that costs no more FLOPs than `spec` (at least 1)."""
+    t = teacher_dims
+    full = [spec.replace(layers=k, heads=t.heads, hidden=t.hidden, ffn=t.ffn) for k in range(1, t.layers + 1)]
+    cheaper = [s.layers for s in full if s.flops(seq) <= spec.flops(seq)]
+    return max(cheaper, default=1)
+
+
+def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any) -> dict[str, Any] | None:
+    """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, or None
+    when not asked for (0) or the corpus is too small to hold any out."""
+    from distill.data import heldout_sentences
+    from distill.inherit import first_layers, inherit_reason, inherit_student
+    from distill.quality import embedding_fidelity, sentence_embeddings
+
+    cfg = ctx.config
+    if cfg.quality_sentences <= 0:
+        return None
+    try:
+        sentences = heldout_sentences(ctx.texts, cfg.quality_sentences, seed=cfg.seed)
+    except KdnasError as err:
+        return {"skipped": str(err)}
+    teacher, tokenizer, seq = ctx.teacher, ctx.teacher.tokenizer, cfg.latency_seq
+    reference = sentence_embeddings(teacher, sentences, max_len=seq)
+    importance = cache.importance()
+    k = first_layers_depth(teacher.dims, spec, seq)
+    models = {"student": student, f"first {k} layers (untrained)": first_layers(teacher, k, importance)}
+    if inherit_reason(teacher, spec) is None:
+        models["inherited (untrained)"] = inherit_student(teacher, spec, importance, cfg.layer_rule)[0]
+    rows = {}
+    for name, model in models.items():
+        emb = sentence_embeddings((model.eval(), tokenizer), sentences, max_len=seq)
+        rows[name] = embedding_fidelity(reference, emb, pairs=PAIRS, seed=cfg.seed)
+    student_rho = rows["student"]["spearman"]
+    beaten = all(student_rho > r["spearman"] for name, r in rows.items() if name != "student")
+    return {"sentences": len(sentences), "max_len": seq, "fidelity": rows, "beats_baselines": beaten}

@@ -1,0 +1,141 @@
+"""The model card (README.md) of a finished student: what it is, what it costs, how it was made.
+
+Users meet `best/` through this page (and the hubs show it), so it carries the measured facts from
+the search's entry, not claims, and the exact command that reproduces the folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from pathlib import Path
+from typing import Any
+
+from ._io import atomic_write_text
+
+CARD = "README.md"
+# SearchConfig fields that only steer this process and have no `kdnas search` flag.
+_NO_FLAG = ("stale_after_s",)
+# Boolean fields whose flag says the opposite of the field.
+_NEGATED = {"prune": "--no-prune", "progress": "--no-progress"}
+
+
+def write_model_card(dest: str | Path, entry: dict[str, Any], config: Any) -> Path:
+    """Write `dest/README.md` for the final entry `entry` of a search run with SearchConfig `config`."""
+    path = Path(dest) / CARD
+    atomic_write_text(path, model_card(entry, config))
+    return path
+
+
+def model_card(entry: dict[str, Any], config: Any) -> str:
+    """The card's text (see `write_model_card`)."""
+    pipe = entry.get("sentence_transformers") or {}
+    facts = [
+        ("shape (layers x heads x hidden x ffn)", entry["arch"]),
+        ("parameters", f"{int(entry['params']):,}"),
+        ("latency, fp32", _latency(entry.get("latency"), config, config.runtime)),
+        ("latency, int8 (model.int8.onnx)", _latency(entry.get("latency_int8_onnx"), config, "onnxruntime")),
+        ("held-out normalized L_HS (0 = the teacher's hidden states)", _number(entry.get("l_hs_norm"))),
+        ("quality", _quality(entry.get("quality"))),
+        ("teacher", f"`{config.teacher}`"),
+        ("sentence embedding", _pipeline(pipe)),
+        ("distillation", f"{entry.get('steps')} steps on {entry.get('train_rows', entry.get('train'))} sequences"),
+    ]
+    rows = "\n".join(f"| {name} | {value} |" for name, value in facts)
+    return f"""---
+library_name: sentence-transformers
+pipeline_tag: sentence-similarity
+tags: [sentence-transformers, feature-extraction, knowledge-distillation, kdnas]
+---
+
+# {entry['arch']} student of {config.teacher}
+
+A BERT student found by a latency-constrained architecture search (KD-NAS), started from the
+teacher's own weights and distilled on the teacher's token states, sentence embeddings and
+similarities by kdnas. Its embeddings are meant to replace the teacher's.
+
+| | |
+|---|---|
+{rows}
+
+## How it was made
+
+```bash
+{search_command(config)}
+```
+
+## Use
+
+```python
+from sentence_transformers import SentenceTransformer
+
+model = SentenceTransformer("path/to/this/folder", device="cpu")
+embeddings = model.encode(["A sentence to embed."])
+```
+
+`model.onnx` (fp32, fused) and `model.int8.onnx` (dynamic INT8) take `input_ids`, `attention_mask`
+(and `token_type_ids` where present) from this folder's tokenizer and return `sentence_embedding`,
+the same vector as `encode`. `export.json`, `distill.json` and `search.json` hold every measured fact.
+"""
+
+
+def search_command(config: Any) -> str:
+    """The `kdnas search` command line that reproduces `config`: the three named options, then every
+    option that differs from its default. A setting with no flag (a `space` given in Python) is named
+    on a comment line below, so the command never claims more than it reproduces."""
+    flags = ["kdnas", "search", "--teacher", config.teacher, "--corpus", config.corpus, "--out", config.out]
+    notes = []
+    defaults = type(config)()
+    for field in dataclasses.fields(config):
+        name, value = field.name, getattr(config, field.name)
+        if name in ("teacher", "corpus", "out") + _NO_FLAG or value == getattr(defaults, name):
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if name == "space_overrides":
+            for dim, choices in value:
+                flags += [f"--{dim}", _choices(choices)]
+        elif name in _NEGATED or isinstance(value, bool):
+            flags.append(_NEGATED.get(name, flag))  # differs from the default, so the flag is set
+        elif name == "space" or value is None:
+            notes.append(f"# {name}={value!r} was set in Python and has no flag")
+        else:
+            flags += [flag, str(value)]
+    return " ".join(shlex.quote(str(p)) for p in flags) + "".join(f"\n{n}" for n in notes)
+
+
+def _choices(choices: Any) -> str:
+    if isinstance(choices, (list, tuple)):
+        return ",".join(str(c) for c in choices)
+    return str(choices)
+
+
+def _latency(record: dict[str, Any] | None, config: Any, runtime: str) -> str:
+    if not record or record.get("median_ms") is None:
+        return "not measured"
+    return (f"{record['median_ms']:.2f} ms median (p90 {record.get('p90_ms', float('nan')):.2f}; batch "
+            f"{config.latency_batch}, {config.latency_seq} tokens, {config.threads} threads, {runtime})")
+
+
+def _quality(quality: Any) -> str:
+    """Embedding fidelity of the student beside the untrained baselines (nas.baselines)."""
+    if not quality or not isinstance(quality, dict) or "fidelity" not in quality:
+        return (quality or {}).get("skipped", "not measured") if isinstance(quality, dict) else "not measured"
+    rows = "; ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
+    verdict = "beats both untrained baselines" if quality.get("beats_baselines") else \
+        "does NOT beat the untrained baselines: the recipe failed for this shape"
+    return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality['sentences']} held-out "
+            f"sentences): {rows} — {verdict}. Linear probes: `kdnas evaluate`")
+
+
+def _pipeline(pipe: dict[str, Any]) -> str:
+    if not pipe:
+        return "see modules.json"
+    norm = "L2-normalized" if pipe.get("normalize") else "not normalized"
+    dropped = f" (the teacher's {', '.join(pipe['dropped'])} not copied)" if pipe.get("dropped") else ""
+    return f"{pipe.get('pooling')} pooling, {norm}, max_seq_length {pipe.get('max_seq_length')}{dropped}"
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "not measured"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)

@@ -1,0 +1,80 @@
+"""Sentence-embedding transfer (METHODS.md, "Embedding-level distillation"): the losses and the method."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from distill import ModelDims, build_method
+from distill.activations import Activations
+from distill.errors import KdnasError
+from distill.losses import mean_pool, pooled_cosine_loss, relation_loss, token_state_loss
+
+
+def test_mean_pool_ignores_padding():
+    states = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    mask = torch.tensor([[1, 1, 0]])
+    assert torch.allclose(mean_pool(states, mask), torch.tensor([[2.0, 3.0]]))
+
+
+def test_pooled_cosine_is_zero_for_the_same_direction_and_one_for_orthogonal():
+    a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    assert pooled_cosine_loss(3 * a, a).item() == pytest.approx(0.0, abs=1e-6)
+    assert pooled_cosine_loss(a.flip(1), a).item() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_relation_loss_is_width_free_and_zero_for_a_rotated_copy():
+    torch.manual_seed(0)
+    teacher = torch.randn(8, 16)
+    rotation, _ = torch.linalg.qr(torch.randn(16, 16))
+    assert relation_loss(teacher @ rotation, teacher).item() == pytest.approx(0.0, abs=1e-6)
+    narrow = torch.randn(8, 4)
+    expected = ((torch.nn.functional.normalize(narrow, dim=-1) @ torch.nn.functional.normalize(narrow, dim=-1).T
+                 - torch.nn.functional.normalize(teacher, dim=-1) @ torch.nn.functional.normalize(teacher, dim=-1).T)
+                .pow(2).mean())
+    assert relation_loss(narrow, teacher).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_token_state_loss_is_one_for_the_teachers_mean_and_ignores_padding():
+    torch.manual_seed(0)
+    teacher = torch.randn(2, 5, 3) * torch.tensor([1.0, 10.0, 100.0])  # very different feature scales
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+    real = teacher[mask.bool()]
+    mean = real.mean(0).expand_as(teacher)
+    assert token_state_loss(mean, teacher, None, mask).item() == pytest.approx(1.0, rel=1e-5)
+    padded = teacher.clone()
+    padded[mask == 0] = 1e6  # values at padded positions never change the loss
+    assert token_state_loss(teacher, padded, None, mask).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_embed_method_is_zero_for_the_teacher_itself_and_trains_its_projection():
+    dims = ModelDims(layers=2, hidden=8, heads=2)
+    method = build_method("embed", dims, dims)
+    states = torch.randn(4, 6, 8)
+    acts = Activations(hidden={2: states})
+    mask = torch.ones(4, 6, dtype=torch.long)
+    assert method(acts, acts, mask).item() == pytest.approx(0.0, abs=1e-5)
+    narrow = build_method("embed", dims, ModelDims(layers=1, hidden=4, heads=2), embed_terms="cos+rel")
+    loss = narrow(Activations(hidden={1: torch.randn(4, 6, 4)}), acts, mask)
+    loss.backward()
+    assert narrow.projection.weight.grad is not None and narrow.teacher_needs().hidden == frozenset({2})
+
+
+@pytest.mark.parametrize("terms", ["", "tok+tok", "cos+magic", "-1*rel", "x*rel"])
+def test_embed_terms_are_checked(terms):
+    dims = ModelDims(layers=2, hidden=8, heads=2)
+    with pytest.raises(KdnasError, match="embed_terms="):
+        build_method("embed", dims, dims, embed_terms=terms if terms else "+")
+
+
+def test_embed_terms_take_weights():
+    dims = ModelDims(layers=1, hidden=4, heads=2)
+    method = build_method("embed", dims, dims, embed_terms="cos+10*rel")
+    assert method.terms == {"cos": 1.0, "rel": 10.0}
+    torch.manual_seed(0)
+    s, t = torch.randn(4, 3, 4), torch.randn(4, 3, 4)
+    mask = torch.ones(4, 3, dtype=torch.long)
+    e_s, e_t = mean_pool(s, mask), mean_pool(t, mask)
+    expected = pooled_cosine_loss(e_s, e_t, method.projection) + 10 * relation_loss(e_s, e_t)
+    got = method(Activations(hidden={1: s}), Activations(hidden={1: t}), mask)
+    assert got.item() == pytest.approx(expected.item(), rel=1e-5)

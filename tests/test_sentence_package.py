@@ -1,0 +1,214 @@
+"""A finished student is a sentence-transformers drop-in: its module files follow the teacher, its
+ONNX `sentence_embedding` equals `SentenceTransformer(folder).encode`, and it carries a model card."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from distill.assets import teacher_path  # noqa: E402
+from distill.errors import KdnasError  # noqa: E402
+from distill.spec import StudentSpec, build_student  # noqa: E402
+from export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
+
+SENTENCES = [
+    "Stocks fell.",
+    "The central bank left interest rates unchanged on Thursday.",
+    "Is it raining in Berlin?",
+    # Longer than any max_seq_length below: encode and the ONNX input must truncate alike.
+    " ".join(["After weeks of negotiations, lawmakers agreed on a budget for schools and roads."] * 30),
+]
+# Hidden 64, not the teacher's 384: the pooling dimension must come from the student.
+TINY = StudentSpec(layers=2, heads=4, hidden=64, ffn=128, max_position=128)
+
+
+def _ship(model, tokenizer, dest: Path, teacher_dir) -> dict:
+    """What run_final does: export with the teacher's pipeline, save weights, write the module files."""
+    pipe = read_sentence_pipeline(teacher_dir)
+    export_model(model, dest, tokenizer=tokenizer, pooling=pipe["pooling"], normalize=pipe["normalize"])
+    model.save_pretrained(dest)
+    return write_sentence_transformers(dest, teacher_dir, hidden_size=int(model.config.hidden_size))
+
+
+def _onnx_embeddings(folder: Path, max_length: int) -> np.ndarray:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    batch = tok(SENTENCES, padding=True, truncation=True, max_length=max_length, return_tensors="np")
+    session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    feeds = {n: batch[n].astype(np.int64) if n in batch else np.zeros_like(batch["input_ids"]) for n in names}
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    return outputs["sentence_embedding"]
+
+
+def _st_embeddings(folder: Path) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+    return model.encode(SENTENCES, convert_to_numpy=True, batch_size=2)
+
+
+def _fake_teacher(folder: Path, *, pooling_key: str, normalize: bool, max_seq_length: int) -> Path:
+    """A sentence-transformers teacher folder's module files (the student only reads those)."""
+    folder.mkdir()
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 999, pooling_key: True}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def minilm_student(minilm_2l, tmp_path_factory):
+    """The 2-layer MiniLM shipped with the real MiniLM teacher's pipeline (mean pooling, Normalize)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    dest = tmp_path_factory.mktemp("st") / "best"
+    model = AutoModel.from_pretrained(minilm_2l)
+    facts = _ship(model, AutoTokenizer.from_pretrained(minilm_2l), dest, teacher_path("minilm-l6"))
+    return dest, facts
+
+
+def test_sentence_transformers_encode_equals_onnx_sentence_embedding(minilm_student):
+    dest, facts = minilm_student
+    assert facts["max_seq_length"] == 256  # the teacher's, within the student's 512 positions
+    st = _st_embeddings(dest)
+    onnx = _onnx_embeddings(dest, facts["max_seq_length"])
+    assert st.shape == onnx.shape == (len(SENTENCES), 384)
+    assert np.abs(st - onnx).max() <= 1e-4
+    # The teacher normalizes, so both are unit vectors (a plain mean-pooled export is not).
+    np.testing.assert_allclose(np.linalg.norm(onnx, axis=1), 1.0, atol=1e-5)
+    manifest = json.loads((dest / "export.json").read_text())
+    assert manifest["normalize"] is True and manifest["pooling"] == "mean"
+
+
+def test_module_files_follow_the_teacher_and_the_students_size(minilm_student):
+    dest, facts = minilm_student
+    modules = json.loads((dest / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
+    assert (dest / "2_Normalize").is_dir() and facts["normalize"] is True
+    pooling = json.loads((dest / "1_Pooling" / "config.json").read_text())
+    assert pooling["word_embedding_dimension"] == 384 and pooling["pooling_mode_mean_tokens"] is True
+    assert json.loads((dest / "sentence_bert_config.json").read_text())["max_seq_length"] == 256
+    assert json.loads((dest / "config_sentence_transformers.json").read_text())["model_type"] == "SentenceTransformer"
+
+
+def test_teacher_without_normalize_cls_pooling_and_a_short_student(tmp_path):
+    from transformers import AutoTokenizer
+
+    teacher = _fake_teacher(tmp_path / "teacher", pooling_key="pooling_mode_cls_token", normalize=False,
+                            max_seq_length=384)
+    model = build_student(TINY, seed=0).eval()
+    facts = _ship(model, AutoTokenizer.from_pretrained(teacher_path("minilm-l6")), tmp_path / "best", teacher)
+    dest = tmp_path / "best"
+    assert (facts["pooling"], facts["normalize"]) == ("cls", False)
+    assert facts["max_seq_length"] == 128  # the teacher's 384, capped by the student's positions
+    assert not (dest / "2_Normalize").exists()
+    pooling = json.loads((dest / "1_Pooling" / "config.json").read_text())
+    assert pooling["word_embedding_dimension"] == 64 and pooling["pooling_mode_cls_token"] is True
+    assert not pooling["pooling_mode_mean_tokens"]
+    st, onnx = _st_embeddings(dest), _onnx_embeddings(dest, 128)
+    assert st.shape == (len(SENTENCES), 64) and np.abs(st - onnx).max() <= 1e-4
+    assert np.abs(np.linalg.norm(onnx, axis=1) - 1.0).max() > 1e-2  # not normalized
+
+
+def test_teacher_without_modules_gets_mean_and_no_normalize_said_plainly(tmp_path):
+    facts = read_sentence_pipeline(tmp_path)  # a folder with no sentence-transformers files
+    assert (facts["pooling"], facts["normalize"]) == ("mean", False) and "default" in facts["source"]
+    bad = _fake_teacher(tmp_path / "weighted", pooling_key="pooling_mode_weightedmean_tokens", normalize=True,
+                        max_seq_length=64)
+    assert read_sentence_pipeline(bad)["pooling"] == "weightedmean"  # written as is; the ONNX graph refuses it
+    with pytest.raises(KdnasError, match="pooling mode 'weightedmean' is not supported by the ONNX export"):
+        export_model(TINY, tmp_path / "out", tokenizer="minilm-l6", pooling="weightedmean")
+    with pytest.raises(KdnasError, match="has no config.json"):
+        write_sentence_transformers(tmp_path / "empty", None, hidden_size=64)
+
+
+def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(tmp_path, monkeypatch):
+    import nas
+    from nas import SearchConfig
+    from nas.card import write_model_card
+    from nas.cli import main
+
+    config = SearchConfig(teacher="minilm-l6", out="runs/demo dir", trials=20, budget_ms=8.0, prune=False,
+                          space_overrides={"layers": "2-4"}, final_steps=50)
+    entry = {"arch": "3x12x384x1536", "params": 17_400_000, "l_hs_norm": 0.4321, "steps": 50, "train_rows": 1024,
+             "latency": {"median_ms": 3.21, "p90_ms": 3.5}, "latency_int8_onnx": {"median_ms": 1.87, "p90_ms": 2.0},
+             "sentence_transformers": {"pooling": "mean", "normalize": True, "max_seq_length": 256}}
+    card = write_model_card(tmp_path, entry, config).read_text()
+    assert "3x12x384x1536" in card and "17,400,000" in card and "0.4321" in card
+    assert "3.21 ms" in card and "1.87 ms" in card and "not measured" in card  # no quality in the entry
+    assert "mean pooling, L2-normalized, max_seq_length 256" in card
+    command = card.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    assert command == ("kdnas search --teacher minilm-l6 --corpus news --out 'runs/demo dir' --trials 20 "
+                       "--budget-ms 8.0 --layers 2-4 --no-prune --final-steps 50")
+    # The command, run through the real CLI, builds exactly this config.
+    seen = []
+    monkeypatch.setattr(nas, "search", lambda cfg: seen.append(cfg) or {})
+    assert main(shlex.split(command)[1:] + ["--json"]) == 0
+    assert seen == [config]
+    quality = {"sentences": 1000, "beats_baselines": True,
+               "fidelity": {"student": {"spearman": 0.9512}, "first 3 layers (untrained)": {"spearman": 0.4321}}}
+    scored = write_model_card(tmp_path, {**entry, "quality": quality}, config).read_text()
+    assert "student 0.951; first 3 layers (untrained) 0.432" in scored and "beats both untrained baselines" in scored
+    failed = write_model_card(tmp_path, {**entry, "quality": {**quality, "beats_baselines": False}}, config).read_text()
+    assert "does NOT beat the untrained baselines" in failed
+
+
+def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, news_texts, tmp_path, isolated_cache):
+    from types import SimpleNamespace
+
+    import optuna
+
+    from nas import SearchConfig
+    from nas.final import run_final
+    from nas.trial import SearchContext
+
+    out = tmp_path / "run"
+    config = SearchConfig(out=str(out), final_steps=2, final_train=16, proxy_eval=8, seq_len=32, batch_size=4,
+                          latency_seq=16, threads=1, seed=3, quality_sentences=0)
+    ctx = SearchContext(config=config, space=None, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
+                        data=None, cache=None, teacher_latency_ms=10.0, budget_ms=100.0,
+                        progress=SimpleNamespace(phase=lambda *_: None))
+    row = {"number": 0, "arch": "1x4x64x128", "layers": 1, "heads": 4, "hidden": 64, "ffn": 128, "reward": 0.5}
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    [entry] = run_final(optuna.create_study(), ctx, out, [row])
+    best = out / "best"
+    assert entry["sentence_transformers"]["normalize"] is True and entry["export"]["normalize"] is True
+    pooling = json.loads((best / "1_Pooling" / "config.json").read_text())
+    assert pooling["word_embedding_dimension"] == 64
+    st, onnx = _st_embeddings(best), _onnx_embeddings(best, entry["sentence_transformers"]["max_seq_length"])
+    assert np.abs(st - onnx).max() <= 1e-4
+    card = (best / "README.md").read_text()
+    assert "1x4x64x128" in card and "not measured" in card
+    assert f"kdnas search --teacher minilm-l6 --corpus news --out {out} " in card and "--final-steps 2" in card
+
+
+def test_cli_normalize_flag_and_plain_mean_without_modules(tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    from nas.cli import main
+
+    student = tmp_path / "student"  # an HF folder without sentence-transformers files
+    build_student(TINY, seed=0).save_pretrained(student)
+    AutoTokenizer.from_pretrained(teacher_path("minilm-l6")).save_pretrained(student)
+    for flag, normalized in (([], False), (["--normalize"], True)):
+        out = tmp_path / f"onnx{len(flag)}"
+        assert main(["export", str(student), "--out", str(out), *flag]) == 0
+        assert json.loads((out / "export.json").read_text())["normalize"] is normalized
+        norms = np.linalg.norm(_onnx_embeddings(out, 128), axis=1)
+        assert np.allclose(norms, 1.0, atol=1e-5) is normalized
+    assert "sentence_embedding: mean pooling, L2-normalized" in capsys.readouterr().out

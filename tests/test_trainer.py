@@ -75,3 +75,17 @@ def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path
 def test_bad_config_values(bad, message):
     with pytest.raises(KdnasError, match=message):
         DistillConfig(**bad)
+
+
+def test_epoch_batches_hold_rows_of_similar_length_and_cover_the_epoch():
+    import torch
+
+    from distill.trainer import epoch_batches
+
+    lengths = torch.randint(5, 64, (1000,), generator=torch.Generator().manual_seed(1))
+    batches = epoch_batches(lengths, 32, torch.Generator().manual_seed(0))
+    seen = torch.cat(batches)
+    assert all(len(b) == 32 for b in batches) and len(set(seen.tolist())) == len(seen) == 992  # full batches only
+    spread = sum(int(lengths[b].max() - lengths[b].min()) for b in batches) / len(batches)
+    assert spread < 10, spread  # a random batch of 32 spans about 55 tokens
+    assert [len(b) for b in epoch_batches(lengths[:5], 32, torch.Generator().manual_seed(0))] == [5]

@@ -98,6 +98,8 @@ def main() -> int:
     parser.add_argument("--teacher", default="minilm-l6")
     parser.add_argument("--corpus", default="news")
     parser.add_argument("--finetune", action="store_true", help="also fine-tune every row (3 seeds; slow on CPU)")
+    parser.add_argument("--no-latency", action="store_true",
+                        help="skip the latency column (when the machine is busy: figures would be noise)")
     parser.add_argument("--work", type=Path, default=Path("runs/student-quality"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "student_quality.json")
     args = parser.parse_args()
@@ -107,7 +109,7 @@ def main() -> int:
     # Fine-tuning with unfrozen embeddings on the full training splits, 3 epochs: the teacher's usual level.
     config = FinetuneConfig(train_size=None, eval_size=None, freeze_embeddings=False, progress=False)
     models = [str(s) for s in args.students] + [str(p) for p in baselines.values()]
-    report = evaluate(models, list(TASKS), config, teacher=args.teacher, measures=measures,
+    report = evaluate(models, list(TASKS), config, teacher=args.teacher, measures=measures, latency=not args.no_latency,
                       quality=QualityConfig(corpus=args.corpus), log=lambda m: print(m, file=sys.stderr, flush=True))
     report["verdicts"] = verdicts(report, [str(s) for s in args.students], [str(p) for p in baselines.values()])
     report["environment"] = environment()

@@ -1,0 +1,107 @@
+"""Which final recipe? One student shape, several distillation recipes, embedding fidelity after each.
+
+Each recipe is `METHOD[=TERMS]:LAYER_RULE:LR` (e.g. `embed=tok+cos+10*rel:even:3e-4`, `hs:even:3e-4`)
+and runs `distill.distill` from the inherited student on one transfer set (`--unit`, `--train`
+rows of `--seq-len` tokens) for `--steps` steps of `--batch-size`; every run is scored by
+embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, 4,000 pairs of 1,000 held-out
+corpus sentences) and the mean cosine to the teacher's embedding. `--checkpoints N` also scores the
+student every N steps of the same run.
+
+    python benchmarks/recipe_sweep.py --arch 3x12x384x1536 --unit sentence --steps 300 \\
+        "embed=tok+cos+rel:even:3e-4" "hs:even:3e-4"
+Writes benchmarks/results/recipe_sweep.json (appending runs) and prints one line per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _env import environment  # noqa: E402
+
+
+def main() -> int:
+    from distill import DistillConfig, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch
+    from distill.data import heldout_sentences
+    from distill.quality import embedding_fidelity, sentence_embeddings
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipes", nargs="+")
+    parser.add_argument("--teacher", default="minilm-l6")
+    parser.add_argument("--arch", default="3x12x384x1536")
+    parser.add_argument("--unit", default="sentence", choices=["sentence", "window"])
+    parser.add_argument("--train", type=int, default=8192)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--dropout", type=float, default=0.0, help="student dropout while distilling (-1: BERT's own)")
+    parser.add_argument("--checkpoints", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
+    args = parser.parse_args()
+
+    teacher = load_teacher(args.teacher)
+    texts = load_corpus("news")
+    data = make_transfer_set(teacher.tokenizer, texts, seq_len=args.seq_len, num_train=args.train, num_eval=32,
+                             seed=0, unit=args.unit)
+    cache = TeacherCache(teacher, data)
+    sentences = heldout_sentences(texts, 1000, seed=0)
+    reference = sentence_embeddings(teacher, sentences)
+    spec = parse_arch(args.arch, **teacher.student_sizes())
+
+    def score(model) -> dict:
+        f = embedding_fidelity(reference, sentence_embeddings((model.eval(), teacher.tokenizer), sentences))
+        model.train()
+        return {"spearman": round(f["spearman"], 4), "mean_cosine": round(f["mean_cosine"], 4)}
+
+    runs = []
+    for recipe in args.recipes:
+        method, rule, lr = recipe.split(":")
+        method, _, terms = method.partition("=")
+        config = DistillConfig(method=method, steps=args.steps, batch_size=args.batch_size, lr=float(lr),
+                               layer_rule=rule, embed_terms=terms or None, progress=False,
+                               dropout=None if args.dropout < 0 else args.dropout,
+                               eval_every=args.checkpoints)
+        seen: dict = {}
+        checkpoints = []
+        import distill.trainer as trainer
+
+        def on_eval(step: int, _metrics: dict) -> None:
+            if step < args.steps:
+                checkpoints.append({"step": step, **score(seen["student"])})
+
+        original = trainer.initial_student
+
+        def keep(*a, **k):
+            student, info = original(*a, **k)
+            seen["student"] = student
+            return student, info
+
+        trainer.initial_student = keep
+        try:
+            started = time.perf_counter()
+            result = distill(spec, teacher, data, config, cache=cache, on_eval=on_eval)
+        finally:
+            trainer.initial_student = original
+        run = {"recipe": recipe, "arch": args.arch, "unit": args.unit, "train": data.num_train,
+               "seq_len": args.seq_len, "steps": args.steps, "batch_size": args.batch_size, "dropout": args.dropout,
+               "seconds": round(time.perf_counter() - started, 1), "l_hs_norm": round(result.metrics["l_hs_norm"], 4),
+               "checkpoints": checkpoints, **score(result.student)}
+        print(json.dumps(run), flush=True)
+        runs.append(run)
+    previous = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"runs": previous + [{**r, "environment": environment()} for r in runs]},
+                                   indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

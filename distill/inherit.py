@@ -205,6 +205,13 @@ class InheritPlan:
     q_scale: float
     layer_rule: str
 
+    def selection(self, teacher_hidden: int) -> torch.Tensor:
+        """`[H_S, H_T]` with a 1 where student channel c is teacher channel `channels[c]`: the map from
+        the student's hidden space back into the teacher's that inheritance implies."""
+        out = torch.zeros(len(self.channels), teacher_hidden)
+        out[torch.arange(len(self.channels)), torch.as_tensor(self.channels)] = 1.0
+        return out
+
     def describe(self) -> dict:
         return {"layer_rule": self.layer_rule, "teacher_layers": [j + 1 for j in self.layers],
                 "hidden_kept": len(self.channels), "q_scale": self.q_scale}

@@ -506,6 +506,12 @@ class EmbedMethod(Method):
                 self.projection.weight.copy_(torch.eye(student.hidden))
                 self.projection.bias.zero_()
 
+    @torch.no_grad()
+    def align_to(self, selection: torch.Tensor) -> None:
+        """Start the projection as `selection` `[H_S, H_T]` (an inherited student's channel map)."""
+        self.projection.weight.copy_(selection.T)
+        self.projection.bias.zero_()
+
     def teacher_needs(self) -> Needs:
         return Needs(hidden=frozenset({self.teacher_dims.layers}))
 

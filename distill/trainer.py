@@ -209,6 +209,11 @@ def distill(
         student, init = initial_student(spec, teacher, targets, config)
     if mlm and not hasattr(student, "cls"):
         student = _with_mlm_head(student, spec, config.seed)
+    plan = init.pop("plan", None)
+    if plan is not None and hasattr(method, "align_to"):
+        # A pruned student's channels are a subset of the teacher's: its projection starts as that
+        # selection, not at random (a random map first pulls the inherited states apart).
+        method.align_to(plan.selection(teacher.dims.hidden))
     frozen = config.freeze_embeddings if config.freeze_embeddings is not None else init.get("init") == "inherit"
     if frozen:
         base_model(student).embeddings.word_embeddings.requires_grad_(False)
@@ -321,7 +326,7 @@ def initial_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache,
         reason = inherit_reason(teacher, spec)
         if reason is None:
             student, plan = inherit_student(teacher, spec, targets.importance(), config.layer_rule)
-            return student, {"init": "inherit", **plan.describe()}
+            return student, {"init": "inherit", **plan.describe(), "plan": plan}
         fallback = "svd" if spec.hidden <= teacher.dims.hidden else "random"  # SVD keeps at most d_T components
         note = f"init inherit is not possible for {spec.arch} ({reason}); using {fallback}"
         print(f"kdnas: {note}", file=sys.stderr)

@@ -177,13 +177,15 @@ def _print_summary(summary: dict, out: Path) -> None:
         print(f"best trial #{best['number']}: {best['arch']}  reward {best['reward']:.4f}  "
               f"L_HS {best['l_hs_norm']:.4f}  {best['latency_median_ms']:.2f} ms")
     for f in summary.get("final") or []:
-        print(f"final {f['dir']}: {f['arch']} after {f['steps']} steps: L_HS {f['l_hs_norm']:.4f}, "
-              f"{f['latency_ms']:.2f} ms, reward {f['reward']:.4f}")
+        method = (f.get("recipe") or {}).get("method", "")
+        print(f"final {f['dir']}: {f['arch']} after {f['steps']} steps of {method}: {f['latency_ms']:.2f} ms; "
+              f"held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
+              + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
         quality = f.get("quality") or {}
         if "fidelity" in quality:
             rows = ", ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
-            verdict = "beats both untrained baselines" if quality["beats_baselines"] else \
-                "does NOT beat the untrained baselines: this recipe failed"
+            verdict = "beats both untrained baselines on fidelity" if quality["beats_baselines"] else \
+                "does NOT beat the untrained baselines on fidelity: this recipe failed"
             print(f"  embedding fidelity rho ({quality['sentences']} held-out sentences): {rows}; {verdict}")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 

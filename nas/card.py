@@ -121,8 +121,8 @@ def _quality(quality: Any) -> str:
     if not quality or not isinstance(quality, dict) or "fidelity" not in quality:
         return (quality or {}).get("skipped", "not measured") if isinstance(quality, dict) else "not measured"
     rows = "; ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
-    verdict = "beats both untrained baselines" if quality.get("beats_baselines") else \
-        "does NOT beat the untrained baselines: the recipe failed for this shape"
+    verdict = "beats both untrained baselines on fidelity" if quality.get("beats_baselines") else \
+        "does NOT beat the untrained baselines on fidelity: the recipe failed for this shape"
     return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality['sentences']} held-out "
             f"sentences): {rows} — {verdict}. Linear probes: `kdnas evaluate`")
 

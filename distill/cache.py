@@ -51,7 +51,7 @@ class TeacherCache:
         self.batch_size = batch_size
         self._store: dict[tuple[str, str, int], torch.Tensor] = {}
         self.teacher_passes = 0  # full passes over a split; tests and benchmarks read it
-        self._importance = None
+        self._importance: dict[int, object] = {}
 
     def _file(self, split: str, kind: str, layer: int) -> Path:
         assert self.directory is not None
@@ -116,12 +116,12 @@ class TeacherCache:
     def importance(self, rows: int = 256):
         """Activation importances of the teacher on the first `rows` training rows (the calibration
         batch of `distill.inherit`), measured once per cache."""
-        if self._importance is None:
+        if rows not in self._importance:
             from .inherit import measure_importance
 
             ids, mask = self.data.split("train")
-            self._importance = measure_importance(self.teacher, ids[:rows], mask[:rows])
-        return self._importance
+            self._importance[rows] = measure_importance(self.teacher, ids[:rows], mask[:rows])
+        return self._importance[rows]
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._store.values())

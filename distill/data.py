@@ -182,7 +182,9 @@ def make_transfer_set(
     split = "eval"
     for start in range(0, len(order), 32):
         batch = [texts[i] for i in order[start : start + 32]]
-        encoded = tokenizer(batch, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
+        # Sentence rows tokenize each sentence on its own, so the whole document is not tokenized too.
+        encoded = [None] * len(batch) if unit == "sentence" else \
+            tokenizer(batch, add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
         for doc, ids in zip(batch, encoded):
             pieces = _sentence_pieces(tokenizer, doc, body) if unit == "sentence" else \
                 [ids[offset : offset + body] for offset in range(0, len(ids), body)]

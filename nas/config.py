@@ -1,10 +1,10 @@
 """What one search is: a frozen set of settings, and which of them define the study.
 
 Settings that change what a trial measures (teacher, corpus, space, budget, proxy budget,
-objective, sampler, latency settings...) are stored in the study's user attributes when it is
+objective, sampler, latency settings, training device and dtype...) are stored in the study's user attributes when it is
 created; a later run with the same study name must ask for the same ones (`study_settings`).
 Settings that only change how much is done or where it goes (trial count, final steps, output
-folder, device) may differ between runs of one study.
+folder) may differ between runs of one study.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ SAMPLERS = ("tpe", "nsga2", "random")
 @dataclass(frozen=True)
 class SearchConfig:
     """Everything `nas.search` needs. Defaults keep the bundled-default search under 10 minutes
-    on a 2-core CPU (see docs/fragments/search.md for the measured time)."""
+    on a 2-core CPU (the README's "Student quality" section has the measured time)."""
 
     teacher: str = "minilm-l6"
     corpus: str = "news"
@@ -68,7 +68,7 @@ class SearchConfig:
     layer_rule: str = "even"
     eval_every: int = 5
     prune: bool = True
-    # KD-NAS reward parameters (METHODS.md).
+    # KD-NAS reward parameters (docs/methods.md).
     target_ratio: float = 0.6
     exponent: float = -0.06
     # Latency measurement, identical for the teacher and every student.
@@ -139,7 +139,7 @@ class SearchConfig:
     def resolve_space(self, teacher_dims: Any) -> SearchSpace:
         """The space to search: `space` or the teacher-derived default, with the overrides applied."""
         d = teacher_dims
-        base = self.space or default_space(d.layers, d.heads, d.hidden, d.ffn)
+        base = self.space or default_space(d.layers, d.heads, d.hidden, d.ffn, keep_head_size=self.init == "inherit")
         return override_space(base, dict(self.space_overrides)) if self.space_overrides else base
 
     @property
@@ -147,8 +147,9 @@ class SearchConfig:
         # Optuna's pruners are single-objective only: the Pareto objective never prunes.
         return self.prune and self.objective == "reward"
 
-    def study_settings(self, space: SearchSpace, teacher_fingerprint: str) -> dict[str, Any]:
-        """The settings that define the study; compared on every resume."""
+    def study_settings(self, space: SearchSpace, teacher_fingerprint: str, device: str = "cpu") -> dict[str, Any]:
+        """The settings that define the study; compared on every resume. `device` is the resolved
+        training device type: proxy scores from CPU fp32 and CUDA bf16 runs must not mix."""
         keep = ("corpus", "budget_ms", "budget_ratio", "objective", "sampler", "seed", "method",
                 "layer_map", "init", "layer_rule", "proxy_steps", "proxy_train", "proxy_eval", "seq_len", "batch_size", "lr",
                 "eval_every", "target_ratio", "exponent", "latency_batch", "latency_seq", "threads",
@@ -158,6 +159,8 @@ class SearchConfig:
         settings["teacher"] = self.teacher
         settings["teacher_fingerprint"] = teacher_fingerprint
         settings["space"] = space.to_dict()
+        settings["device"] = device
+        settings["dtype"] = "bf16" if device == "cuda" else "fp32"
         return settings
 
 

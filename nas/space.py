@@ -5,6 +5,12 @@ that every combination is a valid BERT shape (every hidden size is divisible by 
 count): then an impossible shape cannot be proposed at all. A user-given space may contain
 invalid (heads, hidden) pairs; those are rejected at once, before anything is built (see
 `reject_reason`), and a space with no valid shape at all is a user error.
+
+A space may instead fix the *head size* (`head_size`): then the head count is not searched but
+follows the width (heads = hidden / head_size). The default space does so for students inherited
+from their teacher: every student head is then one whole teacher head (Minitron prunes heads and
+keeps their size), where a different head size has to merge or split teacher heads and loses most
+of what inheritance gives (docs/design/final-recipe.md measures it).
 """
 
 from __future__ import annotations
@@ -30,8 +36,17 @@ class SearchSpace:
     heads: tuple[int, ...]
     hidden: tuple[int, ...]
     ffn: tuple[int, ...]
+    head_size: int | None = None  # set: heads = hidden / head_size, not searched
 
     def __post_init__(self) -> None:
+        if self.head_size is not None:
+            if not isinstance(self.head_size, int) or isinstance(self.head_size, bool) or self.head_size < 1:
+                raise KdnasError(f"search space: head_size={self.head_size!r} must be a positive integer")
+            uneven = [h for h in self.hidden if isinstance(h, int) and h % self.head_size]
+            if uneven:
+                raise KdnasError(f"search space: hidden {uneven} not a multiple of the head size {self.head_size}; "
+                                 f"allowed: multiples of {self.head_size}, or a free `heads` list")
+            object.__setattr__(self, "heads", tuple(h // self.head_size for h in self.hidden))
         for name in DIMENSIONS:
             values = getattr(self, name)
             if not values:
@@ -48,6 +63,8 @@ class SearchSpace:
 
     def widths(self) -> list[tuple[int, int]]:
         """The valid (heads, hidden) pairs."""
+        if self.head_size is not None:
+            return [(h // self.head_size, h) for h in self.hidden]
         return [(a, h) for h in self.hidden for a in self.heads if h % a == 0]
 
     @property
@@ -58,11 +75,13 @@ class SearchSpace:
     @property
     def rectangular(self) -> bool:
         """True when every combination is valid, so nothing the sampler proposes is ever rejected."""
-        return len(self.widths()) == len(self.heads) * len(self.hidden)
+        return self.head_size is not None or len(self.widths()) == len(self.heads) * len(self.hidden)
 
     def reject_reason(self, layers: int, heads: int, hidden: int, ffn: int) -> str | None:
         if hidden % heads:
             return f"hidden {hidden} is not divisible by {heads} heads"
+        if self.head_size is not None and hidden // heads != self.head_size:
+            return f"{heads} heads of {hidden} hidden are not of the space's head size {self.head_size}"
         return None
 
     def fastest(self) -> tuple[int, int, int, int]:
@@ -72,17 +91,24 @@ class SearchSpace:
 
     def suggest(self, trial: Any) -> tuple[int, int, int, int]:
         """Ask an Optuna trial for one shape (layers, heads, hidden, ffn)."""
-        return tuple(_suggest(trial, name, getattr(self, name)) for name in DIMENSIONS)  # type: ignore[return-value]
+        if self.head_size is None:
+            return tuple(_suggest(trial, name, getattr(self, name)) for name in DIMENSIONS)  # type: ignore[return-value]
+        layers, hidden, ffn = (_suggest(trial, name, getattr(self, name)) for name in ("layers", "hidden", "ffn"))
+        return layers, hidden // self.head_size, hidden, ffn
 
-    def to_dict(self) -> dict[str, list[int]]:
-        return {name: list(getattr(self, name)) for name in DIMENSIONS}
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {name: list(getattr(self, name)) for name in DIMENSIONS}
+        if self.head_size is not None:
+            out["head_size"] = self.head_size
+        return out
 
-    def describe(self) -> str:
-        return "; ".join(f"{name} {_format_choices(getattr(self, name))}" for name in DIMENSIONS)
 
-
-def default_space(layers: int, heads: int, hidden: int, ffn: int) -> SearchSpace:
+def default_space(layers: int, heads: int, hidden: int, ffn: int, keep_head_size: bool = False) -> SearchSpace:
     """A space derived from the teacher's shape (L_T, A_T, d_T, d_f).
+
+    With `keep_head_size` (the default for inherited students): the teacher's head size d_T/A_T is
+    kept, hidden runs over multiples of it near 96 up to d_T, and heads follow (e.g. 3, 6, 9, 12
+    heads of 32 for MiniLM's 96..384); layers and FFN as below. Otherwise:
 
     - layers 1..L_T;
     - heads: the divisors of A_T that are at least A_T/3 (e.g. 4, 6, 12 for 12 heads);
@@ -91,6 +117,14 @@ def default_space(layers: int, heads: int, hidden: int, ffn: int) -> SearchSpace
     - FFN: sixths of the teacher's FFN, rounded to 64 (e.g. 256..1536 for MiniLM), independent of hidden, as in the
       paper's 4L (576 hidden, 768 FFN) and 3L (384 hidden, 1024 FFN) students.
     """
+    # Sixths of the teacher's FFN, rounded to multiples of 64 (exact for 1536 and 3072).
+    ffn_choices = tuple(sorted({max(64, round(ffn * k / 6 / 64) * 64) for k in range(1, 6)} | {ffn}))
+    if keep_head_size and hidden % heads == 0:
+        size = hidden // heads
+        step = size * max(1, math.ceil(96 / size))
+        widths = sorted(set(range(step, hidden + 1, step)) | {hidden})
+        return SearchSpace(layers=tuple(range(1, layers + 1)), heads=(), hidden=tuple(widths), ffn=ffn_choices,
+                           head_size=size)
     head_choices = [a for a in range(1, heads + 1) if heads % a == 0 and 3 * a >= heads]
     lcm = math.lcm(*head_choices)
     step = lcm * max(1, math.ceil(96 / lcm))
@@ -100,8 +134,6 @@ def default_space(layers: int, heads: int, hidden: int, ffn: int) -> SearchSpace
     if not hidden_choices:  # a teacher narrower than one step: keep its own width
         hidden_choices = [hidden]
         head_choices = [heads]
-    # Sixths of the teacher's FFN, rounded to multiples of 64 (exact for 1536 and 3072).
-    ffn_choices = sorted({max(64, round(ffn * k / 6 / 64) * 64) for k in range(1, 6)} | {ffn})
     return SearchSpace(
         layers=tuple(range(1, layers + 1)),
         heads=tuple(head_choices),
@@ -153,7 +185,9 @@ def override_space(base: SearchSpace, overrides: Mapping[str, Any]) -> SearchSpa
     for name, value in overrides.items():
         if value is not None:
             values[name] = list(parse_choices(value, name))
-    return SearchSpace(**{name: tuple(values[name]) for name in DIMENSIONS})
+    # Choosing the head counts frees them; otherwise a fixed head size stays and heads follow hidden.
+    head_size = None if overrides.get("heads") is not None else base.head_size
+    return SearchSpace(**{name: tuple(values[name]) for name in DIMENSIONS}, head_size=head_size)
 
 
 def load_space_file(path: str | Path) -> dict[str, Any]:

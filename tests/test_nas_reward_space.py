@@ -49,6 +49,30 @@ def test_default_space_for_minilm():
     assert space.fastest() == (1, 4, 96, 256)
 
 
+def test_inherited_default_space_keeps_the_teacher_head_size():
+    space = default_space(6, 12, 384, 1536, keep_head_size=True)
+    assert space.to_dict() == {"layers": [1, 2, 3, 4, 5, 6], "heads": [3, 6, 9, 12], "hidden": [96, 192, 288, 384],
+                               "ffn": [256, 512, 768, 1024, 1280, 1536], "head_size": 32}
+    assert space.widths() == [(3, 96), (6, 192), (9, 288), (12, 384)] and space.rectangular
+    assert space.size == 6 * 4 * 6 and space.fastest() == (1, 3, 96, 256)
+    base = default_space(12, 12, 768, 3072, keep_head_size=True)  # BERT-base: heads of 64
+    assert base.hidden == (128, 256, 384, 512, 640, 768) and base.heads == (2, 4, 6, 8, 10, 12)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(40):
+        trial = study.ask()
+        layers, heads, hidden, ffn = space.suggest(trial)
+        assert hidden // heads == 32 and space.reject_reason(layers, heads, hidden, ffn) is None
+        assert "heads" not in trial.params  # derived, not searched
+        study.tell(trial, 0.0)
+    assert "head size 32" in space.reject_reason(3, 6, 384, 1024)
+    # Overriding hidden keeps the head size; overriding heads frees it; an uneven width is one clear error.
+    assert override_space(space, {"hidden": "192,384"}).heads == (6, 12)
+    free = override_space(space, {"heads": "4,6,12"})
+    assert free.head_size is None and (6, 384) in free.widths()
+    with pytest.raises(KdnasError, match="not a multiple of the head size 32"):
+        override_space(space, {"hidden": "100"})
+
+
 def test_sampler_never_proposes_outside_the_space():
     space = default_space(6, 12, 384, 1536)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))

@@ -1,6 +1,6 @@
 """Distillation losses, as pure functions: tensors in, a scalar tensor out.
 
-Every loss states the paper and equation it implements (see /work/shared/METHODS.md, which
+Every loss states the paper and equation it implements (see docs/methods.md, which
 restates them; "comparative" is Udagawa et al. 2023, "MiniLM" is Wang et al. 2020, "ALP-KD" is
 Passban et al. 2021, "XtremeDistil" is Mukherjee et al. 2021). Learned projections are passed in,
 as a matrix `[d_in, d_out]` (applied as `x @ W`), a callable (e.g. an `nn.Linear`), or `None`
@@ -215,7 +215,7 @@ def hs_pair_losses(
     """The per-pair terms MSE(H_i^S W_i^j, H_j^T) of comparative Eq. 6, as a `[pairs]` tensor.
 
     Pair p is (student[p], teacher[p], projections[p]). Kept separate from `hs_loss` so an evaluator
-    can normalise each pair by its teacher layer's variance (the KD-NAS reward, METHODS.md).
+    can normalise each pair by its teacher layer's variance (the KD-NAS reward, docs/methods.md).
     """
     if not (len(student) == len(teacher) == len(projections)) or not student:
         raise ValueError(f"hs pairs: got {len(student)} student, {len(teacher)} teacher, {len(projections)} projections")
@@ -254,7 +254,8 @@ def minilmv2_loss(
     `student` `[B, S, d_S]`, `teacher` `[B, S, d_T]` (all heads concatenated, before the head split)
     are re-split into A_r relation heads of size d_r = d / A_r on each side, and
     R = softmax(A Aᵀ / sqrt(d_r)) `[B, A_r, S, S]` (padded keys masked). Returns the mean over relation
-    heads and non-padded rows of the row-wise KL(R^T ‖ R^S). No learned parameters. A_r must divide
+    heads (the paper sums them: kdnas averages, for this loss and DirectMiniLM alike, so the scale
+    does not depend on A_r) and non-padded rows of the row-wise KL(R^T ‖ R^S). No learned parameters. A_r must divide
     both hidden sizes. The method sums this over α ∈ {Q, K, V}.
     """
     _same_tokens(student, teacher)
@@ -278,11 +279,13 @@ def direct_minilm_loss(
     attention_mask: torch.Tensor | None = None,
     gram: bool = False,
 ) -> torch.Tensor:
-    """DirectMiniLM for ONE of Q, K or V, comparative Eq. 10: Σ_a MSE(A^S_a W_a, A^T_a).
+    """DirectMiniLM for ONE of Q, K or V, comparative Eq. 10: Σ_a MSE(A^S_a W_a, A^T_a), taken as
+    (1/A_r) Σ_a — the same convention as `minilmv2_loss` (docs/methods.md): the mean over relation heads,
+    which only rescales the paper's sum by 1/A_r and keeps the loss scale independent of A_r.
 
     `projections` `[A_r, d_r^S, d_r^T]` holds one learned W_a per relation head (A_r is its first
-    size; the paper uses A_r = number of attention heads). As Eq. 10 writes, heads are summed and
-    each head's MSE is the mean over non-padded positions and its d_r^T features.
+    size; the paper uses A_r = number of attention heads). Each head's MSE is the mean over
+    non-padded positions and its d_r^T features.
 
     `gram=True` compares the per-head Gram matrices instead, MSE((A^S_a W_a)(A^S_a W_a)ᵀ, A^T_a A^T_aᵀ)
     over pairs of real tokens: the "matrix product of each term" of §3 that, for orthogonal W
@@ -305,7 +308,7 @@ def direct_minilm_loss(
         squared = torch.where(valid, squared, torch.zeros_like(squared))
         count = valid.sum() * (1 if gram else squared.shape[-1])  # real entries per head
         per_head = squared.sum(dim=(0, 2, 3)) / count.clamp_min(1)
-        return per_head.sum()
+        return per_head.mean()
 
 
 def minilm_v1_loss(
@@ -483,7 +486,7 @@ def xtremedistil_attention_loss(
 
 
 # --------------------------------------------------------------------------------------------
-# sentence-embedding transfer (METHODS.md, "Embedding-level distillation")
+# sentence-embedding transfer (docs/methods.md, "Embedding-level distillation")
 
 
 def mean_pool(states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:

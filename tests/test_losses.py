@@ -1,4 +1,4 @@
-"""Tests for distill/losses.py: METHODS.md worked examples, slow loop references, padding, fp32."""
+"""Tests for distill/losses.py: docs/methods.md worked examples, slow loop references, padding, fp32."""
 
 from __future__ import annotations
 
@@ -396,9 +396,9 @@ def test_direct_minilm_matches_eq10_reference():
     student, teacher = torch.randn(B, S, heads * d_rs), torch.randn(B, S, heads * d_rt)
     w = torch.randn(heads, d_rs, d_rt)
     expected = 0.0
-    for a in range(heads):  # Σ_a MSE(A^S_a W_a, A^T_a)
+    for a in range(heads):  # Σ_a MSE(A^S_a W_a, A^T_a), averaged over heads like MiniLMv2
         s_a = student[..., a * d_rs : (a + 1) * d_rs] @ w[a]
-        expected += reference_masked_mse(s_a, teacher[..., a * d_rt : (a + 1) * d_rt], mask)
+        expected += reference_masked_mse(s_a, teacher[..., a * d_rt : (a + 1) * d_rt], mask) / heads
     assert direct_minilm_loss(student, teacher, w, mask).item() == pytest.approx(expected, rel=1e-5)
     scrambled = direct_minilm_loss(scramble_padding(student, mask), scramble_padding(teacher, mask), w, mask)
     assert scrambled.item() == pytest.approx(expected, rel=1e-5)
@@ -422,7 +422,7 @@ def test_direct_minilm_with_orthogonal_maps_equals_eq11():
             t_a = teacher[b, :n, a * d_rt : (a + 1) * d_rt].double()
             total += float(((s_a @ s_a.T - t_a @ t_a.T) ** 2).sum())
             count += n * n
-        expected += total / count
+        expected += total / count / heads
     got = direct_minilm_loss(student, teacher, w, mask, gram=True)
     assert got.item() == pytest.approx(expected, rel=1e-5)
     # and a teacher that IS the orthogonally mapped student is matched exactly by Eq. 10

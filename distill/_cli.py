@@ -13,7 +13,7 @@ examples:
   kdnas distill --teacher mpnet-base --arch 6x12x384x1536 --method hs --layer-map uniform+last --out runs/s6
   kdnas distill --teacher ./my-bert-mlm --method hs+od --out runs/od     (OD needs a *ForMaskedLM teacher)
 
-methods (METHODS.md):
+methods (docs/methods.md):
   hs             hidden-state transfer, Eq. 6, learned linear maps, --layer-map
   minilmv2       multi-head self-attention relations (Q/K/V), Eq. 7-9, --relation-heads, --teacher-layer
   direct-minilm  DirectMiniLM, Eq. 10 (relation heads = attention heads)

@@ -1,7 +1,7 @@
 """What a model exposes to a distillation loss, and what a method asks for.
 
 Teacher and student are read the same way: hidden states `H_0..H_L` and, per layer, the
-query/key/value projections before the head split (METHODS.md, Notation). A method states what it
+query/key/value projections before the head split (docs/methods.md, Notation). A method states what it
 needs (`Needs`) so the teacher cache stores only that, and the student hooks capture only that.
 """
 

@@ -1,4 +1,4 @@
-"""Held-out hidden-state loss L_HS, raw and normalized (METHODS.md, "Reward normalization").
+"""Held-out hidden-state loss L_HS, raw and normalized (docs/methods.md, "Reward normalization").
 
 The reward needs one number per student that is comparable across methods and shapes. A student
 trained with MiniLMv2 has no HS projection, so the map `W` of Eq. 6 is fitted here, in closed form

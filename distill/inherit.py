@@ -1,7 +1,7 @@
 """Teacher-inherited students: keep some of the teacher's layers, heads, neurons and channels.
 
 A student `L_S × A_S × H_S × F_S` starts from the teacher's own weights instead of random ones
-(DistilBERT, PKD/ALP-KD init, XtremeDistil §3; METHODS.md "Teacher-inherited students"):
+(DistilBERT, PKD/ALP-KD init, XtremeDistil §3; docs/methods.md "Teacher-inherited students"):
 
 - **Depth** (`layer_rule`): which `L_S` teacher layers are kept, in order — `first` (PKD, ALP-KD),
   `even` (evenly spaced, first and last included) or `bi` (ShortGPT's Block Influence

@@ -486,7 +486,7 @@ def _weighted_terms(text: str) -> dict[str, float]:
 
 
 class EmbedMethod(Method):
-    """Sentence-embedding transfer on the last layers (METHODS.md, "Embedding-level distillation"):
+    """Sentence-embedding transfer on the last layers (docs/methods.md, "Embedding-level distillation"):
     the weighted sum of the chosen terms — `tok` (variance-normalised token states), `cos` (pooled
     cosine), `rel` (in-batch similarity relation) — of the last student layer against the last
     teacher layer.

@@ -5,7 +5,7 @@ Public API:
     write_report(out) -> summary         rebuild pareto.html, report.html, trials.csv, summary.json
     SearchConfig                         every setting, frozen; defaults = `kdnas search` defaults
     SearchSpace, default_space           the (layers, heads, hidden, ffn) choices
-    kdnas_reward                         the KD-NAS reward (METHODS.md, App. C Eq. 12)
+    kdnas_reward                         the KD-NAS reward (docs/methods.md, App. C Eq. 12)
     reference_shapes                     the paper's Table 1 students scaled to a teacher
 """
 

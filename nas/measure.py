@@ -1,7 +1,7 @@
 """CPU latency with one fixed set of settings for the teacher, every candidate and the winner.
 
 The KD-NAS reward compares student and teacher latencies, so both must come from the same runtime,
-threads, batch and sequence length (METHODS.md); this is the one place that calls
+threads, batch and sequence length (docs/methods.md); this is the one place that calls
 `latency.profile` for the search.
 """
 

@@ -1,4 +1,4 @@
-"""The KD-NAS reward (Udagawa et al. 2023, App. C, Eq. 12; METHODS.md "KD-NAS reward").
+"""The KD-NAS reward (Udagawa et al. 2023, App. C, Eq. 12; docs/methods.md "KD-NAS reward").
 
     reward(S) = (1 - L_HS) * (lat(S) / (target_ratio * lat(T))) ** exponent
 

@@ -1,4 +1,4 @@
-"""Sentence-embedding transfer (METHODS.md, "Embedding-level distillation"): the losses and the method."""
+"""Sentence-embedding transfer (docs/methods.md, "Embedding-level distillation"): the losses and the method."""
 
 from __future__ import annotations
 

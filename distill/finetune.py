@@ -31,7 +31,7 @@ from torch import nn
 
 from . import assets
 from .data import pad_rows
-from .errors import KdnasError
+from .errors import KdnasError, first_line
 from .losses import mean_pool
 from .tasks import Split, Task
 from .trainer import optimizer_step
@@ -151,11 +151,11 @@ def load_encoder(ref: ModelRef) -> tuple[nn.Module, object]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref.path)
     except (OSError, ValueError) as err:
-        raise KdnasError(f"model folder {ref.path!r}: tokenizer could not be loaded: {str(err).splitlines()[0]}") from None
+        raise KdnasError(f"model folder {ref.path!r}: tokenizer could not be loaded: {first_line(err)}") from None
     try:
         encoder = AutoModel.from_pretrained(ref.path)
     except (OSError, ValueError) as err:
-        raise KdnasError(f"model folder {ref.path!r} could not be loaded: {str(err).splitlines()[0]}") from None
+        raise KdnasError(f"model folder {ref.path!r} could not be loaded: {first_line(err)}") from None
     return encoder, tokenizer
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .assets import _package_dir, sha256_file
-from .errors import KdnasError
+from .errors import KdnasError, first_line
 
 TEXT_COLUMNS = ("text", "sentence", "content", "document", "body", "review", "tweet")
 LABEL_COLUMNS = ("label", "labels", "category", "sentiment", "class", "target", "topic")
@@ -322,7 +322,7 @@ def _load_hub(name: str) -> Task:
     try:
         loaded = datasets.load_dataset(name)
     except Exception as err:  # the hub raises many types; the user needs the name and the reason
-        raise KdnasError(f"task {name!r} could not be loaded from the hub: {str(err).splitlines()[0]}") from None
+        raise KdnasError(f"task {name!r} could not be loaded from the hub: {first_line(err)}") from None
     return _from_datasets(loaded, name)
 
 

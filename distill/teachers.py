@@ -20,7 +20,7 @@ from torch import nn
 
 from . import assets
 from .activations import Activations, ModelDims, Needs
-from .errors import KdnasError
+from .errors import KdnasError, first_line
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def load_teacher(name_or_path: str, *, mlm: bool = False, device: str | torch.de
         config = AutoConfig.from_pretrained(path)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
-        raise KdnasError(f"teacher {name_or_path!r} could not be loaded: {str(err).splitlines()[0]}") from None
+        raise KdnasError(f"teacher {name_or_path!r} could not be loaded: {first_line(err)}") from None
     _family(config.model_type)  # fail early, with the list of supported families
 
     has_head = any("ForMaskedLM" in a for a in (config.architectures or []))

@@ -13,6 +13,8 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import TrialState, create_trial
 
+from distill.errors import first_line
+
 from .records import pareto_front
 from .trial import UNTRAINED_LOSS
 
@@ -154,7 +156,7 @@ def importances(study: optuna.Study, rows: list[dict[str, Any]]) -> tuple[dict[s
     try:
         return dict(optuna.importance.get_param_importances(scratch)), ""
     except Exception as err:  # e.g. every trained trial has the same value
-        return {}, f"not computable yet: {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        return {}, f"not computable yet: {first_line(err)}"
 
 
 def importance_figure(values: dict[str, float], why_not: str) -> go.Figure:

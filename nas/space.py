@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distill.errors import KdnasError
+from distill.errors import KdnasError, first_line
 
 DIMENSIONS = ("layers", "heads", "hidden", "ffn")
 _RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
@@ -213,7 +213,7 @@ def load_space_file(path: str | Path) -> dict[str, Any]:
     except KdnasError:
         raise
     except Exception as err:  # a syntax error in the user's file
-        raise KdnasError(f"space file {path} cannot be parsed: {str(err).splitlines()[0]}") from None
+        raise KdnasError(f"space file {path} cannot be parsed: {first_line(err)}") from None
     if isinstance(data, dict) and isinstance(data.get("space"), dict):
         data = data["space"]
     if not isinstance(data, dict):

@@ -22,7 +22,7 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent first opens stay a rare race there
     fcntl = None
 
-from distill.errors import KdnasError
+from distill.errors import KdnasError, first_line
 
 from ._io import atomic_write_text
 
@@ -57,7 +57,7 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
     except KdnasError:
         raise
     except Exception as err:  # SQLAlchemy / driver errors: bad URL, unreachable server, no driver
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        first = first_line(err)
         raise KdnasError(f"storage {url!r} cannot be opened: {first}") from None
 
 

@@ -93,3 +93,11 @@ def test_init_inherit_with_a_student_larger_than_the_teacher_is_one_line_exit_2(
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert words in run.stderr and "--init svd" in run.stderr
     assert not (tmp_path / "o").exists() and not (tmp_path / "targets").exists()
+
+
+def test_first_line_of_an_error_never_fails():
+    from distill.errors import first_line
+
+    assert first_line(ValueError("bad value\nmore detail")) == "bad value"
+    assert first_line(ValueError("")) == "ValueError"  # an empty message once raised IndexError
+    assert first_line(RuntimeError("  \n  second")) == "second"

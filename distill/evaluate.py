@@ -2,9 +2,12 @@
 
 The reward needs one number per student that is comparable across methods and shapes. A student
 trained with MiniLMv2 has no HS projection, so the map `W` of Eq. 6 is fitted here, in closed form
-(ridge least squares with bias), on the first half of the held-out rows and scored on the second
-half. Each pair's MSE is divided by the variance of that teacher layer over the scored rows, so
-predicting the teacher's mean scores 1.0 and a perfect student 0.0.
+(ridge least squares with bias), cross-fitted: fitted on one half of the held-out rows and scored
+on the other, both ways round, and averaged. A map fitted and scored on the same rows would reward
+wide students for over-fitting (a 385×384 map on a few hundred tokens); one split alone is noisy.
+Each pair's MSE is divided by the variance of that teacher layer over the scored rows, so
+predicting the teacher's mean scores 1.0 and a perfect student 0.0. `rows` scores only the first
+rows (a cheaper interim estimate while training; the final one uses every row).
   raw        = Σ_pairs MSE                (Eq. 6, the paper's scale)
   normalized = mean_pairs MSE / Var(H^T)  (the value the KD-NAS reward uses)
 """
@@ -35,11 +38,13 @@ class Evaluator:
         return [(i + 1, j) for i, targets in enumerate(mapping) for j in targets]
 
     @torch.no_grad()
-    def __call__(self, student: nn.Module) -> dict[str, float]:
+    def __call__(self, student: nn.Module, rows: int | None = None) -> dict[str, float]:
         pairs = self.pairs(model_dims(student).layers)
         teacher_needs = Needs(hidden=frozenset(j for _, j in pairs))
         student_needs = Needs(hidden=frozenset(i for i, _ in pairs))
         ids, mask = self.cache.data.split("eval")
+        if rows is not None and rows < ids.shape[0]:
+            ids, mask = ids[: max(rows, 2)], mask[: max(rows, 2)]
         device = next(student.parameters()).device
         was_training = student.training
         student.eval()
@@ -53,15 +58,18 @@ class Evaluator:
         teacher = self.cache.batch("eval", torch.arange(ids.shape[0]), teacher_needs)
 
         half = ids.shape[0] // 2
-        fit_rows, score_rows = mask[:half].bool(), mask[half:].bool()
+        first, second = torch.arange(ids.shape[0]) < half, torch.arange(ids.shape[0]) >= half
+        real = mask.bool()
         raw, normalized = 0.0, []
         for i, j in pairs:
             x = torch.cat(s_states[i]).double()
             y = teacher.hidden[j].double()
-            w = _ridge_fit(x[:half][fit_rows], y[:half][fit_rows])
-            xs, ys = x[half:][score_rows], y[half:][score_rows]
-            mse = ((_with_bias(xs) @ w - ys) ** 2).mean().item()
-            var = ys.var(dim=0, unbiased=False).mean().item()
+            mse, var = 0.0, 0.0
+            for fit, score in ((first, second), (second, first)):
+                w = _ridge_fit(x[fit][real[fit]], y[fit][real[fit]])
+                xs, ys = x[score][real[score]], y[score][real[score]]
+                mse += ((_with_bias(xs) @ w - ys) ** 2).mean().item() / 2
+                var += ys.var(dim=0, unbiased=False).mean().item() / 2
             raw += mse
             normalized.append(mse / max(var, 1e-12))
         return {"l_hs_raw": raw, "l_hs_norm": sum(normalized) / len(normalized)}

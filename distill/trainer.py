@@ -50,6 +50,7 @@ class DistillConfig:
     warmup: float = 0.05
     weight_decay: float = 0.01
     eval_every: int = 0  # 0: evaluate once, at the end
+    interim_eval_rows: int | None = None  # held-out rows for the evaluations before the last (None: all)
     # Method options; None takes the method's default (distill.methods.method_options).
     layer_map: str | None = None
     relation_heads: int | None = None
@@ -279,7 +280,8 @@ def distill(
         bar.set_postfix(loss=f"{running[-1]:.4f}")
         if (config.eval_every and step % config.eval_every == 0) or step == config.steps:
             eval_start = time.perf_counter()
-            metrics = {"step": step, "train_loss": sum(running) / len(running), **evaluator(student)}
+            rows = None if step == config.steps else config.interim_eval_rows
+            metrics = {"step": step, "train_loss": sum(running) / len(running), **evaluator(student, rows)}
             history.append(metrics)
             running = []
             bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")

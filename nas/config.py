@@ -54,7 +54,10 @@ class SearchConfig:
     # vs +0.36 / +0.50 at 20 (two runs, 8 MiniLM shapes; benchmarks/proxy_fidelity.py, README); +8 s per trial on CPU.
     proxy_steps: int = 60
     proxy_train: int = 96
-    proxy_eval: int = 32
+    # Held-out rows for L_HS: the ridge map (up to 385x384 per layer pair) is cross-fitted on halves,
+    # and 16 rows (~1k tokens) per half let wide students over-fit it (a 1-layer student scored
+    # L_HS > 1); 128 rows per half give ~8k tokens. Interim (pruner) scores use the first 64 rows.
+    proxy_eval: int = 256
     seq_len: int = 64
     batch_size: int = 8
     # Short runs learn more at a higher peak rate than the long-run default (5e-4, App. B); measured

@@ -12,6 +12,8 @@ in the study (`final`), so a rerun of a finished search does not redo them.
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,17 +22,23 @@ import optuna
 
 from distill import StudentSpec
 from distill import distill as run_distill
+from distill.errors import KdnasError
 
 from ._io import atomic_write_text
 from .measure import latency_record, measure
 from .records import pareto_front, trial_rows
 
 
-def finalists(study: optuna.Study, objective: str, k: int) -> list[dict[str, Any]]:
+# A finalist over the budget is not shipped; the next one is trained instead, up to this many extra.
+MAX_OVER_BUDGET = 2
+
+
+def finalists(study: optuna.Study, objective: str) -> list[dict[str, Any]]:
+    """Every trained candidate for the final phase, best reward first (Pareto: front members only)."""
     rows = trial_rows(study)
     pool = pareto_front(rows) if objective == "pareto" else [
         r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
-    return sorted(pool, key=lambda r: -r["reward"])[:k]
+    return sorted(pool, key=lambda r: -r["reward"])
 
 
 def final_dir(out: Path, rank: int, arch: str) -> Path:
@@ -43,14 +51,27 @@ def _recipe(cfg: Any) -> dict[str, Any]:
             "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule}
 
 
-def is_done(study: optuna.Study, out: Path, chosen: list[dict[str, Any]], cfg: Any) -> bool:
+def _over_budget(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
+    """Finalists already trained with this recipe whose shipped model missed the budget."""
+    return [s for s in study.user_attrs.get("final_over_budget") or [] if s.get("recipe") == _recipe(cfg)]
+
+
+def _shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
+    skipped = {s["trial"] for s in _over_budget(study, cfg)}
+    return [r for r in pool if r["number"] not in skipped][:cfg.final_top_k]
+
+
+def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], cfg: Any) -> bool:
     done = study.user_attrs.get("final") or []
-    want = [(r["number"], _recipe(cfg), str(final_dir(out, i, r["arch"]))) for i, r in enumerate(chosen, 1)]
+    want = [(r["number"], _recipe(cfg), str(final_dir(out, i, r["arch"])))
+            for i, r in enumerate(_shippable(study, pool, cfg), 1)]
     have = [(f["trial"], f.get("recipe"), f["dir"]) for f in done]
     return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
 
 
-def run_final(study: optuna.Study, ctx: Any, out: Path, chosen: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Distill, ship and profile the best `final_top_k` candidates of `pool` whose shipped model.onnx
+    is within the budget; a finalist over it is moved to `over-budget/` and the next one is tried."""
     from distill import TeacherCache, make_transfer_set
     from distill.assets import teacher_path
     from export import read_sentence_pipeline
@@ -65,11 +86,66 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, chosen: list[dict[str, A
     data = make_transfer_set(ctx.teacher.tokenizer, ctx.texts, seq_len=cfg.seq_len, num_train=cfg.final_train,
                              num_eval=cfg.proxy_eval, seed=cfg.seed, unit=cfg.final_unit)
     cache = TeacherCache(ctx.teacher, data)
-    results = [_finish(ctx, cache, final_dir(out, rank, row["arch"]), row, f"final {rank}/{len(chosen)}",
-                       teacher_dir, pipeline) | {"rank": rank}
-               for rank, row in enumerate(chosen, 1)]
+    results: list[dict[str, Any]] = []
+    over = _over_budget(study, cfg)
+    for row in pool:
+        if len(results) == cfg.final_top_k or len(over) > MAX_OVER_BUDGET:
+            break
+        if row["number"] in {s["trial"] for s in over}:
+            continue
+        rank = len(results) + 1
+        label = f"final {rank}/{cfg.final_top_k} {row['arch']}"
+        # The shipped graph (pooling and normalization included) is timed before the long training
+        # too: weights do not change latency, so a finalist that cannot fit costs seconds, not minutes.
+        before = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
+        if before > ctx.budget_ms:
+            over.append(_over_record(row, cfg, None, before, ctx.budget_ms))
+        else:
+            entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline)
+            if entry["within_budget"]:
+                results.append(entry | {"rank": rank})
+                continue
+            over.append(_over_record(row, cfg, _set_aside(out, entry), entry["latency_ms"], ctx.budget_ms))
+        study.set_user_attr("final_over_budget", json.loads(json.dumps(over, default=str)))
     study.set_user_attr("final", json.loads(json.dumps(results, default=str)))
+    if not results:
+        tried = ", ".join(f"{s['arch']} {s['latency_ms']:.2f} ms" for s in over)
+        raise KdnasError(f"no finalist fits the budget of {ctx.budget_ms:.2f} ms as shipped ({tried}); "
+                         f"raise --budget-ms or search again")
     return results
+
+
+def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:
+    return StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
+
+
+def _shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any], label: str) -> float:
+    """Median latency of the graph `best/model.onnx` will be, built with random weights."""
+    from export import export_model
+
+    ctx.progress.phase(f"{label}: latency of the shipped graph, before training")
+    with tempfile.TemporaryDirectory(prefix="kdnas-final-") as tmp:
+        folder = Path(tmp) / spec.arch
+        export_model(spec, folder, tokenizer=ctx.teacher.tokenizer, pooling=pipeline["pooling"],
+                     normalize=pipeline["normalize"])
+        return float(measure(folder / "model.onnx", ctx.config).median_ms)
+
+
+def _over_record(row: dict[str, Any], cfg: Any, moved_to: Path | None, latency_ms: float,
+                 budget_ms: float) -> dict[str, Any]:
+    return {"trial": row["number"], "arch": row["arch"], "recipe": _recipe(cfg),
+            "stage": "before training" if moved_to is None else "as shipped",
+            "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms, "budget_ms": budget_ms}
+
+
+def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
+    """Move an over-budget finalist out of `best/` (kept for inspection); returns where it went."""
+    dest = out / "over-budget" / f"{entry['trial']}-{entry['arch']}"
+    if dest.exists():
+        shutil.rmtree(dest)  # an earlier run's copy of the same finalist
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(entry["dir"], dest)
+    return dest
 
 
 def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
@@ -79,23 +155,24 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     from .card import write_model_card
 
     cfg, data = ctx.config, cache.data
-    spec = StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
-    ctx.progress.phase(f"{label} {spec.arch}: distill {cfg.final_steps} steps ({cfg.final_method})")
+    spec = _spec(ctx, row)
+    ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})")
     t0 = time.perf_counter()
     res = run_distill(spec, ctx.teacher, data, ctx.final_config(), cache=cache)
     student = res.student.eval()
     t1 = time.perf_counter()
-    ctx.progress.phase(f"{label} {spec.arch}: fidelity vs untrained baselines")
+    ctx.progress.phase(f"{label}: fidelity vs untrained baselines")
     quality = fidelity_table(ctx, spec, student, cache)
     t2 = time.perf_counter()
-    ctx.progress.phase(f"{label} {spec.arch}: export")
+    ctx.progress.phase(f"{label}: export")
     shipped = _ship(ctx, student, dest, teacher_dir, pipeline,
                      {**res.summary(), "search_trial": row["number"],
                       "transfer_set": {"train": data.num_train, "eval": data.num_eval, "seq_len": data.seq_len,
                                        "unit": cfg.final_unit}})
     t3 = time.perf_counter()
-    ctx.progress.phase(f"{label} {spec.arch}: latency")
-    latency = latency_record(measure(dest, cfg))
+    ctx.progress.phase(f"{label}: latency")
+    # The graphs as shipped (fused fp32, INT8), not a rebuild from config.json.
+    latency = latency_record(measure(dest / "model.onnx", cfg))
     int8_latency = latency_record(measure(dest / "model.int8.onnx", cfg))
     loss = float(res.metrics["l_hs_norm"])
     entry = {

@@ -34,7 +34,8 @@ def _row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
     if trial.state == TrialState.RUNNING:
         status = f"running ({attrs.get('phase', 'start')})"
     arch = attrs.get("arch")
-    shape = [trial.params.get(k) for k in ("layers", "heads", "hidden", "ffn")]
+    # The arch names the shape as built; params lack `heads` when the space derives it from hidden.
+    shape = [int(v) for v in arch.split("x")] if arch else [trial.params.get(k) for k in ("layers", "heads", "hidden", "ffn")]
     if arch is None and all(v is not None for v in shape):
         arch = "x".join(str(v) for v in shape)
     latency = attrs.get("latency") or {}
@@ -129,4 +130,5 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "pareto_front": [r["number"] for r in pareto_front(rows)],
         "reference": attrs.get("reference"),
         "final": attrs.get("final"),
+        "final_over_budget": attrs.get("final_over_budget") or [],
     }

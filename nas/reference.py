@@ -46,7 +46,7 @@ def evaluate_references(ctx: Any) -> list[dict[str, Any]]:
         latency = latency_record(measure(spec, ctx.config))
         t1 = time.perf_counter()
         ctx.progress.phase(f"reference {name} {spec.arch}: distill")
-        res = _distill(ctx, spec)
+        res = ctx.proxy(spec)
         t2 = time.perf_counter()
         loss = float(res.metrics["l_hs_norm"])
         results.append({
@@ -56,9 +56,3 @@ def evaluate_references(ctx: Any) -> list[dict[str, Any]]:
             "seconds": {"latency": round(t1 - t0, 3), "distill": round(t2 - t1, 3)},
         })
     return results
-
-
-def _distill(ctx: Any, spec: StudentSpec) -> Any:
-    from distill import distill as run_distill
-
-    return run_distill(spec, ctx.teacher, ctx.data, ctx.distill_config(ctx.config.proxy_steps), cache=ctx.cache)

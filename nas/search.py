@@ -15,23 +15,26 @@ from typing import Any
 
 import optuna
 
-from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set
+from distill import TeacherCache, load_corpus, load_teacher
 from distill.errors import KdnasError
+from distill.trainer import resolve_device
 
 from ._io import ensure_writable_dir
 from ._progress import Progress
 from .config import SearchConfig
 from .final import finalists, is_done, run_final
 from .measure import latency_record, measure
+from .pruning import TrainedMedianPruner
 from .records import best_row, trial_rows
 from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, enqueue_retries, fail_stale_trials
 from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
-from .trial import Objective, SearchContext
+from .trial import Objective, SearchContext, proxy_transfer_set
 
 TPE_STARTUP_TRIALS = 5
-NSGA2_POPULATION = 8
+NSGA2_POPULATION = 50  # Optuna's default, for long searches
+PRUNER_MIN_TRAINED = 3
 
 
 def search(config: SearchConfig) -> dict[str, Any]:
@@ -48,6 +51,7 @@ def search(config: SearchConfig) -> dict[str, Any]:
 
 
 def _search(cfg: SearchConfig) -> dict[str, Any]:
+    device = resolve_device(cfg.device).type  # `--device cuda` without CUDA: one line, before anything
     out = ensure_writable_dir(Path(cfg.out))
     url = cfg.storage or default_storage_url(out)
     storage = open_storage(url)
@@ -56,7 +60,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
         space = cfg.resolve_space(teacher.dims)
-        settings = cfg.study_settings(space, teacher.fingerprint)
+        settings = cfg.study_settings(space, teacher.fingerprint, device)
         existing = find_study(storage, cfg.study_name)
         if existing is not None:
             check_settings(existing, settings, url)
@@ -67,8 +71,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
 
         progress.phase("preparing transfer set")
         texts = load_corpus(cfg.corpus)
-        data = make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=cfg.proxy_train,
-                                 num_eval=cfg.proxy_eval, seed=cfg.seed)
+        data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data)
 
         if existing is None:
@@ -102,7 +105,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
 
         if cfg.reference and study.user_attrs.get("reference") is None:
             study.set_user_attr("reference", evaluate_references(ctx))
-        chosen = finalists(study, cfg.objective, cfg.final_top_k)
+        chosen = finalists(study, cfg.objective)
         if not chosen:
             write_outputs(study, out)
             raise KdnasError(
@@ -149,12 +152,16 @@ def _sampler(cfg: SearchConfig, offset: int) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP_TRIALS, multivariate=True,
                                           constant_liar=True)
     if cfg.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=NSGA2_POPULATION)
+        # A population larger than the trial count would leave NSGA-II a random search; aim at
+        # three generations or more, never below 4 parents.
+        population = max(4, min(NSGA2_POPULATION, cfg.trials // 3))
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
     return optuna.samplers.RandomSampler(seed=seed)
 
 
 def _pruner(cfg: SearchConfig) -> optuna.pruners.BasePruner:
     if not cfg.pruning:
         return optuna.pruners.NopPruner()
-    # The first evaluation is never pruned: shapes differ most in how fast they start.
-    return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=cfg.eval_every + 1)
+    # Counted over trained trials only; the first evaluation is never pruned: shapes differ most in
+    # how fast they start.
+    return TrainedMedianPruner(min_trained=PRUNER_MIN_TRAINED, warmup_steps=cfg.eval_every + 1)

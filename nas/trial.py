@@ -17,8 +17,9 @@ from typing import Any
 
 import optuna
 
-from distill import DistillConfig, StudentSpec
+from distill import DistillConfig, StudentSpec, make_transfer_set
 from distill import distill as run_distill
+from distill.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig
@@ -31,6 +32,15 @@ from .space import SearchSpace
 # are always infeasible through their constraints, so neither samplers nor `best` use the values;
 # pages read the user attributes instead.
 UNTRAINED_LOSS = 1.0  # the normalized loss of predicting the teacher's mean
+# Interim (pruner) L_HS estimates score the first held-out rows only: an evaluation every few steps
+# on all of them would cost more than the training it watches. The last evaluation uses every row.
+INTERIM_EVAL_ROWS = 64
+
+
+def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
+    """The proxy's transfer set: `proxy_train` training rows and `proxy_eval` held-out rows."""
+    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=cfg.proxy_train,
+                             num_eval=cfg.proxy_eval, seed=cfg.seed)
 
 
 @dataclass
@@ -54,6 +64,7 @@ class SearchContext:
         extra = {} if cfg.lr is None else {"lr": cfg.lr}
         return DistillConfig(method=cfg.method, steps=steps, batch_size=cfg.batch_size,
                              eval_every=cfg.eval_every if eval_every is None else eval_every,
+                             interim_eval_rows=INTERIM_EVAL_ROWS,
                              layer_map=cfg.layer_map, init=cfg.init, layer_rule=cfg.layer_rule, seed=cfg.seed,
                              device=cfg.device, progress=False, **extra)
 
@@ -63,7 +74,14 @@ class SearchContext:
         options = {"layer_map": cfg.layer_map} if cfg.final_method in ("hs", "pkd") else {}
         return DistillConfig(method=cfg.final_method, steps=cfg.final_steps, batch_size=cfg.final_batch_size,
                              lr=cfg.final_lr, eval_every=max(1, cfg.final_steps // 5), init=cfg.init,
+                             interim_eval_rows=INTERIM_EVAL_ROWS,
                              layer_rule=cfg.layer_rule, seed=cfg.seed, device=cfg.device, progress=False, **options)
+
+    def proxy(self, spec: StudentSpec, on_eval: Any = None) -> Any:
+        """The search's proxy distillation of one shape: what every trial, the reference shapes and
+        the proxy benchmarks run, so a benchmark figure is a statement about the search."""
+        return run_distill(spec, self.teacher, self.data, self.distill_config(self.config.proxy_steps),
+                           cache=self.cache, on_eval=on_eval)
 
     def reward(self, loss: float, latency_ms: float) -> float:
         return kdnas_reward(loss, latency_ms, self.teacher_latency_ms, self.config.target_ratio,
@@ -101,7 +119,7 @@ class Objective:
         except Exception as err:
             trial.set_user_attr("status", "failed")
             trial.set_user_attr("fail_kind", "error")
-            message = (str(err).strip().splitlines() or [""])[0]
+            message = first_line(err)
             trial.set_user_attr("reason", f"{type(err).__name__}: {message}"[:500])
             raise
         finally:
@@ -167,8 +185,7 @@ class Objective:
                                               "below the median of earlier trials at this step")
                 raise optuna.TrialPruned(f"step {step}")
 
-        result = run_distill(spec, ctx.teacher, ctx.data, ctx.distill_config(cfg.proxy_steps),
-                             cache=ctx.cache, on_eval=on_eval)
+        result = ctx.proxy(spec, on_eval=on_eval)
         seconds["distill"] = time.perf_counter() - t0
         loss = float(result.metrics["l_hs_norm"])
         reward = ctx.reward(loss, median)

@@ -282,6 +282,38 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
     assert (out / "best" / "model.onnx").is_file()
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="CUDA is available here: --device cuda is valid")
+def test_device_cuda_without_cuda_is_refused_before_anything(tmp_path):
+    out = tmp_path / "gpu"
+    _refused(kdnas("search", "--out", str(out), "--device", "cuda", "--trials", "1"), "'cuda'", "no CUDA device")
+    assert not out.exists(), "nothing may be written for a refused device"
+
+
+def test_pareto_objective_with_nsga2_end_to_end(tmp_path, budget_ms):
+    out = tmp_path / "pareto"
+    # No --heads: the inherited default keeps the teacher's head size (32), so heads = 96 / 32 = 3
+    # are derived, not sampled, and must still reach the final phase and the pages.
+    result = kdnas("search", "--out", str(out), "--trials", "4", "--objective", "pareto", "--sampler", "nsga2",
+                   "--seed", "1", "--layers", "1", "--hidden", "96", "--ffn", "256,1536",
+                   "--budget-ms", str(budget_ms), "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "2", *TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    study = load(out)
+    assert [d.name for d in study.directions] == ["MINIMIZE", "MINIMIZE"]
+    assert len([t for t in study.trials if t.state.is_finished()]) == 4
+    assert not any(t.intermediate_values for t in study.trials), "a Pareto study has no pruner reports"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["settings"]["objective"] == "pareto" and summary["settings"]["sampler"] == "nsga2"
+    front = summary["pareto_front"]
+    assert front and summary["final"][0]["trial"] in front
+    rows = {int(r["number"]): r for r in csv.DictReader((out / "trials.csv").open())}
+    shipped = rows[summary["final"][0]["trial"]]
+    # The shipped member is the front's best by reward.
+    assert float(shipped["reward"]) == max(float(rows[n]["reward"]) for n in front)
+    assert {r["arch"] for r in rows.values()} <= {"1x3x96x256", "1x3x96x1536"}
+    assert summary["settings"]["space"]["head_size"] == 32 and "heads" not in study.trials[0].params
+    assert (out / "best" / "model.onnx").is_file() and "pareto" in (out / "pareto.html").read_text().lower()
+
+
 def _refused(result: subprocess.CompletedProcess, *words: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     message = result.stderr.strip()

@@ -186,6 +186,7 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
     row = {"number": 0, "arch": "1x4x64x128", "layers": 1, "heads": 4, "hidden": 64, "ffn": 128, "reward": 0.5}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     [entry] = run_final(optuna.create_study(), ctx, out, [row])
+    assert entry["latency"]["median_ms"] > 0 and entry["within_budget"]
     best = out / "best"
     assert entry["sentence_transformers"]["normalize"] is True and entry["export"]["normalize"] is True
     pooling = json.loads((best / "1_Pooling" / "config.json").read_text())
@@ -212,3 +213,33 @@ def test_cli_normalize_flag_and_plain_mean_without_modules(tmp_path, capsys):
         norms = np.linalg.norm(_onnx_embeddings(out, 128), axis=1)
         assert np.allclose(norms, 1.0, atol=1e-5) is normalized
     assert "sentence_embedding: mean pooling, L2-normalized" in capsys.readouterr().out
+
+
+def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path, isolated_cache):
+    from types import SimpleNamespace
+
+    import optuna
+
+    from distill.errors import KdnasError
+    from nas import SearchConfig
+    from nas.final import _shippable, run_final
+    from nas.trial import SearchContext
+
+    out = tmp_path / "run"
+    config = SearchConfig(out=str(out), final_steps=1, final_train=16, proxy_eval=8, seq_len=32, batch_size=4,
+                          latency_seq=16, threads=1, seed=3, quality_sentences=0)
+    # A budget no model meets: each finalist's shipped graph is timed before training and refused.
+    ctx = SearchContext(config=config, space=None, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
+                        data=None, cache=None, teacher_latency_ms=10.0, budget_ms=1e-6,
+                        progress=SimpleNamespace(phase=lambda *_: None))
+    pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": 0.5 - n / 10}
+            for n, f in ((0, 128), (1, 256))]
+    study = optuna.create_study()
+    with pytest.raises(KdnasError, match=r"no finalist fits the budget .*1x4x64x128 .* ms, 1x4x64x256"):
+        run_final(study, ctx, out, pool)
+    assert not (out / "best").exists() and not (out / "over-budget").exists(), "nothing was trained or shipped"
+    over = study.user_attrs["final_over_budget"]
+    assert [(s["trial"], s["stage"]) for s in over] == [(0, "before training"), (1, "before training")]
+    assert all(s["latency_ms"] > s["budget_ms"] for s in over)
+    assert _shippable(study, pool, config) == []  # a rerun with the same recipe does not retrain them
+    assert _shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does

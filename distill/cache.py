@@ -113,6 +113,21 @@ class TeacherCache:
             getattr(out, kind)[layer] = self._store[(split, kind, layer)][index, :width]
         return out
 
+    def place(self, split: str, device: torch.device, fraction: float = 0.5) -> bool:
+        """Keep the stored targets of `split` on a CUDA `device` when they take at most `fraction` of
+        its free memory, so a training step reads them there instead of copying them from the host;
+        returns whether they were moved. Anywhere else nothing changes (False)."""
+        if device.type != "cuda":
+            return False
+        keys = [key for key in self._store if key[0] == split and self._store[key].device != device]
+        size = sum(self._store[key].numel() * self._store[key].element_size() for key in keys)
+        free, _ = torch.cuda.mem_get_info(device)
+        if size > fraction * free:
+            return False
+        for key in keys:
+            self._store[key] = self._store[key].to(device)
+        return True
+
     def importance(self, rows: int = 256):
         """Activation importances of the teacher on the first `rows` training rows (the calibration
         batch of `distill.inherit`), measured once per cache."""

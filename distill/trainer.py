@@ -247,6 +247,7 @@ def distill(
     live_teacher = cache is None or method.teacher_needs().logits
     if not live_teacher:
         cache.ensure("train", method.teacher_needs())
+        cache.place("train", device)  # on a GPU, targets resident there when they fit
     if evaluator is None:
         evaluator = Evaluator(targets, strategy=config.eval_layer_map)
 

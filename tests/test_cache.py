@@ -32,3 +32,8 @@ def test_disk_cache_is_reused_by_a_new_process_view(teacher, small_data, tmp_pat
     assert second.teacher_passes == 0
     assert torch.equal(second.batch("eval", torch.arange(4), needs).hidden[6],
                        first.batch("eval", torch.arange(4), needs).hidden[6])
+
+
+def test_place_leaves_targets_on_the_host_without_cuda(teacher, small_data):
+    cache = TeacherCache(teacher, small_data)
+    assert cache.place("train", torch.device("cpu")) is False

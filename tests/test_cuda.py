@@ -36,6 +36,19 @@ def test_cached_and_live_targets_agree_on_the_gpu(teacher, small_data):
     assert next(cached.student.parameters()).device.type == "cpu"  # handed back on the CPU
 
 
+def test_training_targets_live_on_the_gpu_and_read_the_same(teacher, small_data):
+    from distill.activations import Needs
+
+    cache = TeacherCache(teacher, small_data)
+    needs = Needs(hidden=frozenset({6}))
+    index = torch.tensor([3, 1, 7])
+    before = cache.batch("train", index, needs, width=20).hidden[6].clone()
+    assert cache.place("train", torch.device("cuda"))
+    after = cache.batch("train", index, needs, width=20).hidden[6]
+    assert after.device.type == "cuda" and torch.equal(after.cpu(), before)
+    assert cache.batch("eval", index, needs).hidden[6].device.type == "cpu"  # the evaluator's rows stay
+
+
 def test_search_on_the_gpu_trains_there_and_ships_a_cpu_export(tmp_path):
     out = tmp_path / "gpu"
     args = ["search", "--out", str(out), "--device", "cuda", "--trials", "2", "--layers", "1-2", "--hidden", "96",

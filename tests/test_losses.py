@@ -175,6 +175,13 @@ def test_od_kl_form_is_ce_minus_teacher_entropy_and_respects_mask():
     # gathered logits [n, vocab] without a mask give the same value
     assert od_loss(student[keep], teacher[keep], tau).item() == pytest.approx(got.item(), rel=1e-6)
     assert od_loss(teacher, teacher, tau, mask).item() == pytest.approx(0.0, abs=1e-6)
+    # No position selected: 0, and the student still receives a (zero) gradient.
+    leaf = student.clone().requires_grad_(True)
+    empty = od_loss(leaf, teacher, tau, torch.zeros_like(mask))
+    empty.backward()
+    assert empty.item() == 0.0 and leaf.grad is not None and not leaf.grad.any()
+    with pytest.raises(ValueError, match="OD mask shape"):
+        od_loss(student, teacher, tau, mask[:, :1])
 
 
 def test_od_rejects_bad_temperature():

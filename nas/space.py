@@ -237,10 +237,3 @@ def _suggest(trial: Any, name: str, values: tuple[int, ...]) -> int:
     if step is not None:
         return int(trial.suggest_int(name, values[0], values[-1], step=step))
     return int(trial.suggest_categorical(name, list(values)))
-
-
-def _format_choices(values: tuple[int, ...]) -> str:
-    step = _arithmetic_step(values)
-    if step is not None and len(values) > 2:
-        return f"{values[0]}-{values[-1]}" + (f":{step}" if step != 1 else "")
-    return ",".join(map(str, values))

@@ -56,7 +56,7 @@ class SearchConfig:
     proxy_train: int = 96
     # Held-out rows for L_HS: the ridge map (up to 385x384 per layer pair) is cross-fitted on halves,
     # and 16 rows (~1k tokens) per half let wide students over-fit it (a 1-layer student scored
-    # L_HS > 1); 128 rows per half give ~8k tokens. Interim (pruner) scores use the first 64 rows.
+    # L_HS > 1); 128 rows per half give ~8k tokens. Interim (pruner) scores use the first 32 rows.
     proxy_eval: int = 256
     seq_len: int = 64
     batch_size: int = 8

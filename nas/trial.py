@@ -34,7 +34,7 @@ from .space import SearchSpace
 UNTRAINED_LOSS = 1.0  # the normalized loss of predicting the teacher's mean
 # Interim (pruner) L_HS estimates score the first held-out rows only: an evaluation every few steps
 # on all of them would cost more than the training it watches. The last evaluation uses every row.
-INTERIM_EVAL_ROWS = 64
+INTERIM_EVAL_ROWS = 32
 
 
 def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:

@@ -51,7 +51,7 @@ class SearchConfig:
     method: str = "hs"
     layer_map: str = "uniform"
     # 60, not 20: Kendall's tau between this proxy's loss and a 10x longer run's was +0.86 at 60 steps
-    # vs +0.36 / +0.50 at 20 (two runs, 8 MiniLM shapes; benchmarks/proxy_fidelity.py, README); +8 s per trial on CPU.
+    # vs +0.36 / +0.50 at 20 (two runs, 8 MiniLM shapes, random init: the former proxy_fidelity.py, docs/benchmarks.md).
     proxy_steps: int = 60
     proxy_train: int = 96
     # Held-out rows for L_HS: the ridge map (up to 385x384 per layer pair) is cross-fitted on halves,

@@ -164,10 +164,10 @@ def optimizer_step(loss: torch.Tensor, params: list[nn.Parameter], optimizer: to
 FINITE_CHECK_EVERY = 10
 
 
-def _finite_losses(running: list[torch.Tensor], step: int, config: DistillConfig, bar: Any) -> list[float]:
-    """The losses since the last evaluation as floats (one host sync); a non-finite one stops the run
-    naming the step it appeared at."""
-    losses = torch.stack(running).float().cpu().tolist()
+def _finite_losses(pending: list[torch.Tensor], step: int, config: DistillConfig, bar: Any) -> list[float]:
+    """The losses of the steps up to `step` not read yet, as floats (one host sync); a non-finite one
+    stops the run naming the step it appeared at."""
+    losses = torch.stack(pending).float().cpu().tolist()
     for offset, value in enumerate(losses):
         if not math.isfinite(value):
             bar.close()
@@ -263,7 +263,9 @@ def distill(
     lengths = mask_all.sum(1)
     batches: list[torch.Tensor] = []
     history: list[dict] = []
-    running, seen_tokens = [], 0
+    running: list[float] = []  # losses since the last evaluation
+    pending: list[torch.Tensor] = []  # losses not read from the device yet
+    seen_tokens = 0
     metrics: dict = {}
     bar = tqdm(total=config.steps, desc=f"distill {config.method} {spec.arch}", disable=not config.progress,
                dynamic_ncols=True, leave=False)
@@ -288,17 +290,18 @@ def distill(
         optimizer_step(loss, params, optimizer, schedule)
         # Losses stay on the device and are read every FINITE_CHECK_EVERY steps and at evaluations:
         # reading one every step would make the host wait for the GPU each step.
-        running.append(loss.detach())
+        pending.append(loss.detach())
         seen_tokens += int(mask_all[index, :width].sum())  # host-side mask: no device sync
         bar.update(1)
         evaluate = (config.eval_every and step % config.eval_every == 0) or step == config.steps
         if evaluate or step % FINITE_CHECK_EVERY == 0:
-            losses = _finite_losses(running, step, config, bar)
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
+            running += _finite_losses(pending, step, config, bar)
+            pending = []
+            bar.set_postfix(loss=f"{running[-1]:.4f}")
         if evaluate:
             eval_start = time.perf_counter()
             rows = None if step == config.steps else config.interim_eval_rows
-            metrics = {"step": step, "train_loss": sum(losses) / len(losses), **evaluator(student, rows)}
+            metrics = {"step": step, "train_loss": sum(running) / len(running), **evaluator(student, rows)}
             history.append(metrics)
             running = []
             bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")

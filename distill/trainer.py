@@ -13,6 +13,7 @@ import json
 from contextlib import nullcontext
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -91,8 +92,7 @@ class DistillConfig:
             raise KdnasError(f"dropout {self.dropout} is invalid: allowed 0 <= dropout < 1")
         if self.layer_rule not in LAYER_RULES:
             raise KdnasError(f"layer rule {self.layer_rule!r} is invalid: allowed {', '.join(LAYER_RULES)}")
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise KdnasError(f"device {self.device!r} is invalid: allowed auto, cpu, cuda, cuda:N")
+        check_device(self.device)
 
     def method_options(self) -> dict:
         """The method options that were set; `build_method` rejects any the method does not take."""
@@ -177,7 +177,14 @@ def _finite_losses(pending: list[torch.Tensor], step: int, config: DistillConfig
     return losses
 
 
+def check_device(name: object) -> None:
+    """A user's `--device`: auto, cpu, cuda or cuda:N, else one clear error."""
+    if not (isinstance(name, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", name)):
+        raise KdnasError(f"device {name!r} is invalid: allowed auto, cpu, cuda, cuda:N")
+
+
 def resolve_device(name: str) -> torch.device:
+    check_device(name)
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():

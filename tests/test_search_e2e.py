@@ -292,6 +292,13 @@ def test_device_cuda_without_cuda_is_refused_before_anything(tmp_path):
     assert not out.exists(), "nothing may be written for a refused device"
 
 
+@pytest.mark.parametrize("device", ["gpu", "cuda:x"])
+def test_an_unknown_device_is_refused_before_anything(tmp_path, device):
+    out = tmp_path / "bad-device"
+    _refused(kdnas("search", "--out", str(out), "--device", device, "--trials", "1"), repr(device), "cuda:N")
+    assert not out.exists()
+
+
 def test_pareto_objective_with_nsga2_end_to_end(tmp_path, budget_ms):
     out = tmp_path / "pareto"
     # No --heads: the inherited default keeps the teacher's head size (32), so heads = 96 / 32 = 3

@@ -521,6 +521,22 @@ def relation_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
         return (s @ s.T - t @ t.T).pow(2).mean()
 
 
+def anchor_relation_loss(student: torch.Tensor, teacher: torch.Tensor, anchors: torch.Tensor,
+                         projection: Projection = None) -> torch.Tensor:
+    """`L_anc = mean_{i,j} ((ê_S,i · â_j) − (ê_T,i · â_j))²` against `[n, H_T]` teacher anchor embeddings.
+
+    SEED-style (Fang et al., 2021) cross-model relation: each student embedding (through
+    `projection` when the widths differ) must relate to many teacher embeddings of other sentences as
+    its own teacher embedding does — the pairwise-similarity structure that a batch of 32 samples
+    thinly. The anchors are detached teacher embeddings of earlier batches (a queue).
+    """
+    with _fp32(student):
+        s = F.normalize(_project(student, projection), dim=-1)
+        t = F.normalize(teacher.float(), dim=-1)
+        a = F.normalize(anchors.float(), dim=-1)
+        return (s @ a.T - t @ a.T).pow(2).mean()
+
+
 def token_state_loss(student: torch.Tensor, teacher: torch.Tensor, projection: Projection = None,
                      attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """`L_tok = mean over real tokens and features of (h_S W − h_T)² / Var_T(feature)`.

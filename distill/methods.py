@@ -36,6 +36,7 @@ from .losses import (
     minilmv2_loss,
     od_loss,
     pooled_cosine_loss,
+    anchor_relation_loss,
     relation_loss,
     token_state_loss,
     pkd_loss,
@@ -46,7 +47,8 @@ from .losses import (
 
 METHODS: tuple[str, ...] = ("hs", "minilmv2", "direct-minilm", "minilm", "pkd", "ckd", "alp", "xtremedistil", "od",
                              "embed")
-EMBED_TERMS: tuple[str, ...] = ("tok", "cos", "rel")
+EMBED_TERMS: tuple[str, ...] = ("tok", "cos", "rel", "anc", "mid")
+ANCHORS = 2048  # teacher embeddings of recent batches that L_anc relates each student embedding to
 TEACHER_LAYERS: tuple[str, ...] = ("L", "L-1", "L-2")
 ALP_SCOPES: tuple[str, ...] = ("all", "bucket")
 
@@ -488,8 +490,9 @@ def _weighted_terms(text: str) -> dict[str, float]:
 class EmbedMethod(Method):
     """Sentence-embedding transfer on the last layers (docs/methods.md, "Embedding-level distillation"):
     the weighted sum of the chosen terms — `tok` (variance-normalised token states), `cos` (pooled
-    cosine), `rel` (in-batch similarity relation) — of the last student layer against the last
-    teacher layer.
+    cosine), `rel` (in-batch similarity relation), `anc` (relation to a queue of teacher embeddings of
+    earlier batches), `mid` (`tok` at the intermediate layers, student k against teacher
+    round(k·L_T/L_S)) — of the last student layer against the last teacher layer.
 
     One projection `W ∈ R^{H_S×H_T}` serves `tok` and `cos`; it starts as the identity when the widths
     match, since an inherited student starts in the teacher's coordinates.
@@ -505,6 +508,7 @@ class EmbedMethod(Method):
             with torch.no_grad():
                 self.projection.weight.copy_(torch.eye(student.hidden))
                 self.projection.bias.zero_()
+        self.register_buffer("anchors", torch.zeros(0, teacher.hidden), persistent=False)
 
     @torch.no_grad()
     def align_to(self, selection: torch.Tensor) -> None:
@@ -512,11 +516,18 @@ class EmbedMethod(Method):
         self.projection.weight.copy_(selection.T)
         self.projection.bias.zero_()
 
+    def _pairs(self) -> list[tuple[int, int]]:
+        pairs = [(self.student_dims.layers, self.teacher_dims.layers)]
+        if "mid" in self.terms:
+            pairs += [(k, max(1, round(k * self.teacher_dims.layers / self.student_dims.layers)))
+                      for k in range(1, self.student_dims.layers)]
+        return pairs
+
     def teacher_needs(self) -> Needs:
-        return Needs(hidden=frozenset({self.teacher_dims.layers}))
+        return Needs(hidden=frozenset(t for _, t in self._pairs()))
 
     def student_needs(self) -> Needs:
-        return Needs(hidden=frozenset({self.student_dims.layers}))
+        return Needs(hidden=frozenset(s for s, _ in self._pairs()))
 
     def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
         s = _get(student.hidden, self.student_dims.layers, "student", "hidden state")
@@ -526,8 +537,19 @@ class EmbedMethod(Method):
             "tok": lambda: token_state_loss(s, t, self.projection, attention_mask),
             "cos": lambda: pooled_cosine_loss(s_emb, t_emb, self.projection),
             "rel": lambda: relation_loss(s_emb, t_emb),
+            "anc": lambda: self._anchor_loss(s_emb, t_emb),
+            "mid": lambda: sum(token_state_loss(_get(student.hidden, i, "student", "hidden state"),
+                                                _get(teacher.hidden, j, "teacher", "hidden state"),
+                                                self.projection, attention_mask)
+                               for i, j in self._pairs()[1:]) / max(1, len(self._pairs()) - 1),
         }
         return sum(weight * loss[term]() for term, weight in self.terms.items())
+
+    def _anchor_loss(self, s_emb: torch.Tensor, t_emb: torch.Tensor) -> torch.Tensor:
+        anchors = torch.cat([t_emb.detach().float(), self.anchors.to(t_emb.device)])[:ANCHORS]
+        if self.training:
+            self.anchors = anchors
+        return anchor_relation_loss(s_emb, t_emb, anchors, self.projection)
 
 
 # --------------------------------------------------------------------------------------------

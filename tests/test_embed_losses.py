@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from distill import ModelDims, build_method
 from distill.activations import Activations
 from distill.errors import KdnasError
-from distill.losses import mean_pool, pooled_cosine_loss, relation_loss, token_state_loss
+from distill.losses import anchor_relation_loss, mean_pool, pooled_cosine_loss, relation_loss, token_state_loss
 
 
 def test_mean_pool_ignores_padding():
@@ -78,3 +79,37 @@ def test_embed_terms_take_weights():
     expected = pooled_cosine_loss(e_s, e_t, method.projection) + 10 * relation_loss(e_s, e_t)
     got = method(Activations(hidden={1: s}), Activations(hidden={1: t}), mask)
     assert got.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_anchor_relation_loss_is_zero_for_the_teacher_and_grows_with_a_wrong_student():
+    torch.manual_seed(0)
+    teacher, anchors = torch.randn(4, 8), torch.randn(16, 8)
+    assert anchor_relation_loss(2 * teacher, teacher, anchors).item() == pytest.approx(0.0, abs=1e-6)
+    wrong = anchor_relation_loss(torch.randn(4, 8), teacher, anchors).item()
+    assert wrong > 0.01
+    by_hand = (F.normalize(teacher.flip(0), dim=-1) @ F.normalize(anchors, dim=-1).T
+               - F.normalize(teacher, dim=-1) @ F.normalize(anchors, dim=-1).T).pow(2).mean()
+    assert anchor_relation_loss(teacher.flip(0), teacher, anchors).item() == pytest.approx(by_hand.item(), rel=1e-5)
+
+
+def test_embed_anchor_queue_fills_while_training_and_stays_bounded():
+    dims = ModelDims(layers=1, hidden=4, heads=2)
+    method = build_method("embed", dims, dims, embed_terms="cos+anc")
+    mask = torch.ones(3, 2, dtype=torch.long)
+    for _ in range(2):
+        method(Activations(hidden={1: torch.randn(3, 2, 4)}), Activations(hidden={1: torch.randn(3, 2, 4)}), mask)
+    assert method.anchors.shape == (6, 4)
+    method.eval()
+    method(Activations(hidden={1: torch.randn(3, 2, 4)}), Activations(hidden={1: torch.randn(3, 2, 4)}), mask)
+    assert method.anchors.shape == (6, 4)  # evaluation batches are not queued
+
+
+def test_embed_mid_term_pairs_intermediate_layers_uniformly():
+    method = build_method("embed", ModelDims(layers=6, hidden=4, heads=2), ModelDims(layers=3, hidden=4, heads=2),
+                          embed_terms="cos+mid")
+    assert method.student_needs().hidden == frozenset({1, 2, 3})
+    assert method.teacher_needs().hidden == frozenset({2, 4, 6})
+    states = {k: torch.randn(2, 3, 4) for k in range(1, 7)}
+    mask = torch.ones(2, 3, dtype=torch.long)
+    same = method(Activations(hidden={1: states[2], 2: states[4], 3: states[6]}), Activations(hidden=states), mask)
+    assert same.item() == pytest.approx(0.0, abs=1e-5)

@@ -1,14 +1,16 @@
 """Search quality: TPE vs random search, and the paper's hand-designed shapes, on one proxy budget.
 
-One run, same teacher, corpus, proxy budget, latency settings and trial count for both samplers:
-  - best reward, and trials needed to reach 99 % of it (own best and best of both);
+Same teacher, corpus, proxy budget, latency settings, budget and trial count for every search:
+  - TPE and random search on seeds 0..N-1: trials needed to reach 99 % of the best reward that any
+    search found, mean ± std over the seeds, and each search's best;
+  - TPE on seed 0 without the pruner: does pruning change the best shape, and what does it save;
   - the paper's Table 1 students scaled to the teacher, distilled with the same proxy budget, and
     whether the searched Pareto front dominates each (lower loss at equal or lower latency);
   - per-trial wall time split into latency / distillation / export, and the share of trials
     rejected before training (over budget or invalid).
 
-    python benchmarks/search_quality.py                                   # MiniLM teacher, CPU
-    python benchmarks/search_quality.py --teacher mpnet-base --device cuda --trials 30
+    python benchmarks/search_quality.py                       # MiniLM teacher, CPU, 30 trials x 3 seeds
+    python benchmarks/search_quality.py --teacher mpnet-base --device cuda
 
 Writes benchmarks/results/search_quality.json (or --json) and prints a Markdown table.
 """
@@ -18,14 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from _env import environment  # noqa: E402
 
 
 def trials_to_reach(rewards: list[tuple[int, float]], target: float) -> int | None:
@@ -48,6 +52,40 @@ def run_search(config) -> tuple[dict, float]:
     return summary, time.perf_counter() - started
 
 
+def summarize(summary: dict, seconds: float) -> dict:
+    """One search's figures: its rewards in trial order, best, time, and Pareto front."""
+    from nas.records import pareto_front
+
+    rows = summary["trials_table"]
+    finished = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED", "FAIL")]
+    rewards = [(r["number"], r["reward"]) for r in finished]
+    scored = [r for _, r in rewards if r is not None]
+    best = max(scored) if scored else None
+    return {
+        "best_reward": best,
+        "best_arch": (summary["best_trial"] or {}).get("arch"),
+        "best_trial": summary["best_trial"],
+        "rewards": rewards,
+        "trials_to_99pct_own_best": trials_to_reach(rewards, threshold(best)) if best is not None else None,
+        "seconds_wall": round(seconds, 1),
+        "seconds_per_trial": summary["seconds_per_trial"],
+        "rejected_before_training_share": summary["rejected_before_training_share"],
+        "counts": summary["counts"],
+        "pareto_front": [{"number": r["number"], "arch": r["arch"], "latency_ms": r["latency_median_ms"],
+                          "l_hs_norm": r["l_hs_norm"], "l_hs_se": r.get("l_hs_se")} for r in pareto_front(rows)],
+    }
+
+
+def mean_std(values: list[float | None]) -> dict:
+    """Mean ± std over seeds; a run that never reached the target counts as trials + 1 (said in `never`)."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return {"mean": None, "std": None, "never": len(values)}
+    mean = sum(got) / len(got)
+    std = (sum((v - mean) ** 2 for v in got) / max(1, len(got) - 1)) ** 0.5
+    return {"mean": round(mean, 2), "std": round(std, 2), "never": len(values) - len(got)}
+
+
 def main(argv: list[str] | None = None) -> int:
     from nas import SearchConfig
     from nas.records import dominates_point, pareto_front
@@ -56,59 +94,61 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", default=d.teacher)
     p.add_argument("--corpus", default=d.corpus)
-    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--trials", type=int, default=30)
+    p.add_argument("--seeds", type=int, default=3, help="searches per sampler, seeds 0..N-1 (default: %(default)s)")
     p.add_argument("--budget-ms", type=float, default=None, help="default: the search default (ratio of teacher latency)")
     p.add_argument("--proxy-steps", type=int, default=d.proxy_steps)
     p.add_argument("--device", default="auto")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(REPO / "runs" / "bench-search"))
     p.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "search_quality.json"))
     args = p.parse_args(argv)
 
     out = Path(args.out)
     base = SearchConfig(teacher=args.teacher, corpus=args.corpus, trials=args.trials, budget_ms=args.budget_ms,
-                        proxy_steps=args.proxy_steps, device=args.device, seed=args.seed, final_steps=0,
+                        proxy_steps=args.proxy_steps, device=args.device, final_steps=0,
                         progress=sys.stderr.isatty())
-    results: dict = {"teacher": args.teacher, "corpus": args.corpus, "trials": args.trials, "device": args.device,
-                     "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform()}, "samplers": {}}
-    fronts = {}
+    results: dict = {"teacher": args.teacher, "corpus": args.corpus, "trials": args.trials, "seeds": args.seeds,
+                     "device": args.device, "environment": environment(), "runs": {}}
     budget = args.budget_ms
-    for sampler in ("tpe", "random"):
-        config = base.replace(sampler=sampler, out=str(out / sampler), budget_ms=budget, reference=(sampler == "tpe"))
+    # (label, sampler, seed, pruning): both samplers on every seed; TPE without pruning on seed 0
+    plan = [(f"{sampler}/seed{seed}", sampler, seed, True) for seed in range(args.seeds) for sampler in ("tpe", "random")]
+    plan.append(("tpe-no-pruning/seed0", "tpe", 0, False))
+    for label, sampler, seed, prune in plan:
+        config = base.replace(sampler=sampler, seed=seed, prune=prune, out=str(out / label.replace("/", "-")),
+                              budget_ms=budget, reference=(label == "tpe/seed0"))
+        print(f"[search_quality] {label}", file=sys.stderr, flush=True)
         summary, seconds = run_search(config)
-        budget = summary["budget_ms"]  # the random search uses exactly the TPE run's budget
-        rows = summary["trials_table"]
-        finished = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED", "FAIL")]
-        rewards = [(r["number"], r["reward"]) for r in finished]
-        scored = [r for _, r in rewards if r is not None]
-        best = max(scored) if scored else None
-        results["samplers"][sampler] = {
-            "best_reward": best,
-            "best_trial": summary["best_trial"],
-            "rewards": rewards,
-            "trials_to_99pct_own_best": trials_to_reach(rewards, threshold(best)) if best is not None else None,
-            "seconds_wall": round(seconds, 1),
-            "seconds_per_trial": summary["seconds_per_trial"],
-            "rejected_before_training_share": summary["rejected_before_training_share"],
-            "counts": summary["counts"],
-            "pareto_front": [{"number": r["number"], "arch": r["arch"], "latency_ms": r["latency_median_ms"],
-                              "l_hs_norm": r["l_hs_norm"]} for r in pareto_front(rows)],
-        }
-        fronts[sampler] = pareto_front(rows)
-        if sampler == "tpe":
+        budget = summary["budget_ms"]  # every later search uses exactly the first one's budget
+        results["runs"][label] = summarize(summary, seconds)
+        if label == "tpe/seed0":
             results["reference"] = summary["reference"]
-        results["budget_ms"] = budget
-        results["teacher_latency_ms"] = summary["teacher_latency"]["median_ms"]
+            results["budget_ms"] = budget
+            results["teacher_latency_ms"] = summary["teacher_latency"]["median_ms"]
+        results["runs"][label]["_rows"] = summary["trials_table"]
 
-    overall = max(s["best_reward"] for s in results["samplers"].values() if s["best_reward"] is not None)
-    for s in results["samplers"].values():
-        s["trials_to_99pct_overall_best"] = trials_to_reach(s["rewards"], threshold(overall))
-    union = pareto_front([{**r, "status": "feasible", "l_hs_norm": r["l_hs_norm"],
-                           "latency_median_ms": r["latency_median_ms"]} for f in fronts.values() for r in f])
+    runs = results["runs"]
+    overall = max(r["best_reward"] for r in runs.values() if r["best_reward"] is not None)
+    results["overall_best_reward"] = overall
+    for r in runs.values():
+        r["trials_to_99pct_overall_best"] = trials_to_reach(r["rewards"], threshold(overall))
+    results["samplers"] = {
+        sampler: {key: mean_std([runs[f"{sampler}/seed{s}"][key] for s in range(args.seeds)])
+                  for key in ("trials_to_99pct_overall_best", "best_reward", "seconds_wall")}
+        for sampler in ("tpe", "random")}
+    pruned, unpruned = runs["tpe/seed0"], runs["tpe-no-pruning/seed0"]
+    results["pruning"] = {"best_arch_with": pruned["best_arch"], "best_arch_without": unpruned["best_arch"],
+                          "same_best_shape": pruned["best_arch"] == unpruned["best_arch"],
+                          "best_reward_with": pruned["best_reward"], "best_reward_without": unpruned["best_reward"],
+                          "seconds_with": pruned["seconds_wall"], "seconds_without": unpruned["seconds_wall"],
+                          "pruned_trials": pruned["counts"].get("pruned", 0)}
+    rows_of = {label: r.pop("_rows") for label, r in runs.items()}
+    union_rows = [row for label, rows in rows_of.items() if label != "tpe-no-pruning/seed0" for row in rows]
+    fronts = {"tpe": pareto_front(rows_of["tpe/seed0"]), "either": pareto_front(union_rows)}
     table = []
     for ref in results.get("reference") or []:
         entry = {k: ref[k] for k in ("name", "arch", "latency_ms", "l_hs_norm", "reward", "within_budget")}
-        for label, front in (("tpe", fronts["tpe"]), ("either", union)):
+        entry["l_hs_se"] = ref.get("l_hs_se")
+        for label, front in fronts.items():
             hit = dominates_point(front, ref["latency_ms"], ref["l_hs_norm"])
             entry[f"dominated_by_{label}"] = None if hit is None else {
                 "number": hit["number"], "arch": hit["arch"], "latency_ms": hit["latency_median_ms"],
@@ -125,18 +165,25 @@ def markdown(r: dict) -> str:
     def f(x, spec=".4f"):
         return "–" if x is None else format(x, spec)
 
+    def ms(x):
+        return "–" if x["mean"] is None else f"{x['mean']:.1f} ± {x['std']:.1f}" + (f" ({x['never']} never)" if x["never"] else "")
+
     lines = [f"teacher {r['teacher']} ({f(r['teacher_latency_ms'], '.2f')} ms), budget {f(r['budget_ms'], '.2f')} ms, "
-             f"{r['trials']} trials each, device {r['device']}", "",
-             "| sampler | best reward | best shape | trials to 99 % (own / overall best) | wall s | s/trial latency / distill / export | rejected before training |",
-             "|---|---|---|---|---|---|---|"]
+             f"{r['trials']} trials per search, {r['seeds']} seeds per sampler, device {r['device']}; "
+             f"best reward of all searches {f(r['overall_best_reward'])}", "",
+             "| sampler | trials to 99 % of the overall best (mean ± std) | best reward (mean ± std) | wall s per search |",
+             "|---|---|---|---|"]
     for name, s in r["samplers"].items():
-        t = s["seconds_per_trial"]
-        best = s["best_trial"] or {}
-        lines.append(f"| {name} | {f(s['best_reward'])} | {best.get('arch', '–')} | {s['trials_to_99pct_own_best']} / "
-                     f"{s['trials_to_99pct_overall_best']} | {s['seconds_wall']} | {f(t['latency'], '.1f')} / "
-                     f"{f(t['distill'], '.1f')} / {f(t['export'], '.1f')} | "
+        b = s["best_reward"]
+        lines.append(f"| {name} | {ms(s['trials_to_99pct_overall_best'])} | {f(b['mean'])} ± {f(b['std'])} | "
+                     f"{f(s['seconds_wall']['mean'], '.0f')} |")
+    lines += ["", "| search | best shape | best reward | trials to 99 % (own / overall best) | wall s | pruned | rejected before training |",
+              "|---|---|---|---|---|---|---|"]
+    for label, s in r["runs"].items():
+        lines.append(f"| {label} | {s['best_arch']} | {f(s['best_reward'])} | {s['trials_to_99pct_own_best']} / "
+                     f"{s['trials_to_99pct_overall_best']} | {s['seconds_wall']} | {s['counts'].get('pruned', 0)} | "
                      f"{f(100 * s['rejected_before_training_share'], '.0f')} % |")
-    lines += ["", "| reference (Table 1, scaled) | shape | latency ms | L_HS norm | reward | within budget | dominated by TPE front | by either front |",
+    lines += ["", "| reference (Table 1, scaled) | shape | latency ms | L_HS norm | reward | within budget | dominated by TPE seed 0 | by any search |",
               "|---|---|---|---|---|---|---|---|"]
     for e in r["reference_dominance"]:
         def dom(x):

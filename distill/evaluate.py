@@ -10,6 +10,9 @@ predicting the teacher's mean scores 1.0 and a perfect student 0.0. `rows` score
 rows (a cheaper interim estimate while training; the final one uses every row).
   raw        = Σ_pairs MSE                (Eq. 6, the paper's scale)
   normalized = mean_pairs MSE / Var(H^T)  (the value the KD-NAS reward uses)
+  se         = standard error of `normalized` over the scored sequences (tokens of one sequence
+               are not independent, so it is the ratio estimator's clustered error): the error bar
+               of one held-out estimate, not of the proxy's seed (benchmarks/proxy_noise.py has both)
 """
 
 from __future__ import annotations
@@ -61,18 +64,34 @@ class Evaluator:
         first, second = torch.arange(ids.shape[0]) < half, torch.arange(ids.shape[0]) >= half
         real = mask.bool()
         raw, normalized = 0.0, []
+        row_error = torch.zeros(ids.shape[0], dtype=torch.float64)  # Σ over pairs of normalized error per row
         for i, j in pairs:
             x = torch.cat(s_states[i]).double()
             y = teacher.hidden[j].double()
-            mse, var = 0.0, 0.0
+            mse, var, per_row = 0.0, 0.0, torch.zeros_like(row_error)
             for fit, score in ((first, second), (second, first)):
                 w = _ridge_fit(x[fit][real[fit]], y[fit][real[fit]])
                 xs, ys = x[score][real[score]], y[score][real[score]]
-                mse += ((_with_bias(xs) @ w - ys) ** 2).mean().item() / 2
+                squared = ((_with_bias(xs) @ w - ys) ** 2).mean(dim=1)  # per real token
+                mse += squared.mean().item() / 2
                 var += ys.var(dim=0, unbiased=False).mean().item() / 2
+                rows_of = torch.arange(ids.shape[0])[score].repeat_interleave(real[score].sum(1))
+                per_row.index_add_(0, rows_of, squared)
             raw += mse
             normalized.append(mse / max(var, 1e-12))
-        return {"l_hs_raw": raw, "l_hs_norm": sum(normalized) / len(normalized)}
+            row_error += per_row / max(var, 1e-12) / len(pairs)
+        return {"l_hs_raw": raw, "l_hs_norm": sum(normalized) / len(normalized),
+                "l_hs_se": _clustered_se(row_error, real.sum(1).double())}
+
+
+def _clustered_se(totals: torch.Tensor, counts: torch.Tensor) -> float:
+    """Standard error of the ratio Σ totals / Σ counts over n clusters (rows): the linearised
+    (delta-method) estimator, sqrt(n/(n−1) · Σ (t_r − μ c_r)²) / Σ c_r."""
+    n = totals.numel()
+    if n < 2:
+        return float("nan")
+    mu = totals.sum() / counts.sum()
+    return float(((totals - mu * counts).pow(2).sum() * n / (n - 1)).sqrt() / counts.sum())
 
 
 def _with_bias(x: torch.Tensor) -> torch.Tensor:

@@ -117,7 +117,9 @@ def profile(
     cache_file = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / f"{key}.json"
     if use_cache and cache_file.is_file():
         try:
-            return LatencyResult(**{**json.loads(cache_file.read_text()), "cached": True})
+            cached = LatencyResult(**{**json.loads(cache_file.read_text()), "cached": True})
+            if not cached.noisy:  # an entry from an older version may be noisy: measure again
+                return cached
         except (ValueError, TypeError):
             pass  # a stale or damaged entry is measured again and overwritten
 
@@ -134,7 +136,7 @@ def profile(
         target=resolved["label"], optimized=identity["optimized"], int8=identity["int8"], stable=stats["stable"],
         attempts=stats["attempts"], fused=stats["fused"], block_medians=stats["block_medians"],
     )
-    if use_cache:
+    if use_cache and not result.noisy:  # a busy machine's figure must not outlive the load that made it
         _write_atomic(cache_file, json.dumps(result.to_dict(), indent=1))
     return result
 

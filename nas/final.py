@@ -179,6 +179,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
         "trial": row["number"], "arch": spec.arch, "dir": str(dest), "recipe": _recipe(cfg),
         "steps": cfg.final_steps, "train": cfg.final_train, "train_rows": data.num_train, "init": res.init,
         "params": spec.num_parameters(), "l_hs_norm": loss, "l_hs_raw": float(res.metrics["l_hs_raw"]),
+        "l_hs_se": float(res.metrics["l_hs_se"]),
         "latency_ms": latency["median_ms"], "latency": latency, "latency_int8_onnx": int8_latency,
         "reward": ctx.reward(loss, latency["median_ms"]), "within_budget": latency["median_ms"] <= ctx.budget_ms,
         "proxy_reward": row["reward"], "quality": quality, **shipped,

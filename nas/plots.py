@@ -42,7 +42,7 @@ def _hover(r: dict[str, Any]) -> str:
         f"latency median {_fmt(r['latency_median_ms'], '.2f')} ms, p90 {_fmt(r['latency_p90_ms'], '.2f')}, "
         f"min {_fmt(r['latency_min_ms'], '.2f')}, cv {_fmt(r['latency_cv'], '.3f')}"
         + (" (noisy)" if r["latency_noisy"] else ""),
-        f"L_HS norm {_fmt(r['l_hs_norm'], '.4f')}, raw {_fmt(r['l_hs_raw'], '.4f')}",
+        f"L_HS norm {_fmt(r['l_hs_norm'], '.4f')} ± {_fmt(r.get('l_hs_se'), '.4f')} (SE), raw {_fmt(r['l_hs_raw'], '.4f')}",
         f"reward {_fmt(r['reward'], '.4f')}",
         *([r["reason"][:120]] if r["reason"] else []),
     ])
@@ -63,6 +63,8 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
                          arrayminus=[r["latency_median_ms"] - r["latency_min_ms"]
                                      if r["latency_min_ms"] is not None else 0 for r in group],
                          thickness=1, width=0, color=marker["color"]),
+            error_y=dict(type="data", array=[2 * (r.get("l_hs_se") or 0) for r in group],
+                         thickness=1, width=3, color=marker["color"]),
         ))
     front = pareto_front(rows)
     if front:
@@ -106,7 +108,7 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
     fig.update_layout(
         title="Latency vs held-out normalized L_HS (lower-left is better)",
         xaxis_title=f"CPU latency, median ms ({_latency_setting(facts)}); bars: min..p90",
-        yaxis_title="normalized held-out L_HS (1 = predicting the mean)",
+        yaxis_title="normalized held-out L_HS (1 = predicting the mean); bars: ±2 SE",
         hovermode="closest", legend=dict(orientation="h", y=-0.25), height=620, template="plotly_white",
     )
     return fig

@@ -16,7 +16,7 @@ from .storage import SETTINGS_ATTR
 COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
     "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
-    "l_hs_raw", "l_hs_norm", "reward", "reason", "retry_of",
+    "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
     "seconds_latency", "seconds_distill", "seconds_export", "seconds_total", "datetime_start",
 )
 
@@ -40,10 +40,11 @@ def _row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         arch = "x".join(str(v) for v in shape)
     latency = attrs.get("latency") or {}
     seconds = attrs.get("seconds") or {}
-    loss_norm, loss_raw = attrs.get("l_hs_norm"), attrs.get("l_hs_raw")
+    loss_norm, loss_raw, loss_se = attrs.get("l_hs_norm"), attrs.get("l_hs_raw"), attrs.get("l_hs_se")
     last = attrs.get("last_eval")
     if loss_norm is None and trial.state == TrialState.PRUNED and last:
-        loss_norm, loss_raw = last["l_hs_norm"], last["l_hs_raw"]  # the held-out loss when it was stopped
+        # the held-out loss when it was stopped (on the interim rows)
+        loss_norm, loss_raw, loss_se = last["l_hs_norm"], last["l_hs_raw"], last.get("l_hs_se")
     return {
         "number": trial.number,
         "state": trial.state.name,
@@ -60,6 +61,7 @@ def _row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         "latency_cached": latency.get("cached"),
         "l_hs_raw": loss_raw,
         "l_hs_norm": loss_norm,
+        "l_hs_se": loss_se,
         "reward": attrs.get("reward"),
         "reason": attrs.get("reason", ""),
         "retry_of": attrs.get("retry_of"),

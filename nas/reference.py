@@ -52,6 +52,7 @@ def evaluate_references(ctx: Any) -> list[dict[str, Any]]:
         results.append({
             "name": name, "arch": spec.arch, "params": spec.num_parameters(), "latency_ms": latency["median_ms"],
             "latency": latency, "l_hs_norm": loss, "l_hs_raw": float(res.metrics["l_hs_raw"]),
+            "l_hs_se": float(res.metrics["l_hs_se"]),
             "reward": ctx.reward(loss, latency["median_ms"]), "within_budget": latency["median_ms"] <= ctx.budget_ms,
             "seconds": {"latency": round(t1 - t0, 3), "distill": round(t2 - t1, 3)},
         })

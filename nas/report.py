@@ -23,7 +23,7 @@ from .records import COLUMNS, study_facts, trial_rows
 _TABLE_COLUMNS = (
     ("number", "#"), ("status", "status"), ("arch", "L×A×H×F"), ("params", "params (M)"),
     ("flops", "GFLOPs"), ("latency_median_ms", "latency ms"), ("latency_p90_ms", "p90 ms"),
-    ("latency_cv", "cv"), ("l_hs_norm", "L_HS norm"), ("l_hs_raw", "L_HS raw"), ("reward", "reward"),
+    ("latency_cv", "cv"), ("l_hs_norm", "L_HS norm"), ("l_hs_se", "± SE"), ("l_hs_raw", "L_HS raw"), ("reward", "reward"),
     ("seconds_total", "time s"), ("reason", "reason"),
 )
 

@@ -174,7 +174,8 @@ class Objective:
         def on_eval(step: int, metrics: dict) -> None:
             loss = float(metrics["l_hs_norm"])
             self._phase(trial, "distill", f"distill {step}/{cfg.proxy_steps} L_HS {loss:.3f}")
-            trial.set_user_attr("last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": float(metrics["l_hs_raw"])})
+            trial.set_user_attr("last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": float(metrics["l_hs_raw"]),
+                                               "l_hs_se": float(metrics["l_hs_se"])})
             if cfg.objective != "reward":
                 return  # Optuna reports/pruning are single-objective only
             interim = ctx.reward(loss, median)
@@ -191,6 +192,7 @@ class Objective:
         reward = ctx.reward(loss, median)
         trial.set_user_attr("l_hs_norm", loss)
         trial.set_user_attr("l_hs_raw", float(result.metrics["l_hs_raw"]))
+        trial.set_user_attr("l_hs_se", float(result.metrics["l_hs_se"]))
         trial.set_user_attr("train_loss", float(result.metrics.get("train_loss", float("nan"))))
         trial.set_user_attr("reward", reward)
         trial.set_user_attr("status", "feasible")
@@ -202,7 +204,7 @@ class Objective:
         # minutes). Copy the result, say so, and let the sampler move on.
         for key, value in earlier.constraints.items():
             trial.set_constraint(key, value)
-        for key in ("status", "reason", "params", "flops", "latency", "l_hs_norm", "l_hs_raw", "train_loss",
+        for key in ("status", "reason", "params", "flops", "latency", "l_hs_norm", "l_hs_raw", "l_hs_se", "train_loss",
                     "reward", "last_eval"):
             if key in earlier.user_attrs:
                 trial.set_user_attr(key, earlier.user_attrs[key])

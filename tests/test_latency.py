@@ -9,6 +9,7 @@ import pytest
 
 from distill.errors import KdnasError
 from distill.spec import StudentSpec
+import latency._profile as latency_profile
 from latency import LatencyResult, profile
 from latency._stats import StopRule, measure, measure_blocks, summarize
 
@@ -105,7 +106,29 @@ def test_summarize_single_sample():
     assert (stats.median_ms, stats.p90_ms, stats.min_ms, stats.cv, stats.runs) == (4.0, 4.0, 4.0, 0.0, 1)
 
 
-def test_measure_then_cache_hit(tmp_path):
+def _worker_reporting(quiet: bool, calls: list):
+    """The real pinned worker, its verdict on the machine's quiet forced (so caching is deterministic)."""
+    real = latency_profile._run_worker
+
+    def run(request, threads, timeout):
+        calls.append(request["target"])
+        return {**real(request, threads, timeout), "quiet": quiet}
+    return run
+
+
+def test_noisy_measurements_are_not_cached(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(latency_profile, "_run_worker", _worker_reporting(False, calls))
+    first = profile(TINY, seq=16, cache_dir=tmp_path)
+    assert first.noisy and not any(tmp_path.iterdir())
+    assert not profile(TINY, seq=16, cache_dir=tmp_path).cached and len(calls) == 2  # measured again
+    # a noisy entry left by an older version is not trusted either
+    (tmp_path / f"{first.key}.json").write_text(json.dumps(first.to_dict()))
+    assert not profile(TINY, seq=16, cache_dir=tmp_path).cached and len(calls) == 3
+
+
+def test_measure_then_cache_hit(tmp_path, monkeypatch):
+    monkeypatch.setattr(latency_profile, "_run_worker", _worker_reporting(True, []))
     first = profile(TINY, seq=32, cache_dir=tmp_path)
     assert not first.cached
     assert first.median_ms > 0 and first.min_ms <= first.median_ms <= first.p90_ms
@@ -175,6 +198,7 @@ def test_cli_profile_json_and_errors(tmp_path, capsys, monkeypatch):
     from nas.cli import main
 
     monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
+    monkeypatch.setattr(latency_profile, "_run_worker", _worker_reporting(True, []))  # a 0.1 ms model is noisy
     assert main(["profile", TINY, "--seq", "16", "--threads", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["seq"] == 16 and out["threads"] == 1 and out["median_ms"] > 0 and "cv" in out

@@ -124,6 +124,7 @@ def test_trials_table_and_reward(search_run):
         if r["status"] == "feasible":
             expected = kdnas_reward(float(r["l_hs_norm"]), float(r["latency_median_ms"]), teacher_ms)
             assert float(r["reward"]) == pytest.approx(expected, rel=1e-9)
+            assert 0 < float(r["l_hs_se"]) < 0.2 * float(r["l_hs_norm"]), r  # every scored trial has its error bar
         else:
             assert r["reason"], r
     assert any("result copied" in r["reason"] for r in rows), "the repeated shape must not be retrained"

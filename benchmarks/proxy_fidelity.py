@@ -85,7 +85,7 @@ def main() -> int:
 
     from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set, parse_arch
     from distill.data import heldout_sentences
-    from distill.quality import embedding_fidelity, sentence_embeddings
+    from evaluation.quality import embedding_fidelity, sentence_embeddings
     from nas import SearchConfig
     from nas.baselines import PAIRS
     from nas.trial import SearchContext, proxy_transfer_set

@@ -33,7 +33,7 @@ TASKS = ("sentiment", "topic", "tweets")
 def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Path) -> dict[str, Path]:
     """Save both untrained baselines of `student_dir` as loadable sentence-transformers folders."""
     from distill import StudentSpec, TeacherCache, load_corpus, load_teacher, make_transfer_set
-    from distill.assets import teacher_path
+    from core.assets import teacher_path
     from distill.inherit import first_layers, inherit_student
     from export import write_sentence_transformers
     from nas.baselines import first_layers_depth
@@ -90,8 +90,8 @@ def _scores(row: dict) -> dict[str, float]:
 
 
 def main() -> int:
-    from distill.finetune import FinetuneConfig, evaluate
-    from distill.quality import QualityConfig
+    from evaluation.finetune import FinetuneConfig, evaluate
+    from evaluation.quality import QualityConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("students", nargs="+", type=Path, help="student folders; the first one's baselines are built")

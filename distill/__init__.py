@@ -16,13 +16,13 @@ Public API:
 from .activations import Activations, ModelDims, Needs
 from .cache import TeacherCache
 from .data import TransferSet, load_corpus, make_transfer_set
-from .errors import KdnasError
+from core.errors import KdnasError
 from .evaluate import Evaluator
 from .inherit import inherit_student, measure_importance
 from .losses import layer_map, minilmv2_loss
 from .methods import METHODS, build_method
 from .recipes import hs_then_od, wants_assistant, with_assistant
-from .spec import StudentSpec, build_student, parse_arch
+from core.spec import StudentSpec, build_student, parse_arch
 from .teachers import Teacher, load_teacher
 from .trainer import DistillConfig, DistillResult, distill
 

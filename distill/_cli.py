@@ -31,7 +31,7 @@ Teacher targets are cached on disk (--cache-dir) and reused by later runs on the
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from .assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+    from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
     from .trainer import DistillConfig
     from .methods import EMBED_TERMS
 
@@ -87,26 +87,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import assets
+    from core import assets
     from .cache import TeacherCache
     from .data import load_corpus, make_transfer_set
-    from .errors import KdnasError
+    from core.errors import InputError
     from .inherit import inherit_reason
     from .methods import METHODS
     from .recipes import hs_then_od, wants_assistant, with_assistant
-    from .spec import parse_arch
+    from core.spec import parse_arch
     from .teachers import load_teacher
     from .trainer import DistillConfig, distill
 
     allowed = (*METHODS, "hs+od")
     if args.method not in allowed:
-        raise KdnasError(f"method {args.method!r} is unknown; allowed: {', '.join(allowed)}")
+        raise InputError(f"method {args.method!r} is unknown; allowed: {', '.join(allowed)}")
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "distill.json").exists())):
-        raise KdnasError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")
+        raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")
     for name in ("steps", "batch_size", "train_size", "eval_size"):
         if getattr(args, name) < 1:
-            raise KdnasError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")
+            raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")
 
     config = DistillConfig(
         method="hs" if args.method == "hs+od" else args.method,
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     teacher = load_teacher(args.teacher, mlm=needs_mlm)
     spec = parse_arch(args.arch, **teacher.student_sizes())
     if config.init == "inherit" and (reason := inherit_reason(teacher, spec)) is not None:
-        raise KdnasError(f"--init inherit: {reason}; use --init svd or random for this shape")
+        raise InputError(f"--init inherit: {reason}; use --init svd or random for this shape")
     log(f"teacher {args.teacher}: {teacher.dims.layers}x{teacher.dims.heads}x{teacher.dims.hidden}x{teacher.dims.ffn}; "
         f"student {spec.arch} ({spec.num_parameters() / 1e6:.1f}M parameters)")
     texts = load_corpus(args.corpus)
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     use_assistant = args.assistant == "on" or (args.assistant == "auto" and wants_assistant(teacher, spec))
     if args.method == "hs+od":
         if use_assistant:
-            raise KdnasError("--assistant cannot be combined with --method hs+od; pick one recipe")
+            raise InputError("--assistant cannot be combined with --method hs+od; pick one recipe")
         result = hs_then_od(spec, teacher, data, config, cache=cache)
     elif use_assistant:
         result = with_assistant(spec, teacher, data, config, cache=cache)

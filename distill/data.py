@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from . import assets
-from .errors import KdnasError
+from core import assets
+from core.errors import InputError
 
 _TEXT_COLUMNS = ("text", "sentence", "content", "document", "body")
 _MIN_CHUNK = 8  # shorter tails carry too little context to be worth a training row
@@ -40,14 +40,14 @@ def load_corpus(name_or_path: str) -> list[str]:
     else:
         path = Path(name_or_path).expanduser()
         if not path.exists():
-            raise KdnasError(
+            raise InputError(
                 f"corpus {name_or_path!r} is neither a bundled name ({', '.join(assets.CORPORA)}) "
                 "nor an existing file or folder"
             )
         docs = _from_path(path)
     docs = [d.strip() for d in docs if d and d.strip()]
     if not docs:
-        raise KdnasError(f"corpus {name_or_path!r} is empty: no non-blank text found")
+        raise InputError(f"corpus {name_or_path!r} is empty: no non-blank text found")
     return docs
 
 
@@ -63,7 +63,7 @@ def _from_path(path: Path) -> list[str]:
             return _from_datasets(path)
         files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".txt", ".jsonl", ".csv") and p.is_file())
         if not files:
-            raise KdnasError(f"corpus folder {str(path)!r} holds no .txt, .jsonl or .csv file and is no saved dataset")
+            raise InputError(f"corpus folder {str(path)!r} holds no .txt, .jsonl or .csv file and is no saved dataset")
         return [doc for file in files for doc in _from_file(file)]
     return _from_file(path)
 
@@ -73,7 +73,7 @@ def _from_file(path: Path) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise KdnasError(f"corpus file {str(path)!r} is not UTF-8 text") from None
+        raise InputError(f"corpus file {str(path)!r} is not UTF-8 text") from None
     if suffix == ".jsonl":
         docs = []
         for number, line in enumerate(text.splitlines(), 1):
@@ -82,7 +82,7 @@ def _from_file(path: Path) -> list[str]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                raise KdnasError(f"corpus file {str(path)!r}: line {number} is not valid JSON") from None
+                raise InputError(f"corpus file {str(path)!r}: line {number} is not valid JSON") from None
             docs.append(_pick_text(record, path) if isinstance(record, dict) else str(record))
         return docs
     if suffix == ".csv":
@@ -92,14 +92,14 @@ def _from_file(path: Path) -> list[str]:
         # Blank lines separate documents; a file without any is one document per line.
         blocks = [b for b in text.split("\n\n") if b.strip()]
         return blocks if len(blocks) > 1 else text.splitlines()
-    raise KdnasError(f"corpus file {str(path)!r}: unsupported type {suffix!r}; allowed: .txt, .jsonl, .csv")
+    raise InputError(f"corpus file {str(path)!r}: unsupported type {suffix!r}; allowed: .txt, .jsonl, .csv")
 
 
 def _pick_text(record: dict, source: Path | str) -> str:
     for column in _TEXT_COLUMNS:
         if isinstance(record.get(column), str):
             return record[column]
-    raise KdnasError(
+    raise InputError(
         f"corpus {str(source)!r} has no text column; columns found: {', '.join(map(str, record)) or 'none'}; "
         f"expected one of: {', '.join(_TEXT_COLUMNS)}"
     )
@@ -113,7 +113,7 @@ def _from_datasets(path: Path) -> list[str]:
         loaded = loaded["train"] if "train" in loaded else next(iter(loaded.values()))
     column = next((c for c in _TEXT_COLUMNS if c in loaded.column_names), None)
     if column is None:
-        raise KdnasError(
+        raise InputError(
             f"dataset {str(path)!r} has no text column; columns found: {', '.join(loaded.column_names)}; "
             f"expected one of: {', '.join(_TEXT_COLUMNS)}"
         )
@@ -161,13 +161,13 @@ def make_transfer_set(
     """
     max_positions = int(getattr(tokenizer, "model_max_length", 512) or 512)
     if not 8 <= seq_len <= min(max_positions, 512):
-        raise KdnasError(f"sequence length {seq_len} is invalid: allowed 8..{min(max_positions, 512)}")
+        raise InputError(f"sequence length {seq_len} is invalid: allowed 8..{min(max_positions, 512)}")
     if unit not in UNITS:
-        raise KdnasError(f"transfer unit {unit!r} is invalid: allowed {', '.join(UNITS)}")
+        raise InputError(f"transfer unit {unit!r} is invalid: allowed {', '.join(UNITS)}")
     if num_train < 1 or num_eval < 2:
-        raise KdnasError(f"transfer set sizes train={num_train}, eval={num_eval} are invalid: need train >= 1, eval >= 2")
+        raise InputError(f"transfer set sizes train={num_train}, eval={num_eval} are invalid: need train >= 1, eval >= 2")
     if not texts:
-        raise KdnasError("corpus is empty: no documents to distill on")
+        raise InputError("corpus is empty: no documents to distill on")
 
     if len(texts) >= HELDOUT_MIN_DOCS:
         texts = [t for t in texts if not is_heldout(t)]
@@ -176,7 +176,7 @@ def make_transfer_set(
     body = seq_len - 2
     cls_id, sep_id, pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
     if cls_id is None or sep_id is None or pad_id is None:
-        raise KdnasError("the tokenizer lacks a CLS, SEP or PAD token; a BERT-style tokenizer is required")
+        raise InputError("the tokenizer lacks a CLS, SEP or PAD token; a BERT-style tokenizer is required")
 
     rows: dict[str, list[list[int]]] = {"eval": [], "train": []}
     split = "eval"
@@ -196,7 +196,7 @@ def make_transfer_set(
     rows["eval"] = rows["eval"][:num_eval]
     rows["train"] = rows["train"][:num_train]
     if len(rows["eval"]) < 2 or not rows["train"]:
-        raise KdnasError(
+        raise InputError(
             f"corpus is too small: it gave {len(rows['train'])} training and {len(rows['eval'])} held-out "
             f"sequences of up to {seq_len} tokens; need at least 1 and 2"
         )
@@ -237,7 +237,7 @@ def heldout_sentences(texts: list[str], n: int = 1000, *, seed: int = 0, min_wor
     passages, and whole news articles would all be truncated to their first tokens.
     """
     if len(texts) < HELDOUT_MIN_DOCS:
-        raise KdnasError(f"the corpus has {len(texts)} documents; held-out quality measures need at least "
+        raise InputError(f"the corpus has {len(texts)} documents; held-out quality measures need at least "
                          f"{HELDOUT_MIN_DOCS} (one in {HELDOUT_EVERY} is held out of training)")
     sentences: list[str] = []
     seen: set[str] = set()
@@ -249,7 +249,7 @@ def heldout_sentences(texts: list[str], n: int = 1000, *, seed: int = 0, min_wor
                 seen.add(sentence)
                 sentences.append(sentence)
     if len(sentences) < 2:
-        raise KdnasError(f"the corpus has {len(sentences)} held-out sentences; quality measures need at least 2 "
+        raise InputError(f"the corpus has {len(sentences)} held-out sentences; quality measures need at least 2 "
                          f"(one document in {HELDOUT_EVERY} is held out: give a larger corpus)")
     random.Random(seed).shuffle(sentences)
     return sentences[:n]

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .errors import KdnasError
-from .spec import StudentSpec
+from core.errors import InputError
+from core.spec import StudentSpec
 from .teachers import Teacher, base_model
 
 LAYER_RULES: tuple[str, ...] = ("first", "even", "bi")
@@ -74,7 +74,7 @@ def _get(module: nn.Module, path: str) -> nn.Module:
 def _parts(teacher: Teacher) -> _Parts:
     model_type = teacher.model.config.model_type
     if model_type not in _PARTS:
-        raise KdnasError(f"init inherit: teacher model type {model_type!r} has no weight map; "
+        raise InputError(f"init inherit: teacher model type {model_type!r} has no weight map; "
                          f"allowed: {', '.join(_PARTS)} (use --init svd)")
     return _PARTS[model_type]
 
@@ -220,9 +220,9 @@ class InheritPlan:
 def select_layers(rule: str, n_teacher: int, n_student: int, block_influence: tuple[float, ...] = ()) -> tuple[int, ...]:
     """0-based teacher layers kept by `rule` (see the module docstring)."""
     if rule not in LAYER_RULES:
-        raise KdnasError(f"layer rule {rule!r} is invalid; allowed: {', '.join(LAYER_RULES)}")
+        raise InputError(f"layer rule {rule!r} is invalid; allowed: {', '.join(LAYER_RULES)}")
     if not 1 <= n_student <= n_teacher:
-        raise KdnasError(f"a student of {n_student} layers cannot inherit from a teacher of {n_teacher}")
+        raise InputError(f"a student of {n_student} layers cannot inherit from a teacher of {n_teacher}")
     if rule == "first":
         return tuple(range(n_student))
     if rule == "even":
@@ -259,10 +259,10 @@ def _head_rows(imp: Importance, layer: int, spec: StudentSpec, d_t: int) -> tupl
 
 
 def plan(teacher: Teacher, spec: StudentSpec, importance: Importance, layer_rule: str = "even") -> InheritPlan:
-    """Decide what `spec` keeps of `teacher`; raises `KdnasError` when it cannot inherit."""
+    """Decide what `spec` keeps of `teacher`; raises `InputError` when it cannot inherit."""
     reason = inherit_reason(teacher, spec)
     if reason is not None:
-        raise KdnasError(f"init inherit: {reason}")
+        raise InputError(f"init inherit: {reason}")
     t = teacher.dims
     d_t = t.hidden // t.heads
     layers = select_layers(layer_rule, t.layers, spec.layers, importance.block_influence)

@@ -24,7 +24,7 @@ from typing import Callable, Sequence, Union
 import torch
 import torch.nn.functional as F
 
-from .errors import KdnasError
+from core.errors import InputError
 
 Projection = Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor], None]
 
@@ -105,7 +105,7 @@ def _divisors(n: int, limit: int | None = None) -> list[int]:
 
 def _check_positive_int(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise KdnasError(f"{name}={value!r} is invalid: must be a positive integer")
+        raise InputError(f"{name}={value!r} is invalid: must be a positive integer")
     return value
 
 
@@ -140,7 +140,7 @@ def layer_map(strategy: str, n_teacher: int, n_student: int) -> list[list[int]]:
     if strategy == "uniform+last":
         uniform, last = layer_map("uniform", n_teacher, n_student), layer_map("last", n_teacher, n_student)
         return [sorted(set(u) | set(l)) for u, l in zip(uniform, last)]
-    raise KdnasError(f"unknown layer map {strategy!r}; allowed: {', '.join(LAYER_MAPS)}")
+    raise InputError(f"unknown layer map {strategy!r}; allowed: {', '.join(LAYER_MAPS)}")
 
 
 def relation_head_choices(d_teacher: int, d_student: int) -> list[int]:
@@ -190,7 +190,7 @@ def od_loss(
     masked-LM positions; the result is the mean over selected positions (0 when none is selected).
     """
     if not temperature > 0:
-        raise KdnasError(f"temperature={temperature!r} is invalid: must be > 0")
+        raise InputError(f"temperature={temperature!r} is invalid: must be > 0")
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(f"student logits {tuple(student_logits.shape)} != teacher logits {tuple(teacher_logits.shape)}")
     if mask is not None:
@@ -265,7 +265,7 @@ def minilmv2_loss(
     _same_tokens(student, teacher)
     for side, d in (("student", student.shape[-1]), ("teacher", teacher.shape[-1])):
         if d % num_relation_heads:
-            raise KdnasError(
+            raise InputError(
                 f"relation heads {num_relation_heads} does not divide the {side} hidden size {d}; "
                 f"allowed: {relation_head_choices(student.shape[-1], teacher.shape[-1])}"
             )
@@ -378,7 +378,7 @@ def ckd_buckets(n_teacher: int, n_student: int, overlap: str = "NO") -> list[lis
     _check_positive_int("teacher layers", n_teacher)
     _check_positive_int("student layers", n_student)
     if overlap not in CKD_OVERLAPS:
-        raise KdnasError(f"unknown CKD overlap {overlap!r}; allowed: {', '.join(CKD_OVERLAPS)}")
+        raise InputError(f"unknown CKD overlap {overlap!r}; allowed: {', '.join(CKD_OVERLAPS)}")
     if n_student > n_teacher:
         return [[math.ceil(i * n_teacher / n_student)] for i in range(1, n_student + 1)]
     size, extra = divmod(n_teacher, n_student)
@@ -564,7 +564,7 @@ def svd_embedding_init(teacher_word_embeddings: torch.Tensor, d_student: int) ->
     vocab, d_teacher = teacher_word_embeddings.shape
     _check_positive_int("student hidden", d_student)
     if d_student > min(vocab, d_teacher):
-        raise KdnasError(
+        raise InputError(
             f"SVD embedding init: student hidden {d_student} exceeds the teacher embedding rank bound "
             f"min(vocab {vocab}, hidden {d_teacher}); allowed: 1..{min(vocab, d_teacher)}"
         )

@@ -8,7 +8,7 @@ pure losses in `distill/losses.py`.
 
 A method's projections are ordinary parameters (`method.parameters()`), so the trainer's optimiser
 trains them together with the student. Options are validated when the method is built: a bad
-value raises `KdnasError` naming it and what is allowed. An option left at `None` takes its default;
+value raises `InputError` naming it and what is allowed. An option left at `None` takes its default;
 an option that does not apply to the method is an error (see `method_options`).
 """
 
@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .activations import Activations, ModelDims, Needs
-from .errors import KdnasError
+from core.errors import InputError
 from .losses import (
     CKD_OVERLAPS,
     LAYER_MAPS,
@@ -126,21 +126,21 @@ def _qk(activations: Activations, layer: int, side: str) -> tuple[torch.Tensor, 
 
 def _check_name(name: str) -> None:
     if name not in METHODS:
-        raise KdnasError(f"unknown distillation method {name!r}; allowed: {', '.join(METHODS)}")
+        raise InputError(f"unknown distillation method {name!r}; allowed: {', '.join(METHODS)}")
 
 
 def _check_dims(side: str, dims: ModelDims) -> None:
     for field in ("layers", "hidden", "heads"):
         value = getattr(dims, field)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise KdnasError(f"{side} {field}={value!r} is invalid: must be a positive integer")
+            raise InputError(f"{side} {field}={value!r} is invalid: must be a positive integer")
     if dims.hidden % dims.heads:
-        raise KdnasError(f"{side} hidden={dims.hidden} is not divisible by heads={dims.heads}")
+        raise InputError(f"{side} hidden={dims.hidden} is not divisible by heads={dims.heads}")
 
 
 def _choice(option: str, value: object, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise KdnasError(f"{option}={value!r} is invalid; allowed: {', '.join(allowed)}")
+        raise InputError(f"{option}={value!r} is invalid; allowed: {', '.join(allowed)}")
     return str(value)
 
 
@@ -150,7 +150,7 @@ def _teacher_layer(option: object, teacher: ModelDims) -> int:
     layer = teacher.layers - TEACHER_LAYERS.index(choice)
     if layer < 1:
         possible = ", ".join(TEACHER_LAYERS[: teacher.layers])
-        raise KdnasError(f"teacher_layer={choice!r} needs more than {teacher.layers} teacher layers; allowed here: {possible}")
+        raise InputError(f"teacher_layer={choice!r} needs more than {teacher.layers} teacher layers; allowed here: {possible}")
     return layer
 
 
@@ -159,7 +159,7 @@ def _relation_heads(option: object, default: int, teacher: ModelDims, student: M
     if option is None:
         return default
     if not isinstance(option, int) or isinstance(option, bool) or option not in choices:
-        raise KdnasError(
+        raise InputError(
             f"relation_heads={option!r} must divide both hidden sizes ({teacher.hidden}, {student.hidden}); "
             f"allowed: {', '.join(map(str, choices))}"
         )
@@ -168,7 +168,7 @@ def _relation_heads(option: object, default: int, teacher: ModelDims, student: M
 
 def _equal_heads(method: str, teacher: ModelDims, student: ModelDims) -> None:
     if teacher.heads != student.heads:
-        raise KdnasError(
+        raise InputError(
             f"method {method!r} needs equal attention heads, but teacher has {teacher.heads} and student "
             f"{student.heads}; use minilmv2 (any head counts) or hs, or give the student {teacher.heads} heads"
         )
@@ -279,7 +279,7 @@ class ALPMethod(Method):
         self.alp_scope = _choice("alp_scope", alp_scope, ALP_SCOPES)
         if self.alp_scope == "all":
             if ckd_overlap is not None:
-                raise KdnasError(f"ckd_overlap={ckd_overlap!r} only applies to alp with alp_scope='bucket' (got 'all')")
+                raise InputError(f"ckd_overlap={ckd_overlap!r} only applies to alp with alp_scope='bucket' (got 'all')")
             self.candidates = [list(range(1, teacher.layers + 1)) for _ in range(student.layers)]
         else:
             overlap = _choice("ckd_overlap", "NO" if ckd_overlap is None else ckd_overlap, CKD_OVERLAPS)
@@ -349,7 +349,7 @@ class DirectMiniLMMethod(Method):
         self.teacher_layer = _teacher_layer(teacher_layer, teacher)
         if relation_heads is None and student.hidden % teacher.heads:
             choices = ", ".join(map(str, relation_head_choices(teacher.hidden, student.hidden)))
-            raise KdnasError(
+            raise InputError(
                 f"direct-minilm defaults relation_heads to the teacher's {teacher.heads} heads, which does not divide "
                 f"the student hidden size {student.hidden}; set relation_heads to one of: {choices}"
             )
@@ -450,7 +450,7 @@ class ODMethod(Method):
         super().__init__(teacher, student)
         ok = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
         if not ok or not math.isfinite(temperature) or temperature <= 0:
-            raise KdnasError(f"temperature={temperature!r} is invalid: must be a finite number > 0")
+            raise InputError(f"temperature={temperature!r} is invalid: must be a finite number > 0")
         self.temperature = float(temperature)
 
     def teacher_needs(self) -> Needs:
@@ -461,7 +461,7 @@ class ODMethod(Method):
 
     def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor | None) -> torch.Tensor:
         if teacher.logits is None:
-            raise KdnasError("method 'od' needs teacher masked-LM logits, but the teacher gave none (it has no MLM head)")
+            raise InputError("method 'od' needs teacher masked-LM logits, but the teacher gave none (it has no MLM head)")
         if student.logits is None:
             raise KeyError("student activations lack MLM logits; capture what student_needs() lists")
         return od_loss(student.logits, teacher.logits, self.temperature, attention_mask)
@@ -481,7 +481,7 @@ def _weighted_terms(text: str) -> dict[str, float]:
         except ValueError:
             value = -1.0
         if name not in EMBED_TERMS or name in terms or not (value > 0 and math.isfinite(value)):
-            raise KdnasError(f"embed_terms={text!r} is invalid: '+'-joined distinct terms of {', '.join(EMBED_TERMS)}, "
+            raise InputError(f"embed_terms={text!r} is invalid: '+'-joined distinct terms of {', '.join(EMBED_TERMS)}, "
                              "each optionally weighted as W*term (e.g. tok+cos+10*rel)")
         terms[name] = value
     return terms
@@ -572,7 +572,7 @@ def build_method(name: str, teacher: ModelDims, student: ModelDims, **options: o
     """Build a method by name, validating its options against the teacher and student shapes.
 
     Options left at None take their defaults; options that `name` does not accept raise
-    `KdnasError` (see `method_options(name)`).
+    `InputError` (see `method_options(name)`).
     """
     _check_name(name)
     _check_dims("teacher", teacher)
@@ -582,5 +582,5 @@ def build_method(name: str, teacher: ModelDims, student: ModelDims, **options: o
     for key in given:
         if key not in accepted:
             allowed = ", ".join(accepted) or "no options"
-            raise KdnasError(f"option {key!r} does not apply to method {name!r}; it accepts: {allowed}")
+            raise InputError(f"option {key!r} does not apply to method {name!r}; it accepts: {allowed}")
     return _CLASSES[name](teacher, student, **given)

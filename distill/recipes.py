@@ -14,7 +14,7 @@ from .cache import TeacherCache
 from .data import TransferSet
 from .evaluate import Evaluator
 from .methods import teacher_assistant_advised
-from .spec import StudentSpec
+from core.spec import StudentSpec
 from .teachers import Teacher, teacher_from_model
 from .trainer import DistillConfig, DistillResult, OnEval, distill
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import assets
+from core import assets
 from .activations import Activations, ModelDims, Needs
-from .errors import KdnasError, first_line
+from core.errors import InputError, first_line
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def _family(model_type: str) -> _Family:
         if model_type in family.model_types:
             return family
     supported = sorted(t for f in _FAMILIES for t in f.model_types)
-    raise KdnasError(f"model type {model_type!r} has no teacher adapter; supported: {', '.join(supported)}")
+    raise InputError(f"model type {model_type!r} has no teacher adapter; supported: {', '.join(supported)}")
 
 
 def _get(obj: nn.Module, path: str):
@@ -78,7 +78,7 @@ def _capture_qkv(model: nn.Module, layers: frozenset[int], into: Activations) ->
     handles = []
     for i in sorted(layers):
         if not 1 <= i <= len(encoder_layers):
-            raise KdnasError(f"layer {i} requested but the model has {len(encoder_layers)} layers")
+            raise InputError(f"layer {i} requested but the model has {len(encoder_layers)} layers")
         layer = encoder_layers[i - 1]
         for path, store in zip(family.qkv, (into.query, into.key, into.value)):
             def hook(_module, _inputs, output, store=store, i=i):
@@ -108,7 +108,7 @@ def activations(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch
     if needs.logits:
         logits = getattr(result, "logits", None)
         if logits is None:
-            raise KdnasError("the model has no masked-LM head, so it has no logits for OD")
+            raise InputError("the model has no masked-LM head, so it has no logits for OD")
         out.logits = logits
     return out
 
@@ -160,7 +160,7 @@ def load_teacher(name_or_path: str, *, mlm: bool = False, device: str | torch.de
         config = AutoConfig.from_pretrained(path)
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
-        raise KdnasError(f"teacher {name_or_path!r} could not be loaded: {first_line(err)}") from None
+        raise InputError(f"teacher {name_or_path!r} could not be loaded: {first_line(err)}") from None
     _family(config.model_type)  # fail early, with the list of supported families
 
     has_head = any("ForMaskedLM" in a for a in (config.architectures or []))
@@ -168,7 +168,7 @@ def load_teacher(name_or_path: str, *, mlm: bool = False, device: str | torch.de
         model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
         missing = [k for k in info.get("missing_keys", []) if "lm_head" in k or "cls.predictions" in k]
         if missing or not has_head:
-            raise KdnasError(
+            raise InputError(
                 f"OD needs a teacher with a trained masked-LM head; {name_or_path!r} has none "
                 "(pass a *ForMaskedLM checkpoint, or use a method such as hs or minilmv2)"
             )

@@ -29,12 +29,12 @@ from torch import nn
 from .activations import Activations, ModelDims
 from .cache import TeacherCache
 from .data import TransferSet
-from .errors import KdnasError
+from core.errors import InputError, TrainingError
 from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method
-from .spec import StudentSpec
+from core.spec import StudentSpec
 from .teachers import Teacher, activations, base_model, model_dims
 
 OnEval = Callable[[int, dict], None]
@@ -79,19 +79,19 @@ class DistillConfig:
 
     def __post_init__(self) -> None:
         if self.steps < 1:
-            raise KdnasError(f"steps={self.steps} is invalid: must be >= 1")
+            raise InputError(f"steps={self.steps} is invalid: must be >= 1")
         if self.batch_size < 1:
-            raise KdnasError(f"batch size {self.batch_size} is invalid: must be >= 1")
+            raise InputError(f"batch size {self.batch_size} is invalid: must be >= 1")
         if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise KdnasError(f"learning rate {self.lr} is invalid: must be a positive number")
+            raise InputError(f"learning rate {self.lr} is invalid: must be a positive number")
         if not 0 <= self.warmup < 1:
-            raise KdnasError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
+            raise InputError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
         if self.init not in INITS:
-            raise KdnasError(f"init {self.init!r} is invalid: allowed {', '.join(INITS)}")
+            raise InputError(f"init {self.init!r} is invalid: allowed {', '.join(INITS)}")
         if self.dropout is not None and not 0 <= self.dropout < 1:
-            raise KdnasError(f"dropout {self.dropout} is invalid: allowed 0 <= dropout < 1")
+            raise InputError(f"dropout {self.dropout} is invalid: allowed 0 <= dropout < 1")
         if self.layer_rule not in LAYER_RULES:
-            raise KdnasError(f"layer rule {self.layer_rule!r} is invalid: allowed {', '.join(LAYER_RULES)}")
+            raise InputError(f"layer rule {self.layer_rule!r} is invalid: allowed {', '.join(LAYER_RULES)}")
         check_device(self.device)
 
     def method_options(self) -> dict:
@@ -172,7 +172,7 @@ def _finite_losses(pending: list[torch.Tensor], step: int, config: DistillConfig
         if not math.isfinite(value):
             bar.close()
             at = step - len(losses) + 1 + offset
-            raise KdnasError(f"loss became {value} at step {at} (method {config.method}, lr {config.lr}); "
+            raise TrainingError(f"loss became {value} at step {at} (method {config.method}, lr {config.lr}); "
                              "the run stopped — try a lower --lr")
     return losses
 
@@ -180,7 +180,7 @@ def _finite_losses(pending: list[torch.Tensor], step: int, config: DistillConfig
 def check_device(name: object) -> None:
     """A user's `--device`: auto, cpu, cuda or cuda:N, else one clear error."""
     if not (isinstance(name, str) and re.fullmatch(r"auto|cpu|cuda(:\d+)?", name)):
-        raise KdnasError(f"device {name!r} is invalid: allowed auto, cpu, cuda, cuda:N")
+        raise InputError(f"device {name!r} is invalid: allowed auto, cpu, cuda, cuda:N")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -188,7 +188,7 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise KdnasError(f"device {name!r} was asked for but no CUDA device is available; use --device cpu")
+        raise InputError(f"device {name!r} was asked for but no CUDA device is available; use --device cpu")
     return torch.device(name)
 
 
@@ -225,7 +225,7 @@ def distill(
     method = build_method(config.method, teacher.dims, _spec_dims(spec), **config.method_options())
     mlm = method.student_needs().logits
     if mlm and not teacher.has_mlm_head:
-        raise KdnasError(f"method {config.method!r} needs a teacher with a masked-LM head; {teacher.name!r} has none")
+        raise InputError(f"method {config.method!r} needs a teacher with a masked-LM head; {teacher.name!r} has none")
     # Importance (inherit) and held-out targets (evaluator) come from a cache even when training
     # runs the teacher live.
     targets = cache if cache is not None else TeacherCache(teacher, data)
@@ -388,7 +388,7 @@ def _svd_init(student: nn.Module, teacher: Teacher) -> None:
     t_emb = base_model(teacher.model).embeddings.word_embeddings.weight
     s_emb = base_model(student).embeddings.word_embeddings.weight
     if t_emb.shape[0] != s_emb.shape[0]:
-        raise KdnasError(f"SVD init needs equal vocabularies: teacher {t_emb.shape[0]}, student {s_emb.shape[0]}")
+        raise InputError(f"SVD init needs equal vocabularies: teacher {t_emb.shape[0]}, student {s_emb.shape[0]}")
     with torch.no_grad():
         s_emb.copy_(svd_embedding_init(t_emb.detach().float().cpu(), s_emb.shape[1]).to(s_emb))
 
@@ -398,7 +398,7 @@ def _with_mlm_head(encoder: nn.Module, spec: StudentSpec, seed: int) -> nn.Modul
     model = build_student_model(spec, mlm=True, seed=seed)
     missing = model.bert.load_state_dict(base_model(encoder).state_dict(), strict=False)
     if missing.missing_keys:
-        raise KdnasError(f"cannot continue from the given student: missing weights {missing.missing_keys[:3]}")
+        raise TrainingError(f"cannot continue from the given student: missing weights {missing.missing_keys[:3]}")
     model.tie_weights()
     return model
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from distill.errors import KdnasError
-from distill.spec import StudentSpec, build_student
+from core.errors import InputError, ParityError
+from core.spec import StudentSpec, build_student
 
 from . import _graph, _parity, _sentence
 
@@ -81,14 +81,14 @@ def export_model(
     `normalize` / `pooling`: how the graph's `sentence_embedding` is made, so it equals
     `SentenceTransformer(folder).encode`; None reads them from the model folder's sentence-transformers
     modules (modules.json: a Normalize module -> normalized), else mean pooling, not normalized.
-    Raises `KdnasError` (and writes nothing) on bad input or a parity failure.
+    Raises `InputError` on bad input and `ParityError` on a parity failure, writing nothing.
     """
     started = time.perf_counter()
     out = Path(out_dir).expanduser()
     _check_out_dir(out)
     _graph.check_opset(opset)
     if int8_fp32_attention and not int8:
-        raise KdnasError("--int8-fp32-attention chooses how model.int8.onnx is quantized: add --int8 to write it")
+        raise InputError("--int8-fp32-attention chooses how model.int8.onnx is quantized: add --int8 to write it")
     if pooling is not None:
         _graph.check_pooling(pooling)
     model, source, tok_source = _load_model(model_or_dir)
@@ -96,7 +96,7 @@ def export_model(
     tok = _load_tokenizer(tokenizer if tokenizer is not None else tok_source, source)
     vocab = int(model.config.vocab_size)
     if len(tok) > vocab:
-        raise KdnasError(f"tokenizer has {len(tok)} tokens but the model's vocabulary is {vocab}: wrong tokenizer")
+        raise InputError(f"tokenizer has {len(tok)} tokens but the model's vocabulary is {vocab}: wrong tokenizer")
 
     out.parent.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
@@ -112,7 +112,7 @@ def export_model(
         reference = [_graph.torch_encode(model, b, pooling=pooling, normalize=normalize) for b in batches]
         parity = _parity.compare(reference, _parity.run_onnx(graph.path, batches), batches, _parity.FP32_MAX_ABS)
         if not parity.passed:
-            raise KdnasError(
+            raise ParityError(
                 f"parity check failed: onnxruntime differs from PyTorch by max-abs {parity.max_abs:.2e} "
                 f"(tolerance {parity.tolerance:.0e}, min cosine {parity.cosine:.6f}); nothing was written"
             )
@@ -158,20 +158,20 @@ def _load_model(model_or_dir):
         return _graph.ensure_eager(model_or_dir), type(model_or_dir).__name__, tokenizer_home
     if isinstance(model_or_dir, StudentSpec):
         return build_student(model_or_dir, seed=0).eval(), f"random {model_or_dir.arch}", None
-    from distill.assets import TEACHERS, teacher_path
+    from core.assets import TEACHERS, teacher_path
 
     name = str(model_or_dir)
     folder = Path(teacher_path(name)) if name in TEACHERS else Path(name).expanduser()
     if not folder.is_dir():
-        raise KdnasError(f"model {name!r} is not a folder or a bundled teacher ({', '.join(TEACHERS)})")
+        raise InputError(f"model {name!r} is not a folder or a bundled teacher ({', '.join(TEACHERS)})")
     if not (folder / "config.json").is_file():
-        raise KdnasError(f"model folder {folder} has no config.json (not a transformers model folder)")
+        raise InputError(f"model folder {folder} has no config.json (not a transformers model folder)")
     from transformers import AutoModel
 
     try:
         model = AutoModel.from_pretrained(str(folder), attn_implementation="eager")
     except (OSError, ValueError, KeyError) as err:
-        raise KdnasError(f"cannot load a model from {folder}: {_one_line(err)}") from None
+        raise InputError(f"cannot load a model from {folder}: {_one_line(err)}") from None
     return _graph.ensure_eager(model).eval(), name, str(folder)
 
 
@@ -190,17 +190,17 @@ def _load_tokenizer(tokenizer, source: str):
     if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
         return tokenizer
     if tokenizer is None:
-        raise KdnasError(
+        raise InputError(
             f"no tokenizer for {source}: the parity check needs one; pass tokenizer= (CLI: --tokenizer) "
             "a folder with tokenizer files or a bundled teacher name"
         )
-    from distill.assets import TEACHERS, teacher_path
+    from core.assets import TEACHERS, teacher_path
     from transformers import AutoTokenizer
 
     folder = teacher_path(str(tokenizer)) if str(tokenizer) in TEACHERS else str(Path(tokenizer).expanduser())
     has_files = any((Path(folder) / f).is_file() for f in ("tokenizer.json", "vocab.txt", "tokenizer_config.json"))
     if not has_files:
-        raise KdnasError(
+        raise InputError(
             f"no tokenizer files in {folder}; pass --tokenizer with a folder holding them or a bundled teacher name"
         )
     return AutoTokenizer.from_pretrained(folder)
@@ -209,7 +209,7 @@ def _load_tokenizer(tokenizer, source: str):
 def _check_out_dir(out: Path) -> None:
     # Only a previous export may be replaced: never clobber a folder we did not write.
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
-        raise KdnasError(f"output {out} exists and is not an earlier kdnas export; choose another --out")
+        raise InputError(f"output {out} exists and is not an earlier kdnas export; choose another --out")
 
 
 def _swap_in(stage: Path, out: Path) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from distill.errors import KdnasError
+from core.errors import InputError
 
 DEFAULT_OPSET = 17
 EXPORTER = "torchscript"
@@ -78,7 +78,7 @@ def ensure_eager(model):
     if getattr(model.config, "_attn_implementation", "eager") != "eager":
         model.set_attn_implementation("eager")
     if model.config._attn_implementation != "eager":
-        raise RuntimeError(f"could not switch {type(model).__name__} to eager attention")
+        raise InputError(f"could not switch {type(model).__name__} to eager attention, which the fused export needs")
     return model
 
 
@@ -134,14 +134,14 @@ def check_opset(opset: int | None) -> int:
     # 14: the lowest with the ops the optimizer fuses; 20: the highest the TorchScript exporter emits.
     opset = DEFAULT_OPSET if opset is None else opset
     if not isinstance(opset, int) or not 14 <= opset <= 20:
-        raise KdnasError(f"opset {opset} is not supported: use 14..20 (default {DEFAULT_OPSET})")
+        raise InputError(f"opset {opset} is not supported: use 14..20 (default {DEFAULT_OPSET})")
     return opset
 
 
 def check_pooling(pooling: str) -> str:
     """Only modes the graph computes exactly as sentence-transformers does; anything else is refused."""
     if pooling not in POOLING_MODES:
-        raise KdnasError(f"pooling mode {pooling!r} is not supported by the ONNX export: use one of "
+        raise InputError(f"pooling mode {pooling!r} is not supported by the ONNX export: use one of "
                          f"{', '.join(POOLING_MODES)}")
     return pooling
 

@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from distill.errors import KdnasError
+from core.errors import InputError
 
 MODULES = "modules.json"
 POOLING_DIR = "1_Pooling"
@@ -53,7 +53,7 @@ def read_sentence_pipeline(model_dir: str | os.PathLike | None) -> dict:
         return facts
     modules = _read_json(modules_file)
     if not isinstance(modules, list):
-        raise KdnasError(f"{modules_file} is not a list of modules; expected sentence-transformers' {MODULES}")
+        raise InputError(f"{modules_file} is not a list of modules; expected sentence-transformers' {MODULES}")
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         if kind == "Pooling":
@@ -110,7 +110,7 @@ def _pooling_mode(config_file: Path | None) -> str:
     modes = [mode] if isinstance(mode, str) else list(mode or [])
     modes = modes or [name for key, name in _LEGACY_MODES.items() if config.get(key)] or ["mean"]
     if len(modes) != 1 or modes[0] not in _LEGACY_MODES.values():
-        raise KdnasError(f"{config_file}: pooling {modes} is not supported: use one of "
+        raise InputError(f"{config_file}: pooling {modes} is not supported: use one of "
                          f"{', '.join(_LEGACY_MODES.values())}")
     return str(modes[0])
 
@@ -118,10 +118,10 @@ def _pooling_mode(config_file: Path | None) -> str:
 def _student_config(dest: Path, hidden_size: int) -> dict:
     config_file = dest / "config.json"
     if not config_file.is_file():
-        raise KdnasError(f"{dest} has no config.json: write the model folder before its sentence-transformers files")
+        raise InputError(f"{dest} has no config.json: write the model folder before its sentence-transformers files")
     config = _read_json(config_file)
     if int(config.get("hidden_size", hidden_size)) != int(hidden_size):
-        raise KdnasError(f"hidden_size {hidden_size} does not match {config_file} ({config['hidden_size']})")
+        raise InputError(f"hidden_size {hidden_size} does not match {config_file} ({config['hidden_size']})")
     return config
 
 
@@ -168,7 +168,7 @@ def _read_json(path: Path):
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise KdnasError(f"cannot read {path}: {err}") from None
+        raise InputError(f"cannot read {path}: {err}") from None
 
 
 def _write_json(path: Path, value) -> None:

@@ -12,8 +12,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from distill.errors import KdnasError
-from distill.spec import StudentSpec, parse_arch
+from core.errors import InputError, LatencyError
+from core.spec import StudentSpec, parse_arch
 
 RUNTIMES = ("onnxruntime", "torch")
 MAX_CV = 0.10  # above this spread a measurement is retried, then flagged noisy
@@ -93,18 +93,18 @@ def profile(
     """
     for name, value in (("batch", batch), ("seq", seq), ("threads", threads)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise KdnasError(f"{name}={value!r} is invalid: must be a positive integer")
+            raise InputError(f"{name}={value!r} is invalid: must be a positive integer")
     available = len(os.sched_getaffinity(0))
     if threads > available:
-        raise KdnasError(f"threads={threads} exceeds the {available} CPU cores available to this process")
+        raise InputError(f"threads={threads} exceeds the {available} CPU cores available to this process")
     if runtime not in RUNTIMES:
-        raise KdnasError(f"runtime {runtime!r} is unknown: use one of {', '.join(RUNTIMES)}")
+        raise InputError(f"runtime {runtime!r} is unknown: use one of {', '.join(RUNTIMES)}")
 
     resolved = _resolve(target)
     if runtime == "torch" and resolved["kind"] == "onnx":
-        raise KdnasError("runtime torch needs a model folder or an architecture, not an .onnx file")
+        raise InputError("runtime torch needs a model folder or an architecture, not an .onnx file")
     if resolved["max_seq"] is not None and seq > resolved["max_seq"]:
-        raise KdnasError(f"seq={seq} exceeds the model's {resolved['max_seq']} positions")
+        raise InputError(f"seq={seq} exceeds the model's {resolved['max_seq']} positions")
     onnx_flavour = runtime == "onnxruntime"
     cpu, versions = cpu_name(), library_versions(runtime)
     identity = {
@@ -142,7 +142,7 @@ def profile(
 
 
 def default_cache_dir() -> Path:
-    from distill.assets import cache_root
+    from core.assets import cache_root
 
     return cache_root() / "latency"
 
@@ -180,16 +180,16 @@ def _resolve(target) -> dict:
     path = Path(text).expanduser()
     if text.endswith(".onnx") or path.is_file():
         return _from_onnx(path)
-    from distill.assets import TEACHERS, teacher_path
+    from core.assets import TEACHERS, teacher_path
 
     if text in TEACHERS:
         path = Path(teacher_path(text))
     if path.is_dir():
         return _from_folder(path, text)
     if text.startswith((".", "/", "~")) or os.sep in text:
-        raise KdnasError(f"model {text!r} does not exist")
+        raise InputError(f"model {text!r} does not exist")
     if not any(c.isdigit() for c in text):
-        raise KdnasError(
+        raise InputError(
             f"{text!r} is not an existing .onnx file or model folder, a bundled teacher ({', '.join(TEACHERS)}), "
             "or an architecture LAYERSxHEADSxHIDDENxFFN such as 4x12x192x768"
         )
@@ -206,13 +206,13 @@ def _from_onnx(path: Path) -> dict:
     import onnx
 
     if not path.is_file():
-        raise KdnasError(f"ONNX file {path} does not exist")
+        raise InputError(f"ONNX file {path} does not exist")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as err:  # onnx raises DecodeError/ValueError/... for a damaged file
-        raise KdnasError(f"ONNX file {path} cannot be read (corrupt or not ONNX): {_one_line(err)}") from None
+        raise InputError(f"ONNX file {path} cannot be read (corrupt or not ONNX): {_one_line(err)}") from None
     if not model.graph.node:
-        raise KdnasError(f"ONNX file {path} has an empty graph (corrupt or not a model)")
+        raise InputError(f"ONNX file {path} has an empty graph (corrupt or not a model)")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return {"kind": "onnx", "identity": {"onnx_sha256": digest}, "label": path.name,
             "worker": {"kind": "onnx", "path": str(path.resolve())},
@@ -223,11 +223,11 @@ def _from_onnx(path: Path) -> dict:
 def _from_folder(path: Path, label: str) -> dict:
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise KdnasError(f"model folder {path} has no config.json (not a transformers model folder)")
+        raise InputError(f"model folder {path} has no config.json (not a transformers model folder)")
     try:
         config = json.loads(config_file.read_text())
     except ValueError as err:
-        raise KdnasError(f"{config_file} is not valid JSON: {_one_line(err)}") from None
+        raise InputError(f"{config_file} is not valid JSON: {_one_line(err)}") from None
     positions = int(config.get("max_position_embeddings", 512))
     if config.get("model_type") in _OFFSET_POSITIONS:
         positions -= int(config.get("pad_token_id", 1)) + 1
@@ -257,7 +257,7 @@ def _run_worker(request: dict, threads: int, timeout: float) -> dict:
             text=True, env=env, timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        raise RuntimeError(f"latency measurement did not finish within {timeout:.0f} s") from None
+        raise LatencyError(f"latency measurement did not finish within {timeout:.0f} s") from None
     lines = proc.stdout.strip().splitlines()
     reply = None
     if lines:
@@ -266,9 +266,9 @@ def _run_worker(request: dict, threads: int, timeout: float) -> dict:
         except ValueError:
             pass
     if reply is not None and reply.get("user_error"):
-        raise KdnasError(reply["error"])
+        raise InputError(reply["error"])
     if proc.returncode != 0 or reply is None:
-        raise RuntimeError(f"latency worker failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        raise LatencyError(f"latency worker failed (exit {proc.returncode}): {_last_line(proc.stderr)}")
     return reply
 
 
@@ -287,3 +287,7 @@ def _write_atomic(path: Path, text: str) -> None:
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split())[:300]
 
+
+def _last_line(stderr: str) -> str:
+    """A crashed worker's traceback ends with the exception itself: the one line worth showing."""
+    return (stderr.strip().splitlines() or ["no output"])[-1]

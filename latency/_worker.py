@@ -20,7 +20,7 @@ EXIT_USER_ERROR = 3
 
 def main() -> int:
     request = json.loads(sys.stdin.read())
-    from distill.errors import KdnasError
+    from core.errors import KdnasError, InputError
 
     try:
         result = run(request)
@@ -68,7 +68,7 @@ def _build_model(request: dict):
     """A random-weight model of the target's shape: weights do not change the latency."""
     target = request["target"]
     if target["kind"] == "spec":
-        from distill.spec import StudentSpec, build_student
+        from core.spec import StudentSpec, build_student
 
         return build_student(StudentSpec(**target["spec"]), seed=0).eval()
     from transformers import AutoConfig, AutoModel
@@ -105,15 +105,15 @@ def _ort_runner(request: dict, threads: int):
     feed = {k: v for k, v in _inputs(request).items() if k in names}
     missing = names - set(feed)
     if missing:
-        from distill.errors import KdnasError
+        from core.errors import KdnasError, InputError
 
-        raise KdnasError(f"ONNX model inputs {sorted(missing)} are not BERT-style encoder inputs")
+        raise InputError(f"ONNX model inputs {sorted(missing)} are not BERT-style encoder inputs")
     try:
         session.run(None, feed)
     except Exception as err:  # onnxruntime raises its own Fail/InvalidArgument types
-        from distill.errors import KdnasError
+        from core.errors import KdnasError, InputError
 
-        raise KdnasError(f"onnxruntime cannot run this model at batch {request['batch']}, "
+        raise InputError(f"onnxruntime cannot run this model at batch {request['batch']}, "
                          f"seq {request['seq']}: {' '.join(str(err).split())[:300]}") from None
     return (lambda: session.run(None, feed)), fused, tmp
 

@@ -23,7 +23,7 @@ from .space import SearchSpace, default_space
 
 def write_report(out: str | Path, *, storage: str | None = None, study_name: str | None = None) -> dict[str, Any]:
     """Rebuild a search's four outputs in `out` from its storage (safe while the search runs)."""
-    from distill.errors import KdnasError
+    from core.errors import InputError
 
     from ._io import ensure_writable_dir
     from .report import write_outputs
@@ -31,14 +31,14 @@ def write_report(out: str | Path, *, storage: str | None = None, study_name: str
 
     out = Path(out)
     if not out.is_dir():
-        raise KdnasError(f"{out} is not a folder")
+        raise InputError(f"{out} is not a folder")
     if storage is None or study_name is None:
         recorded_storage, recorded_name = read_pointer(out)
         storage, study_name = storage or recorded_storage, study_name or recorded_name
     ensure_writable_dir(out, "report folder")
     study = find_study(open_storage(storage, must_exist=True), study_name)
     if study is None:
-        raise KdnasError(f"storage {storage} has no study named {study_name!r}")
+        raise InputError(f"storage {storage} has no study named {study_name!r}")
     return write_outputs(study, out)
 
 

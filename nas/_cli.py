@@ -40,7 +40,7 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from distill.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+    from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
 
     from distill.data import UNITS
     from distill.inherit import LAYER_RULES
@@ -136,7 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from distill.errors import KdnasError
+    from core.errors import InputError
 
     from . import SearchConfig, search
     from .space import DIMENSIONS, load_space_file
@@ -146,7 +146,7 @@ def _search(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.trials is not None and args.trials < 1:
-        raise KdnasError(f"--trials {args.trials} must be at least 1")
+        raise InputError(f"--trials {args.trials} must be at least 1")
     config = SearchConfig(
         teacher=args.teacher, corpus=args.corpus, out=args.out, trials=args.trials, budget_ms=args.budget_ms,
         budget_ratio=args.budget_ratio, objective=args.objective, sampler=args.sampler, seed=args.seed,

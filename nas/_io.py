@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from distill.errors import KdnasError
+from core.errors import InputError
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -30,5 +30,5 @@ def ensure_writable_dir(path: Path, what: str = "--out") -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
-        raise KdnasError(f"{what} {path} is not writable: {err.strerror or err}") from None
+        raise InputError(f"{what} {path} is not writable: {err.strerror or err}") from None
     return path

@@ -7,7 +7,7 @@ untrained baselines at equal or lower cost.
 
 A distilled student that does not beat both has failed, and the summary says so. Fidelity is
 Spearman's ρ between the teacher's and the model's pairwise cosine similarities of held-out corpus
-sentences (`distill.quality.embedding_fidelity`); the probes of `kdnas evaluate` are too slow for
+sentences (`evaluation.quality.embedding_fidelity`); the probes of `kdnas evaluate` are too slow for
 the search itself and are run by `benchmarks/student_quality.py`.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from torch import nn
 
 from distill import StudentSpec
-from distill.errors import KdnasError
+from core.errors import KdnasError
 
 PAIRS = 4000
 
@@ -36,7 +36,7 @@ def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any) 
     when not asked for (0) or the corpus is too small to hold any out."""
     from distill.data import heldout_sentences
     from distill.inherit import first_layers, inherit_reason, inherit_student
-    from distill.quality import embedding_fidelity, sentence_embeddings
+    from evaluation.quality import embedding_fidelity, sentence_embeddings
 
     cfg = ctx.config
     if cfg.quality_sentences <= 0:

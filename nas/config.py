@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from distill.data import UNITS
-from distill.errors import KdnasError
+from core.errors import InputError
 from distill.inherit import LAYER_RULES
 from distill.methods import METHODS
 from distill.trainer import INITS
@@ -112,30 +112,30 @@ class SearchConfig:
                      "latency_batch", "latency_seq", "threads", "final_top_k", "final_batch_size"):
             _positive_int(self, name, "must be a positive integer")
         if not isinstance(self.final_steps, int) or self.final_steps < 0:
-            raise KdnasError(f"final_steps={self.final_steps!r} must be 0 (no final training) or more")
+            raise InputError(f"final_steps={self.final_steps!r} must be 0 (no final training) or more")
         _positive_int(self, "final_train", "must be a positive integer (training sequences of the final run)")
         if self.budget_ms is not None and not (math.isfinite(self.budget_ms) and self.budget_ms > 0):
-            raise KdnasError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
+            raise InputError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
         if not (math.isfinite(self.budget_ratio) and self.budget_ratio > 0):
-            raise KdnasError(f"budget ratio {self.budget_ratio!r} must be a positive number")
+            raise InputError(f"budget ratio {self.budget_ratio!r} must be a positive number")
         if self.objective not in OBJECTIVES:
-            raise KdnasError(f"objective {self.objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
+            raise InputError(f"objective {self.objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
         if self.sampler not in SAMPLERS:
-            raise KdnasError(f"sampler {self.sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}")
+            raise InputError(f"sampler {self.sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}")
         if not (math.isfinite(self.target_ratio) and self.target_ratio > 0):
-            raise KdnasError(f"target ratio {self.target_ratio!r} must be a positive number")
+            raise InputError(f"target ratio {self.target_ratio!r} must be a positive number")
         for name in ("lr", "final_lr"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise KdnasError(f"learning rate {name}={value!r} must be a positive number")
+                raise InputError(f"learning rate {name}={value!r} must be a positive number")
         _one_of("init", self.init, INITS)
         _one_of("layer rule", self.layer_rule, LAYER_RULES)
         _one_of("final unit", self.final_unit, UNITS)
         _one_of("final method", self.final_method, tuple(m for m in METHODS if m != "od"))
         if not isinstance(self.quality_sentences, int) or self.quality_sentences < 0:
-            raise KdnasError(f"quality_sentences={self.quality_sentences!r} must be 0 (not measured) or more")
+            raise InputError(f"quality_sentences={self.quality_sentences!r} must be 0 (not measured) or more")
         if not self.study_name or not str(self.study_name).strip():
-            raise KdnasError("study name must not be empty")
+            raise InputError("study name must not be empty")
 
     def replace(self, **changes: Any) -> "SearchConfig":
         return dataclasses.replace(self, **changes)
@@ -170,11 +170,11 @@ class SearchConfig:
 
 def _one_of(what: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise KdnasError(f"{what} {value!r} is unknown; choose one of {', '.join(allowed)}")
+        raise InputError(f"{what} {value!r} is unknown; choose one of {', '.join(allowed)}")
 
 
 def _positive_int(config: SearchConfig, name: str, why: str) -> None:
     value = getattr(config, name)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         label = "trial count" if name == "trials" else name
-        raise KdnasError(f"{label}={value!r} {why}")
+        raise InputError(f"{label}={value!r} {why}")

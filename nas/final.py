@@ -22,7 +22,7 @@ import optuna
 
 from distill import StudentSpec
 from distill import distill as run_distill
-from distill.errors import KdnasError
+from core.errors import InputError
 
 from ._io import atomic_write_text
 from .measure import latency_record, measure
@@ -73,7 +73,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     """Distill, ship and profile the best `final_top_k` candidates of `pool` whose shipped model.onnx
     is within the budget; a finalist over it is moved to `over-budget/` and the next one is tried."""
     from distill import TeacherCache, make_transfer_set
-    from distill.assets import teacher_path
+    from core.assets import teacher_path
     from export import read_sentence_pipeline
     from export._graph import check_pooling
 
@@ -110,7 +110,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     study.set_user_attr("final", json.loads(json.dumps(results, default=str)))
     if not results:
         tried = ", ".join(f"{s['arch']} {s['latency_ms']:.2f} ms" for s in over)
-        raise KdnasError(f"no finalist fits the budget of {ctx.budget_ms:.2f} ms as shipped ({tried}); "
+        raise InputError(f"no finalist fits the budget of {ctx.budget_ms:.2f} ms as shipped ({tried}); "
                          f"raise --budget-ms or search again")
     return results
 

@@ -13,7 +13,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import TrialState, create_trial
 
-from distill.errors import first_line
+from core.errors import first_line
 
 from .records import pareto_front
 from .trial import UNTRAINED_LOSS

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from distill.errors import KdnasError
+from core.errors import InputError
 
 
 def kdnas_reward(
@@ -29,9 +29,9 @@ def kdnas_reward(
     for name, value in (("student_latency", student_latency), ("teacher_latency", teacher_latency),
                         ("target_ratio", target_ratio)):
         if not math.isfinite(value) or value <= 0:
-            raise KdnasError(f"kdnas_reward: {name}={value!r} must be a positive finite number")
+            raise InputError(f"kdnas_reward: {name}={value!r} must be a positive finite number")
     if not math.isfinite(loss):
-        raise KdnasError(f"kdnas_reward: loss={loss!r} must be finite")
+        raise InputError(f"kdnas_reward: loss={loss!r} must be finite")
     if not math.isfinite(exponent):
-        raise KdnasError(f"kdnas_reward: exponent={exponent!r} must be finite")
+        raise InputError(f"kdnas_reward: exponent={exponent!r} must be finite")
     return (1.0 - loss) * (student_latency / (target_ratio * teacher_latency)) ** exponent

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 
 from distill import TeacherCache, load_corpus, load_teacher
-from distill.errors import KdnasError
+from core.errors import InputError
 from distill.trainer import resolve_device
 
 from ._io import ensure_writable_dir
@@ -108,7 +108,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         chosen = finalists(study, cfg.objective)
         if not chosen:
             write_outputs(study, out)
-            raise KdnasError(
+            raise InputError(
                 f"no trial was trained within the budget of {budget_ms:.2f} ms after {cfg.trials} trials; "
                 f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
             )
@@ -132,7 +132,7 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
     fastest = {"arch": spec.arch, **latency_record(measure(spec, cfg))}
     budget_ms = cfg.budget_ms if cfg.budget_ms is not None else cfg.budget_ratio * teacher_latency["median_ms"]
     if budget_ms < fastest["median_ms"]:
-        raise KdnasError(
+        raise InputError(
             f"budget {budget_ms:.2f} ms is below the fastest student in the space ({spec.arch}: "
             f"{fastest['median_ms']:.2f} ms median at batch {cfg.latency_batch}, seq {cfg.latency_seq}, "
             f"{cfg.threads} threads); raise --budget-ms or allow smaller shapes"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from distill.errors import KdnasError, first_line
+from core.errors import KdnasError, InputError, first_line
 
 DIMENSIONS = ("layers", "heads", "hidden", "ffn")
 _RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+)\s*)?$")
@@ -41,22 +41,22 @@ class SearchSpace:
     def __post_init__(self) -> None:
         if self.head_size is not None:
             if not isinstance(self.head_size, int) or isinstance(self.head_size, bool) or self.head_size < 1:
-                raise KdnasError(f"search space: head_size={self.head_size!r} must be a positive integer")
+                raise InputError(f"search space: head_size={self.head_size!r} must be a positive integer")
             uneven = [h for h in self.hidden if isinstance(h, int) and h % self.head_size]
             if uneven:
-                raise KdnasError(f"search space: hidden {uneven} not a multiple of the head size {self.head_size}; "
+                raise InputError(f"search space: hidden {uneven} not a multiple of the head size {self.head_size}; "
                                  f"allowed: multiples of {self.head_size}, or a free `heads` list")
             object.__setattr__(self, "heads", tuple(h // self.head_size for h in self.hidden))
         for name in DIMENSIONS:
             values = getattr(self, name)
             if not values:
-                raise KdnasError(f"search space: {name} has no allowed value")
+                raise InputError(f"search space: {name} has no allowed value")
             if any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in values):
-                raise KdnasError(f"search space: {name} values {list(values)} must be positive integers")
+                raise InputError(f"search space: {name} values {list(values)} must be positive integers")
             # Normalise so two equal spaces compare (and are stored) equal.
             object.__setattr__(self, name, tuple(sorted(set(values))))
         if not self.widths():
-            raise KdnasError(
+            raise InputError(
                 f"search space has no valid shape: no hidden size in {list(self.hidden)} is divisible "
                 f"by any head count in {list(self.heads)}"
             )
@@ -145,7 +145,7 @@ def default_space(layers: int, heads: int, hidden: int, ffn: int, keep_head_size
 def parse_choices(value: Any, name: str) -> tuple[int, ...]:
     """Read one dimension: `6`, `"4,6,12"`, `"1-6"`, `"96-384:96"`, or a list of those."""
     if isinstance(value, bool):
-        raise KdnasError(f"search space: {name}={value!r} is not a number, list or range")
+        raise InputError(f"search space: {name}={value!r} is not a number, list or range")
     if isinstance(value, int):
         return (value,)
     if isinstance(value, (list, tuple)):
@@ -160,17 +160,17 @@ def parse_choices(value: Any, name: str) -> tuple[int, ...]:
         if match:
             lo, hi, step = int(match[1]), int(match[2]), int(match[3] or 1)
             if lo > hi or step < 1:
-                raise KdnasError(f"search space: {name} range {part!r} is empty (want LO-HI[:STEP], LO <= HI)")
+                raise InputError(f"search space: {name} range {part!r} is empty (want LO-HI[:STEP], LO <= HI)")
             out.extend(range(lo, hi + 1, step))
         elif part.isdigit():
             out.append(int(part))
         else:
-            raise KdnasError(
+            raise InputError(
                 f"search space: {name}={part!r} is not understood; use a number, a list `4,6,12` "
                 "or a range `LO-HI[:STEP]`"
             )
     if not out:
-        raise KdnasError(f"search space: {name}={value!r} has no value")
+        raise InputError(f"search space: {name}={value!r} has no value")
     return tuple(out)
 
 
@@ -178,7 +178,7 @@ def override_space(base: SearchSpace, overrides: Mapping[str, Any]) -> SearchSpa
     """`base` with the given dimensions replaced (values as accepted by `parse_choices`)."""
     unknown = set(overrides) - set(DIMENSIONS)
     if unknown:
-        raise KdnasError(
+        raise InputError(
             f"search space: unknown key(s) {sorted(unknown)}; allowed: {', '.join(DIMENSIONS)}"
         )
     values = base.to_dict()
@@ -197,7 +197,7 @@ def load_space_file(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     if not path.is_file():
-        raise KdnasError(f"space file {path} does not exist")
+        raise InputError(f"space file {path} does not exist")
     text = path.read_text(encoding="utf-8")
     try:
         if path.suffix.lower() == ".toml":
@@ -209,15 +209,15 @@ def load_space_file(path: str | Path) -> dict[str, Any]:
 
             data = yaml.safe_load(text)
         else:
-            raise KdnasError(f"space file {path}: use a .toml, .yaml or .yml file")
+            raise InputError(f"space file {path}: use a .toml, .yaml or .yml file")
     except KdnasError:
         raise
     except Exception as err:  # a syntax error in the user's file
-        raise KdnasError(f"space file {path} cannot be parsed: {first_line(err)}") from None
+        raise InputError(f"space file {path} cannot be parsed: {first_line(err)}") from None
     if isinstance(data, dict) and isinstance(data.get("space"), dict):
         data = data["space"]
     if not isinstance(data, dict):
-        raise KdnasError(f"space file {path}: expected a mapping with keys {', '.join(DIMENSIONS)}")
+        raise InputError(f"space file {path}: expected a mapping with keys {', '.join(DIMENSIONS)}")
     return data
 
 

@@ -22,7 +22,7 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent first opens stay a rare race there
     fcntl = None
 
-from distill.errors import KdnasError, first_line
+from core.errors import KdnasError, InputError, StorageError, first_line
 
 from ._io import atomic_write_text
 
@@ -41,24 +41,24 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         if url.startswith("journal:"):
             path = Path(url[len("journal:"):]).expanduser()
             if must_exist and not path.is_file():
-                raise KdnasError(f"storage {url!r}: journal file {path} does not exist")
+                raise InputError(f"storage {url!r}: journal file {path} does not exist")
             if not path.parent.is_dir():
-                raise KdnasError(f"storage {url!r}: folder {path.parent} does not exist")
+                raise InputError(f"storage {url!r}: folder {path.parent} does not exist")
             backend = optuna.storages.journal.JournalFileBackend(str(path))
             return optuna.storages.JournalStorage(backend)
         if url.startswith("sqlite:///"):
             path = Path(url[len("sqlite:///"):])
             if must_exist and not path.is_file():
-                raise KdnasError(f"storage {url!r}: database file {path} does not exist")
+                raise InputError(f"storage {url!r}: database file {path} does not exist")
             if not path.parent.is_dir():
-                raise KdnasError(f"storage {url!r}: folder {path.parent} does not exist")
+                raise InputError(f"storage {url!r}: folder {path.parent} does not exist")
             return _sqlite_storage(url, path.parent)
         return optuna.storages.RDBStorage(url)
     except KdnasError:
         raise
     except Exception as err:  # SQLAlchemy / driver errors: bad URL, unreachable server, no driver
         first = first_line(err)
-        raise KdnasError(f"storage {url!r} cannot be opened: {first}") from None
+        raise StorageError(f"storage {url!r} cannot be opened: {first}") from None
 
 
 def _sqlite_storage(url: str, folder: Path) -> optuna.storages.RDBStorage:
@@ -88,13 +88,13 @@ def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> Non
     """Refuse to continue a study that was created with other settings (one line: the first difference)."""
     stored = study.user_attrs.get(SETTINGS_ATTR)
     if stored is None:
-        raise KdnasError(
+        raise StorageError(
             f"study {study.study_name!r} in {url} was not created by kdnas search; use another --study-name"
         )
     wanted = json.loads(json.dumps(wanted))  # the same normalisation the storage applies
     for key in sorted(set(stored) | set(wanted)):
         if stored.get(key) != wanted.get(key):
-            raise KdnasError(
+            raise InputError(
                 f"study {study.study_name!r} in {url} exists with {key}={_short(stored.get(key))}, "
                 f"this run asks {key}={_short(wanted.get(key))}; rerun with the same settings to resume, "
                 "or use another --study-name or --out"
@@ -108,7 +108,7 @@ def write_pointer(out: Path, url: str, study_name: str) -> None:
 def read_pointer(out: Path) -> tuple[str, str]:
     path = out / POINTER_FILE
     if not path.is_file():
-        raise KdnasError(f"{out} holds no search ({POINTER_FILE} is missing); give --storage and --study-name")
+        raise StorageError(f"{out} holds no search ({POINTER_FILE} is missing); give --storage and --study-name")
     data = json.loads(path.read_text())
     return data["storage"], data["study_name"]
 

@@ -19,7 +19,7 @@ import optuna
 
 from distill import DistillConfig, StudentSpec, make_transfer_set
 from distill import distill as run_distill
-from distill.errors import first_line
+from core.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig

@@ -37,7 +37,7 @@ def minilm_2l(tmp_path_factory) -> str:
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from distill.assets import teacher_path
+    from core.assets import teacher_path
 
     hf_logging.set_verbosity_error()
     path = teacher_path("minilm-l6")

@@ -2,7 +2,8 @@ import shutil
 
 import pytest
 
-from distill import KdnasError, assets
+from core import assets
+from core.errors import KdnasError
 
 
 def test_bundled_teacher_files_verify():

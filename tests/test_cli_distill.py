@@ -11,7 +11,7 @@ def kdnas(*args, env_cache):
     import os
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "KDNAS_CACHE": str(env_cache)}
-    return subprocess.run([sys.executable, "-m", "nas.cli", *args], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run([sys.executable, "-m", "kdnas.cli", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 def test_distill_writes_a_loadable_student_and_losses(tmp_path):
@@ -74,7 +74,7 @@ def test_help_explains_methods_and_options():
 ])
 def test_argparse_errors_are_one_line_too(args, message, capsys):
     """A mistyped value or option gets the same one-line error as every other user error, not the usage."""
-    from nas.cli import main
+    from kdnas.cli import main
 
     with pytest.raises(SystemExit) as exited:
         main(list(args))
@@ -96,7 +96,7 @@ def test_init_inherit_with_a_student_larger_than_the_teacher_is_one_line_exit_2(
 
 
 def test_first_line_of_an_error_never_fails():
-    from distill.errors import first_line
+    from core.errors import first_line
 
     assert first_line(ValueError("bad value\nmore detail")) == "bad value"
     assert first_line(ValueError("")) == "ValueError"  # an empty message once raised IndexError

@@ -7,15 +7,15 @@ import shutil
 
 import pytest
 
-import nas.cli
-from distill import _eval_cli
+import kdnas.cli
+from evaluation import _eval_cli
 
 
 @pytest.fixture(autouse=True)
 def wired(monkeypatch):
     """Run through the real `kdnas` entry point, with the evaluate/transfer sub-commands registered
-    even before nas/cli.py lists them (registering twice would be an argparse error)."""
-    original = nas.cli.build_parser
+    even before kdnas/cli.py lists them (registering twice would be an argparse error)."""
+    original = kdnas.cli.build_parser
 
     def build():
         parser = original()
@@ -24,7 +24,7 @@ def wired(monkeypatch):
             _eval_cli.register(sub)
         return parser
 
-    monkeypatch.setattr(nas.cli, "build_parser", build)
+    monkeypatch.setattr(kdnas.cli, "build_parser", build)
 
 
 def _error_line(capsys) -> str:
@@ -35,19 +35,19 @@ def _error_line(capsys) -> str:
 
 def test_help_teaches_tasks_protocol_and_examples(capsys):
     with pytest.raises(SystemExit) as exit_:
-        nas.cli.main(["evaluate", "--help"])
+        kdnas.cli.main(["evaluate", "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     for text in ("sentiment", "10,202", "tweets", "% of teacher", "--train-size", "examples:", "label column"):
         assert text in out
     with pytest.raises(SystemExit):
-        nas.cli.main(["transfer", "--help"])
+        kdnas.cli.main(["transfer", "--help"])
     out = capsys.readouterr().out
     assert "logit-head" in out and "ce-all" in out and "SVD" in out
 
 
 def test_unknown_task(capsys, minilm_2l):
-    assert nas.cli.main(["evaluate", minilm_2l, "--teacher", "none", "--tasks", "glue-sst2", "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--teacher", "none", "--tasks", "glue-sst2", "--quiet"]) == 2
     line = _error_line(capsys)
     assert "glue-sst2" in line and "sentiment, topic, tweets" in line
 
@@ -55,7 +55,7 @@ def test_unknown_task(capsys, minilm_2l):
 def test_dataset_without_text_or_label_column(capsys, tmp_path, minilm_2l):
     path = tmp_path / "reviews.csv"
     path.write_text("review_body,stars\nnice,5\nbad,1\n")
-    assert nas.cli.main(["evaluate", minilm_2l, "--tasks", str(path), "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--tasks", str(path), "--quiet"]) == 2
     line = _error_line(capsys)
     assert "columns found: review_body, stars" in line
 
@@ -63,7 +63,7 @@ def test_dataset_without_text_or_label_column(capsys, tmp_path, minilm_2l):
 def test_one_class_only(capsys, tmp_path, minilm_2l):
     path = tmp_path / "one.jsonl"
     path.write_text("\n".join(json.dumps({"text": f"t {i}", "label": "spam"}) for i in range(10)))
-    assert nas.cli.main(["evaluate", minilm_2l, "--tasks", str(path), "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--tasks", str(path), "--quiet"]) == 2
     assert "only one class (spam)" in _error_line(capsys)
 
 
@@ -72,23 +72,23 @@ def test_student_folder_without_tokenizer(capsys, tmp_path, minilm_2l):
     bare.mkdir()
     for name in ("config.json", "model.safetensors"):
         shutil.copy(f"{minilm_2l}/{name}", bare / name)
-    assert nas.cli.main(["evaluate", str(bare), "--tasks", "topic", "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", str(bare), "--tasks", "topic", "--quiet"]) == 2
     line = _error_line(capsys)
     assert "has no tokenizer" in line and str(bare) in line
 
 
 def test_bad_numbers_are_user_errors(capsys, minilm_2l):
-    assert nas.cli.main(["evaluate", minilm_2l, "--seeds", "a,b", "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--seeds", "a,b", "--quiet"]) == 2
     assert "--seeds" in _error_line(capsys)
-    assert nas.cli.main(["evaluate", minilm_2l, "--train-size", "lots", "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--train-size", "lots", "--quiet"]) == 2
     assert "--train-size" in _error_line(capsys)
-    assert nas.cli.main(["transfer", "--stage-steps", "1,2", "--out", "x", "--quiet"]) == 2
+    assert kdnas.cli.main(["transfer", "--stage-steps", "1,2", "--out", "x", "--quiet"]) == 2
     assert "5 numbers" in _error_line(capsys)
 
 
 def test_evaluate_writes_json_and_table(capsys, tmp_path, minilm_2l, isolated_cache):
     out = tmp_path / "eval.json"
-    code = nas.cli.main(["evaluate", minilm_2l, "--teacher", minilm_2l, "--tasks", "topic", "--seeds", "0",
+    code = kdnas.cli.main(["evaluate", minilm_2l, "--teacher", minilm_2l, "--tasks", "topic", "--seeds", "0",
                          "--train-size", "32", "--eval-size", "20", "--epochs", "1", "--max-len", "16",
                          "--lr", "2e-4", "--no-latency", "--quiet", "--out", str(out), "--measures", "finetune"])
     assert code == 0

@@ -56,7 +56,7 @@ def test_search_on_the_gpu_trains_there_and_ships_a_cpu_export(tmp_path):
             "--proxy-train", "32", "--proxy-eval", "16", "--seq-len", "32", "--batch-size", "4",
             "--final-train", "48", "--final-batch-size", "8", "--quality-sentences", "48", "--no-progress"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "nas.cli", *args], cwd=REPO, env=env, capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "kdnas.cli", *args], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from distill import ModelDims, build_method
 from distill.activations import Activations
-from distill.errors import KdnasError
+from core.errors import KdnasError
 from distill.losses import anchor_relation_loss, mean_pool, pooled_cosine_loss, relation_loss, token_state_loss
 
 

@@ -10,8 +10,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from distill.errors import KdnasError
-from distill.spec import StudentSpec, build_student
+from core.errors import KdnasError
+from core.spec import StudentSpec, build_student
 from export import export_model
 from export import _parity
 
@@ -23,7 +23,7 @@ def student_dir(tmp_path_factory):
     """A random-weight student saved the way transformers saves any model, with the teacher's tokenizer."""
     from transformers import AutoTokenizer
 
-    from distill.assets import teacher_path
+    from core.assets import teacher_path
 
     folder = tmp_path_factory.mktemp("student")
     build_student(TINY, seed=0).save_pretrained(folder)
@@ -155,7 +155,7 @@ def test_bad_inputs(student_dir, tmp_path):
 
 
 def test_cli_export(student_dir, tmp_path, capsys):
-    from nas.cli import main
+    from kdnas.cli import main
 
     assert main(["export", str(student_dir), "--out", str(tmp_path / "cli")]) == 0
     out = capsys.readouterr().out

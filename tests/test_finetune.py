@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distill.errors import KdnasError
-from distill.finetune import (
+from core.errors import KdnasError
+from evaluation.finetune import (
     FinetuneConfig,
     accuracy_and_f1,
     evaluate,
@@ -16,7 +16,7 @@ from distill.finetune import (
     protocol_splits,
     resolve_model,
 )
-from distill.tasks import load_task
+from evaluation.tasks import load_task
 
 torch.set_num_threads(2)
 
@@ -32,7 +32,7 @@ TINY = FinetuneConfig(lr=2e-4, batch_size=16, epochs=2, max_len=32, train_size=2
 
 
 def test_gain_kept_is_zero_at_the_majority_class():
-    from distill.finetune import _gain_kept
+    from evaluation.finetune import _gain_kept
 
     assert _gain_kept(0.578, 0.732, 0.578) == 0.0
     assert _gain_kept(0.655, 0.732, 0.578) == pytest.approx(50.0)
@@ -66,7 +66,7 @@ def test_scores_are_cached_per_weights_and_recipe(minilm_2l, topic, isolated_cac
     def fail(*args, **kwargs):
         raise AssertionError("a cached score was recomputed")
 
-    monkeypatch.setattr("distill.finetune.finetune_once", fail)
+    monkeypatch.setattr("evaluation.finetune.finetune_once", fail)
     again = evaluate_model(ref, [topic], config)["topic"]
     assert all(r.cached for r in again.runs)
     assert [r.accuracy for r in again.runs] == [r.accuracy for r in first.runs]
@@ -109,7 +109,7 @@ def test_invalid_recipe_values_are_user_errors():
 
 
 def test_linear_probe_on_frozen_features_beats_majority(minilm_2l, topic):
-    from distill.finetune import linear_probe
+    from evaluation.finetune import linear_probe
 
     run = linear_probe(resolve_model(minilm_2l), topic, train_size=200, eval_size=150, max_len=32, steps=100)
     majority = topic.test.subsample(150, seed=0).majority_accuracy()

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from distill import DistillConfig, StudentSpec, TeacherCache, distill
-from distill.errors import KdnasError
+from core.errors import KdnasError
 from distill.inherit import inherit_reason, inherit_student, plan, select_layers
-from distill.quality import embedding_fidelity, sentence_embeddings
+from evaluation.quality import embedding_fidelity, sentence_embeddings
 
 torch.set_num_threads(2)
 

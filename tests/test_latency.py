@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from distill.errors import KdnasError
-from distill.spec import StudentSpec
+from core.errors import KdnasError
+from core.spec import StudentSpec
 import latency._profile as latency_profile
 from latency import LatencyResult, profile
 from latency._stats import StopRule, measure, measure_blocks, summarize
@@ -151,7 +151,7 @@ def test_torch_runtime_and_onnx_file(tmp_path):
     torch_res = profile(TINY, seq=16, runtime="torch", use_cache=False)
     assert torch_res.runtime == "torch" and torch_res.median_ms > 0 and not torch_res.cached
 
-    from distill.spec import build_student
+    from core.spec import build_student
     from export import export_onnx
 
     path = tmp_path / "tiny.onnx"
@@ -195,7 +195,7 @@ def test_corrupt_onnx_file(tmp_path):
 
 
 def test_cli_profile_json_and_errors(tmp_path, capsys, monkeypatch):
-    from nas.cli import main
+    from kdnas.cli import main
 
     monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
     monkeypatch.setattr(latency_profile, "_run_worker", _worker_reporting(True, []))  # a 0.1 ms model is noisy

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from distill.errors import KdnasError
+from core.errors import KdnasError
 from distill.losses import (
     LAYER_MAPS,
     alp_loss,

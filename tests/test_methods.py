@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distill.activations import Activations, ModelDims, Needs
-from distill.errors import KdnasError
+from core.errors import KdnasError
 from distill.losses import LAYER_MAPS
 from distill.methods import (
     METHODS,

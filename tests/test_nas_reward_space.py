@@ -7,7 +7,7 @@ import math
 import optuna
 import pytest
 
-from distill.errors import KdnasError
+from core.errors import KdnasError
 from nas import SearchSpace, default_space, kdnas_reward, reference_shapes
 from nas.space import load_space_file, override_space, parse_choices
 

@@ -11,7 +11,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from distill.errors import KdnasError
+from core.errors import KdnasError
 from nas.resume import counted_trials, enqueue_retries, fail_stale_trials, worker_identity
 from nas.storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage
 

@@ -1,4 +1,4 @@
-"""Embedding fidelity and linear probes (distill.quality), and `kdnas evaluate --measures`."""
+"""Embedding fidelity and linear probes (evaluation.quality), and `kdnas evaluate --measures`."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import math
 import pytest
 import torch
 
-import nas.cli
-from distill.errors import KdnasError
-from distill.finetune import resolve_model
-from distill.quality import (
+import kdnas.cli
+from core.errors import KdnasError
+from evaluation.finetune import resolve_model
+from evaluation.quality import (
     QualityConfig,
     average_ranks,
     check_measures,
@@ -25,7 +25,7 @@ from distill.quality import (
     sentence_embeddings,
     spearman,
 )
-from distill.tasks import Task, load_task
+from evaluation.tasks import Task, load_task
 
 torch.set_num_threads(2)
 
@@ -116,13 +116,13 @@ def test_fidelity_of_a_model_with_itself_is_one_and_of_random_weights_lower(mini
     def fail(*args, **kwargs):
         raise AssertionError("cached embeddings were recomputed")
 
-    monkeypatch.setattr("distill.quality.sentence_embeddings", fail)
+    monkeypatch.setattr("evaluation.quality.sentence_embeddings", fail)
     again = fidelity_scores(trained, untrained, sentences, pairs=500, max_len=32)
     assert again["spearman"] == rand["spearman"]
 
 
 def test_sentence_embeddings_accept_a_loaded_model_and_pad_nothing_in(minilm_2l):
-    from distill.finetune import load_encoder
+    from evaluation.finetune import load_encoder
 
     ref = resolve_model(minilm_2l)
     texts = ["A short one.", "A much longer sentence that needs several more tokens than the first one does."]
@@ -172,7 +172,7 @@ def test_few_shot_draws_are_stratified_and_reproducible():
 
 
 def test_probe_scores_embed_each_split_once_and_are_cached(minilm_2l, mini_topic, isolated_cache, monkeypatch):
-    import distill.quality as quality
+    import evaluation.quality as quality
 
     calls = []
     real = quality.sentence_embeddings
@@ -211,12 +211,12 @@ def _error_line(capsys) -> str:
 
 
 def test_cli_rejects_unknown_measure_and_fidelity_without_teacher(capsys, minilm_2l):
-    assert nas.cli.main(["evaluate", minilm_2l, "--measures", "fidelity,bleu", "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--measures", "fidelity,bleu", "--quiet"]) == 2
     line = _error_line(capsys)
     assert "'bleu'" in line and "fidelity, probe, finetune" in line
-    assert nas.cli.main(["evaluate", minilm_2l, "--teacher", "none", "--measures", "fidelity", "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--teacher", "none", "--measures", "fidelity", "--quiet"]) == 2
     assert "teacher" in _error_line(capsys)
-    assert nas.cli.main(["evaluate", minilm_2l, "--fidelity-pairs", "10", "--quiet"]) == 2
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--fidelity-pairs", "10", "--quiet"]) == 2
     assert "fidelity pairs 10" in _error_line(capsys)
 
 
@@ -228,7 +228,7 @@ def test_cli_fidelity_and_probe_report(capsys, tmp_path, minilm_2l, random_2l, m
         for split in (mini_topic.train, mini_topic.test):
             writer.writerows((t, mini_topic.labels[y]) for t, y in zip(split.texts, split.labels))
     out = tmp_path / "eval.json"
-    code = nas.cli.main(["evaluate", random_2l, "--teacher", minilm_2l, "--tasks", str(task), "--measures",
+    code = kdnas.cli.main(["evaluate", random_2l, "--teacher", minilm_2l, "--tasks", str(task), "--measures",
                          "fidelity,probe", "--fidelity-sentences", "24", "--fidelity-pairs", "200", "--shots", "2",
                          "--draws", "2", "--max-len", "16", "--no-latency", "--quiet", "--out", str(out)])
     assert code == 0

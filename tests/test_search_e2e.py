@@ -37,7 +37,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 def kdnas(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "nas.cli", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kdnas.cli", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -250,7 +250,7 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     log = tmp_path / "killed.stderr"
     with log.open("w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "nas.cli", *args], cwd=REPO, env=env, start_new_session=True,
+        proc = subprocess.Popen([sys.executable, "-m", "kdnas.cli", *args], cwd=REPO, env=env, start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         def mid_distill(study):

@@ -14,9 +14,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from distill.assets import teacher_path  # noqa: E402
-from distill.errors import KdnasError  # noqa: E402
-from distill.spec import StudentSpec, build_student  # noqa: E402
+from core.assets import teacher_path  # noqa: E402
+from core.errors import KdnasError  # noqa: E402
+from core.spec import StudentSpec, build_student  # noqa: E402
 from export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
 
 SENTENCES = [
@@ -141,7 +141,7 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     import nas
     from nas import SearchConfig
     from nas.card import write_model_card
-    from nas.cli import main
+    from kdnas.cli import main
 
     config = SearchConfig(teacher="minilm-l6", out="runs/demo dir", trials=20, budget_ms=8.0, prune=False,
                           space_overrides={"layers": "2-4"}, final_steps=50)
@@ -201,7 +201,7 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
 def test_cli_normalize_flag_and_plain_mean_without_modules(tmp_path, capsys):
     from transformers import AutoTokenizer
 
-    from nas.cli import main
+    from kdnas.cli import main
 
     student = tmp_path / "student"  # an HF folder without sentence-transformers files
     build_student(TINY, seed=0).save_pretrained(student)
@@ -220,7 +220,7 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
 
     import optuna
 
-    from distill.errors import KdnasError
+    from core.errors import KdnasError
     from nas import SearchConfig
     from nas.final import _shippable, run_final
     from nas.trial import SearchContext

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from distill.data import pad_rows
-from distill.finetune import Classifier, FinetuneConfig, encode
+from evaluation.finetune import Classifier, FinetuneConfig, encode
 from distill.losses import od_loss
-from distill.spec import parse_arch
-from distill.task_transfer import STAGES, StageBudget, TransferConfig, logit_loss, run_stage, set_trainable, task_transfer
-from distill.tasks import load_task
-from distill.errors import KdnasError
+from core.spec import parse_arch
+from evaluation.task_transfer import STAGES, StageBudget, TransferConfig, logit_loss, run_stage, set_trainable, task_transfer
+from evaluation.tasks import load_task
+from core.errors import KdnasError
 
 torch.set_num_threads(2)
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from distill.errors import KdnasError
-from distill import tasks as tasks_mod
-from distill.tasks import BUNDLED_TASKS, Split, load_task
+from core.errors import KdnasError
+from evaluation import tasks as tasks_mod
+from evaluation.tasks import BUNDLED_TASKS, Split, load_task
 
 # Sizes after removing exact duplicates (a text with two labels dropped), cut 80/10/10 per class.
 EXPECTED = {

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from . import assets
-from .data import pad_rows
-from .errors import KdnasError, first_line
-from .losses import mean_pool
+from core import assets
+from distill.data import pad_rows
+from core.errors import InputError, first_line
+from distill.losses import mean_pool
 from .tasks import Split, Task
-from .trainer import optimizer_step
+from distill.trainer import optimizer_step
 
 if TYPE_CHECKING:
     from .quality import QualityConfig
@@ -66,20 +66,20 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
         if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise KdnasError(f"learning rate {self.lr} is invalid: must be a positive number")
+            raise InputError(f"learning rate {self.lr} is invalid: must be a positive number")
         for name in ("batch_size", "epochs", "max_len"):
             if getattr(self, name) < 1:
-                raise KdnasError(f"{name.replace('_', ' ')} {getattr(self, name)} is invalid: must be >= 1")
+                raise InputError(f"{name.replace('_', ' ')} {getattr(self, name)} is invalid: must be >= 1")
         if not 8 <= self.max_len <= 512:
-            raise KdnasError(f"max length {self.max_len} is invalid: allowed 8..512")
+            raise InputError(f"max length {self.max_len} is invalid: allowed 8..512")
         for name in ("train_size", "eval_size"):
             value = getattr(self, name)
             if value is not None and value < 2:
-                raise KdnasError(f"{name.replace('_', ' ')} {value} is invalid: must be >= 2 (or all)")
+                raise InputError(f"{name.replace('_', ' ')} {value} is invalid: must be >= 2 (or all)")
         if not self.seeds:
-            raise KdnasError("at least one seed is needed")
+            raise InputError("at least one seed is needed")
         if not 0 <= self.warmup < 1:
-            raise KdnasError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
+            raise InputError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
 
     def recipe_key(self) -> dict:
         """The fields that change a score (not seeds, device or progress)."""
@@ -121,9 +121,9 @@ def resolve_model(name_or_path: str) -> ModelRef:
     """A bundled teacher name or an HF folder (e.g. `runs/demo/best`), checked before any training."""
     path = Path(assets.teacher_path(name_or_path))
     if not path.is_dir():
-        raise KdnasError(f"model {name_or_path!r}: evaluation needs a local model folder or a bundled teacher name")
+        raise InputError(f"model {name_or_path!r}: evaluation needs a local model folder or a bundled teacher name")
     if not any((path / f).is_file() for f in _TOKENIZER_FILES):
-        raise KdnasError(
+        raise InputError(
             f"model folder {str(path)!r} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); save the "
             "teacher's tokenizer beside the weights (kdnas distill and kdnas search do this)"
         )
@@ -151,11 +151,11 @@ def load_encoder(ref: ModelRef) -> tuple[nn.Module, object]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref.path)
     except (OSError, ValueError) as err:
-        raise KdnasError(f"model folder {ref.path!r}: tokenizer could not be loaded: {first_line(err)}") from None
+        raise InputError(f"model folder {ref.path!r}: tokenizer could not be loaded: {first_line(err)}") from None
     try:
         encoder = AutoModel.from_pretrained(ref.path)
     except (OSError, ValueError) as err:
-        raise KdnasError(f"model folder {ref.path!r} could not be loaded: {first_line(err)}") from None
+        raise InputError(f"model folder {ref.path!r} could not be loaded: {first_line(err)}") from None
     return encoder, tokenizer
 
 
@@ -177,7 +177,7 @@ class RunScore:
 
 
 def resolve_device(name: str) -> torch.device:
-    from .trainer import resolve_device as _resolve
+    from distill.trainer import resolve_device as _resolve
 
     return _resolve(name)
 
@@ -227,7 +227,7 @@ def train_classifier(
             else:
                 loss = loss_fn(logits, index)
             if not torch.isfinite(loss):
-                raise KdnasError(f"fine-tuning loss became {loss.item()} (lr {config.lr}); try a lower --lr")
+                raise InputError(f"fine-tuning loss became {loss.item()} (lr {config.lr}); try a lower --lr")
             optimizer_step(loss, params, optimizer, schedule)
             if bar is not None:
                 bar.update(1)
@@ -331,7 +331,7 @@ class ModelScores:
     parameters: int
     latency_ms: float | None
     tasks: dict[str, TaskScore] = field(default_factory=dict)
-    quality: dict = field(default_factory=dict)  # "fidelity" and "probes" (distill.quality), when measured
+    quality: dict = field(default_factory=dict)  # "fidelity" and "probes" (evaluation.quality), when measured
 
     def to_dict(self) -> dict:
         return {"model": self.model, "path": self.path, "role": self.role, "parameters": self.parameters,
@@ -396,7 +396,7 @@ def count_parameters(ref: ModelRef) -> int:
     """Encoder parameters, from the config (no weights loaded)."""
     from transformers import AutoConfig
 
-    from .spec import StudentSpec
+    from core.spec import StudentSpec
 
     c = AutoConfig.from_pretrained(ref.path)
     spec = StudentSpec(layers=c.num_hidden_layers, heads=c.num_attention_heads, hidden=c.hidden_size,
@@ -425,8 +425,8 @@ def evaluate(
 ) -> dict:
     """Measure `teacher` and each model on each task; a JSON-ready report.
 
-    `measures` (see `distill.quality.MEASURES`): "finetune" fine-tunes over the seeds (this
-    module), "probe" and "fidelity" read frozen embeddings (`distill.quality`, protocol in
+    `measures` (see `evaluation.quality.MEASURES`): "finetune" fine-tunes over the seeds (this
+    module), "probe" and "fidelity" read frozen embeddings (`evaluation.quality`, protocol in
     `quality`, a `QualityConfig`; max length and device come from `config`). Every model, task and
     the fidelity corpus are checked before any training, so a typo fails in a second rather than
     after the teacher's fine-tuning.
@@ -441,7 +441,7 @@ def evaluate(
     refs = [(resolve_model(teacher), "teacher")] if teacher else []
     refs += [(resolve_model(m), "student") for m in models]
     if "fidelity" in measures and not teacher:
-        raise KdnasError("the fidelity measure compares each model with the teacher: give a teacher, "
+        raise InputError("the fidelity measure compares each model with the teacher: give a teacher, "
                          f"or leave fidelity out of the measures ({', '.join(measures)})")
     sentences = q.heldout_for(quality) if "fidelity" in measures else None
     device = resolve_device(config.device)
@@ -514,7 +514,7 @@ def _gain_kept(student: float, teacher: float, majority: float) -> float:
 
 
 def format_table(report: dict) -> str:
-    """A readable table: fidelity and probe columns (`distill.quality.table_parts`), then fine-tuning
+    """A readable table: fidelity and probe columns (`evaluation.quality.table_parts`), then fine-tuning
     accuracy mean ± std (macro-F1), % of teacher and gain kept, each when measured; params, latency."""
     from .quality import table_parts
 
@@ -574,7 +574,7 @@ def pooled_features(ref_or_model: ModelRef | tuple[nn.Module, object], texts, ma
     memory (used on its own device; a task model such as *ForMaskedLM is read through its encoder).
     Texts are batched by token length, so a batch of short sentences costs short compute.
     """
-    from .teachers import base_model
+    from distill.teachers import base_model
 
     if isinstance(ref_or_model, ModelRef):
         encoder, tokenizer = load_encoder(ref_or_model)

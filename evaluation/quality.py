@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from . import assets
-from .data import HELDOUT_EVERY
-from .errors import KdnasError
+from core import assets
+from distill.data import HELDOUT_EVERY
+from core.errors import InputError
 from .finetune import ModelRef, _gain_kept, load_encoder, pooled_features, resolve_device, resolve_model
 from .tasks import Task
 
 if TYPE_CHECKING:
-    from .teachers import Teacher
+    from distill.teachers import Teacher
 
 MEASURES = ("fidelity", "probe", "finetune")
 PROBE_MAX_ITER = 100  # MTEB: scikit-learn LogisticRegression(max_iter=100)
@@ -63,7 +63,7 @@ class QualityConfig:
         limits = {"fidelity_sentences": MIN_SENTENCES, "fidelity_pairs": MIN_PAIRS, "shots": 1, "draws": 1}
         for name, low in limits.items():
             if getattr(self, name) < low:
-                raise KdnasError(f"{name.replace('_', ' ')} {getattr(self, name)} is invalid: must be >= {low}")
+                raise InputError(f"{name.replace('_', ' ')} {getattr(self, name)} is invalid: must be >= {low}")
 
 
 def check_measures(measures: str | Sequence[str]) -> tuple[str, ...]:
@@ -71,9 +71,9 @@ def check_measures(measures: str | Sequence[str]) -> tuple[str, ...]:
     names = [m.strip() for m in (measures.split(",") if isinstance(measures, str) else measures) if m.strip()]
     for name in names:
         if name not in MEASURES:
-            raise KdnasError(f"measure {name!r} is unknown; allowed: {', '.join(MEASURES)}")
+            raise InputError(f"measure {name!r} is unknown; allowed: {', '.join(MEASURES)}")
     if not names:
-        raise KdnasError(f"no measure given; allowed: {', '.join(MEASURES)}")
+        raise InputError(f"no measure given; allowed: {', '.join(MEASURES)}")
     return tuple(m for m in MEASURES if m in names)
 
 
@@ -88,7 +88,7 @@ def sentence_embeddings(ref_or_model: ModelRef | str | tuple[nn.Module, object] 
     e(x) = Σ_t m_t·h_t(x) / Σ_t m_t (m: attention mask), the pooling the bundled teachers were
     trained with, so it is the vector a user of the teacher compares. `ref_or_model`: a `ModelRef`,
     a bundled name or model folder, an `(encoder, tokenizer)` pair, or a loaded `Teacher`.
-    Batches are sorted by length (see `distill.finetune.pooled_features`, the one implementation).
+    Batches are sorted by length (see `evaluation.finetune.pooled_features`, the one implementation).
     """
     if isinstance(ref_or_model, str):
         ref_or_model = resolve_model(ref_or_model)
@@ -184,7 +184,7 @@ def embedding_fidelity(teacher_emb: torch.Tensor, student_emb: torch.Tensor, *, 
         raise ValueError(f"embeddings of the same sentences are needed: {tuple(teacher_emb.shape)} vs "
                          f"{tuple(student_emb.shape)}")
     if n < MIN_SENTENCES:
-        raise KdnasError(f"embedding fidelity needs at least {MIN_SENTENCES} sentences, got {n}")
+        raise InputError(f"embedding fidelity needs at least {MIN_SENTENCES} sentences, got {n}")
     t, s = teacher_emb.double(), student_emb.double()
     i, k = sample_pairs(n, pairs, seed)
     tn, sn = nn.functional.normalize(t, dim=-1), nn.functional.normalize(s, dim=-1)
@@ -355,7 +355,7 @@ def _write_json(file: Path, value: dict) -> None:
 
 def heldout_for(config: QualityConfig) -> list[str]:
     """The fidelity sentences: a seeded sample of the corpus's held-out sentences."""
-    from .data import heldout_sentences, load_corpus
+    from distill.data import heldout_sentences, load_corpus
 
     return heldout_sentences(load_corpus(config.corpus), config.fidelity_sentences, seed=config.seed)
 
@@ -367,7 +367,7 @@ def measure_model(ref: ModelRef, teacher: ModelRef | None, tasks: Sequence[Task]
     out: dict = {}
     if "fidelity" in measures:
         if teacher is None or sentences is None:
-            raise KdnasError("the fidelity measure compares a model with a teacher: give a teacher, "
+            raise InputError("the fidelity measure compares a model with a teacher: give a teacher, "
                              "or leave fidelity out of the measures")
         out["fidelity"] = fidelity_scores(teacher, ref, sentences, pairs=config.fidelity_pairs, seed=config.seed,
                                           max_len=max_len, device=device, cache=cache)

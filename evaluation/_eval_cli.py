@@ -66,7 +66,7 @@ example:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from .assets import DEFAULT_TEACHER
+    from core.assets import DEFAULT_TEACHER
     from .finetune import FinetuneConfig
 
     d = FinetuneConfig()
@@ -125,7 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_quality_flags(p: argparse.ArgumentParser) -> None:
-    """`kdnas evaluate`'s options for the fidelity and probe measures (distill.quality)."""
+    """`kdnas evaluate`'s options for the fidelity and probe measures (evaluation.quality)."""
     from .quality import QualityConfig
 
     q = QualityConfig()
@@ -143,30 +143,30 @@ def _add_quality_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _size(text: str, flag: str) -> int | None:
-    from .errors import KdnasError
+    from core.errors import InputError
 
     if str(text).lower() in ("all", "none"):
         return None
     try:
         return int(text)
     except ValueError:
-        raise KdnasError(f"{flag} {text!r} is invalid: give a number or 'all'") from None
+        raise InputError(f"{flag} {text!r} is invalid: give a number or 'all'") from None
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:
-    from .errors import KdnasError
+    from core.errors import InputError
 
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise KdnasError(f"{flag} {text!r} is invalid: give comma-separated integers") from None
+        raise InputError(f"{flag} {text!r} is invalid: give comma-separated integers") from None
     if not values:
-        raise KdnasError(f"{flag} is empty")
+        raise InputError(f"{flag} is empty")
     return values
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from .errors import KdnasError
+    from core.errors import InputError
     from .finetune import evaluate, format_table
     from .finetune import FinetuneConfig
     from .quality import MEASURES, QualityConfig, check_measures
@@ -179,10 +179,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     )
     teacher = None if args.teacher.lower() == "none" else args.teacher
     if teacher is None and not args.models:
-        raise KdnasError("nothing to evaluate: give at least one MODEL or a --teacher")
+        raise InputError("nothing to evaluate: give at least one MODEL or a --teacher")
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not tasks:
-        raise KdnasError("--tasks is empty; bundled tasks: sentiment, topic, tweets")
+        raise InputError("--tasks is empty; bundled tasks: sentiment, topic, tweets")
     measures = check_measures(args.measures if args.measures is not None else ",".join(MEASURES))
     if args.measures is None and teacher is None:  # fidelity needs a teacher; only an explicit ask is an error
         measures = tuple(m for m in measures if m != "fidelity")
@@ -208,11 +208,11 @@ def run_transfer(args: argparse.Namespace) -> int:
                             transfer_size=args.transfer_size, labeled_size=_size(args.labeled_size, "--labeled-size"),
                             seq_len=args.seq_len, seed=args.seed, device=args.device, progress=not args.quiet)
     if args.stage_steps:
-        from .errors import KdnasError
+        from core.errors import InputError
 
         steps = _int_list(args.stage_steps, "--stage-steps")
         if len(steps) != len(STAGES):
-            raise KdnasError(f"--stage-steps needs {len(STAGES)} numbers (one per stage), got {len(steps)}")
+            raise InputError(f"--stage-steps needs {len(STAGES)} numbers (one per stage), got {len(steps)}")
         config = dataclasses.replace(config, **{
             s.name.replace("-", "_"): StageBudget(n, config.budget(s).lr) for s, n in zip(STAGES, steps)})
     result = task_transfer(args.teacher, args.source, config)

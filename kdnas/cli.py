@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from distill.errors import KdnasError
+from core.errors import KdnasError
 
 EXIT_USER_ERROR = 2
 
@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from distill import _cli as distill_cli
-    from distill import _eval_cli as evaluate_cli
+    from evaluation import _eval_cli as evaluate_cli
     from export import _cli as export_cli
     from latency import _cli as latency_cli
 

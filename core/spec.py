@@ -11,7 +11,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from .errors import KdnasError
+from .errors import InputError
 
 _ARCH_RE = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*[xX×]\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
 
@@ -33,9 +33,9 @@ class StudentSpec:
         for name in ("layers", "heads", "hidden", "ffn", "vocab_size", "max_position", "type_vocab_size"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise KdnasError(f"architecture {name}={value!r} is invalid: must be a positive integer")
+                raise InputError(f"architecture {name}={value!r} is invalid: must be a positive integer")
         if self.hidden % self.heads:
-            raise KdnasError(
+            raise InputError(
                 f"architecture {self.arch}: hidden={self.hidden} is not divisible by heads={self.heads}; "
                 f"allowed heads for hidden {self.hidden}: {_divisors(self.hidden, limit=64)}"
             )
@@ -88,7 +88,7 @@ def parse_arch(text: str, **sizes: int) -> StudentSpec:
     """Parse `LxAxHxF` (layers x heads x hidden x ffn) into a validated spec."""
     match = _ARCH_RE.match(str(text))
     if not match:
-        raise KdnasError(
+        raise InputError(
             f"architecture {text!r} is not of the form LAYERSxHEADSxHIDDENxFFN, e.g. 4x12x192x768"
         )
     layers, heads, hidden, ffn = (int(g) for g in match.groups())

@@ -1,0 +1,9 @@
+"""kdnas's shared basics, the bottom floor every other package may import (and which imports none):
+
+    core.errors   KdnasError and its subclasses, first_line
+    core.spec     StudentSpec, parse_arch, build_student: student shapes
+    core.assets   the bundled teachers and corpus (pinned packages, verified hashes), cache_root
+
+Import the module you need (`from core.errors import KdnasError`); this file imports nothing, so
+importing one basic does not load the others.
+"""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from contextlib import nullcontext
 import math
 import os
 import re
@@ -34,6 +33,7 @@ from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method
+from .optim import adamw, autocast, optimizer_step
 from core.spec import StudentSpec
 from .teachers import Teacher, activations, base_model, model_dims
 
@@ -151,16 +151,6 @@ class DistillResult:
         return out
 
 
-def optimizer_step(loss: torch.Tensor, params: list[nn.Parameter], optimizer: torch.optim.Optimizer,
-                   schedule: torch.optim.lr_scheduler.LRScheduler, max_grad_norm: float = 1.0) -> None:
-    """One update: backward, clip the gradient norm, step the optimizer and the LR schedule."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-    optimizer.step()
-    schedule.step()
-
-
 FINITE_CHECK_EVERY = 10
 
 
@@ -218,21 +208,41 @@ def distill(
     `on_eval(step, metrics)` is called at each evaluation and may raise to stop the run (pruning).
     `student` continues from an existing model (multi-stage recipes) instead of a fresh one.
     """
-    from tqdm.auto import tqdm
-
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     method = build_method(config.method, teacher.dims, _spec_dims(spec), **config.method_options())
-    mlm = method.student_needs().logits
-    if mlm and not teacher.has_mlm_head:
+    if method.student_needs().logits and not teacher.has_mlm_head:
         raise InputError(f"method {config.method!r} needs a teacher with a masked-LM head; {teacher.name!r} has none")
     # Importance (inherit) and held-out targets (evaluator) come from a cache even when training
     # runs the teacher live.
     targets = cache if cache is not None else TeacherCache(teacher, data)
+    student, init = _prepare_student(spec, teacher, targets, config, method, student)
+    student.to(device).train()
+    method.to(device).train()
+    teacher.model.to(device)
+    # Logits are never cached (see TeacherCache), so OD always runs the teacher.
+    if cache is not None and not method.teacher_needs().logits:
+        cache.ensure("train", method.teacher_needs())
+        cache.place("train", device)  # on a GPU, targets resident there when they fit
+    else:
+        cache = None
+    loop = _Loop(student, method, teacher, data, config, device, cache,
+                 evaluator or Evaluator(targets, strategy=config.eval_layer_map), on_eval, spec.arch)
+    metrics, history, seconds, tokens_per_second = loop.run()
+    return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
+                         metrics=metrics, history=history, seconds=seconds, tokens_per_second=tokens_per_second,
+                         init=init)
+
+
+def _prepare_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache, config: DistillConfig,
+                     method: nn.Module, student: nn.Module | None) -> tuple[nn.Module, dict]:
+    """The student to train (fresh by `config.init`, or the one given), with an MLM head when the
+    method needs logits, its projection aligned to an inherited selection, embeddings frozen and
+    dropout set as the config asks."""
     init = {"init": "continued"}
     if student is None:
         student, init = initial_student(spec, teacher, targets, config)
-    if mlm and not hasattr(student, "cls"):
+    if method.student_needs().logits and not hasattr(student, "cls"):
         student = _with_mlm_head(student, spec, config.seed)
     plan = init.pop("plan", None)
     if plan is not None and hasattr(method, "align_to"):
@@ -246,81 +256,86 @@ def distill(
         for module in student.modules():
             if isinstance(module, nn.Dropout):
                 module.p = config.dropout
-    student.to(device).train()
-    method.to(device).train()
-    teacher.model.to(device)
+    return student, init
 
-    # Logits are never cached (see TeacherCache), so OD always runs the teacher.
-    live_teacher = cache is None or method.teacher_needs().logits
-    if not live_teacher:
-        cache.ensure("train", method.teacher_needs())
-        cache.place("train", device)  # on a GPU, targets resident there when they fit
-    if evaluator is None:
-        evaluator = Evaluator(targets, strategy=config.eval_layer_map)
 
-    params = [p for p in list(student.parameters()) + list(method.parameters()) if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay)
-    warm = max(1, int(config.warmup * config.steps))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warm, max(0.0, (config.steps - s) / max(1, config.steps - warm)))
-    )
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-    generator = torch.Generator().manual_seed(config.seed)
-    ids_all, mask_all = data.split("train")
-    lengths = mask_all.sum(1)
-    batches: list[torch.Tensor] = []
-    history: list[dict] = []
-    running: list[float] = []  # losses since the last evaluation
-    pending: list[torch.Tensor] = []  # losses not read from the device yet
-    seen_tokens = 0
-    metrics: dict = {}
-    bar = tqdm(total=config.steps, desc=f"distill {config.method} {spec.arch}", disable=not config.progress,
-               dynamic_ncols=True, leave=False)
-    start, eval_seconds = time.perf_counter(), 0.0
-    for step in range(1, config.steps + 1):
-        if not batches:
-            batches = epoch_batches(lengths, config.batch_size, generator)
-        index = batches.pop()
+class _Loop:
+    """The optimisation loop of one run: length-bucketed batches, teacher targets (cached or live),
+    the update, loss checks every FINITE_CHECK_EVERY steps, and evaluations every `eval_every`."""
+
+    def __init__(self, student: nn.Module, method: nn.Module, teacher: Teacher, data: TransferSet,
+                 config: DistillConfig, device: torch.device, cache: TeacherCache | None, evaluator: Evaluator,
+                 on_eval: OnEval | None, arch: str) -> None:
+        self.student, self.method, self.teacher, self.config = student, method, teacher, config
+        self.device, self.cache, self.evaluator, self.on_eval, self.arch = device, cache, evaluator, on_eval, arch
+        self.ids, self.mask = data.split("train")
+        self.mlm = method.student_needs().logits
+        self.params = [p for p in list(student.parameters()) + list(method.parameters()) if p.requires_grad]
+        self.optimizer, self.schedule = adamw(self.params, lr=config.lr, steps=config.steps,
+                                              warmup_steps=int(config.warmup * config.steps),
+                                              weight_decay=config.weight_decay, betas=(0.9, 0.98))
+        self.generator = torch.Generator().manual_seed(config.seed)
+
+    def run(self) -> tuple[dict, list[dict], float, float]:
+        """Train for `config.steps`; returns (last metrics, history, seconds, training tokens/s)."""
+        from tqdm.auto import tqdm
+
+        config = self.config
+        batches: list[torch.Tensor] = []
+        history: list[dict] = []
+        running: list[float] = []  # losses since the last evaluation
+        pending: list[torch.Tensor] = []  # losses not read from the device yet
+        seen_tokens, metrics = 0, {}
+        bar = tqdm(total=config.steps, desc=f"distill {config.method} {self.arch}", disable=not config.progress,
+                   dynamic_ncols=True, leave=False)
+        start, eval_seconds = time.perf_counter(), 0.0
+        for step in range(1, config.steps + 1):
+            if not batches:
+                batches = epoch_batches(self.mask.sum(1), config.batch_size, self.generator)
+            # Losses stay on the device and are read every FINITE_CHECK_EVERY steps and at evaluations:
+            # reading one every step would make the host wait for the GPU each step.
+            loss, tokens = self.step(batches.pop())
+            pending.append(loss)
+            seen_tokens += tokens
+            bar.update(1)
+            evaluate = (config.eval_every and step % config.eval_every == 0) or step == config.steps
+            if evaluate or step % FINITE_CHECK_EVERY == 0:
+                running += _finite_losses(pending, step, config, bar)
+                pending = []
+                bar.set_postfix(loss=f"{running[-1]:.4f}")
+            if evaluate:
+                eval_start = time.perf_counter()
+                rows = None if step == config.steps else config.interim_eval_rows
+                metrics = {"step": step, "train_loss": sum(running) / len(running), **self.evaluator(self.student, rows)}
+                history.append(metrics)
+                running = []
+                bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")
+                eval_seconds += time.perf_counter() - eval_start
+                if self.on_eval is not None:
+                    self.on_eval(step, metrics)
+        bar.close()
+        seconds = time.perf_counter() - start
+        # throughput counts training steps, not evaluations
+        return metrics, history, seconds, seen_tokens / max(seconds - eval_seconds, 1e-9)
+
+    def step(self, index: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """One update on the rows `index`; returns the loss (still on the device) and the real tokens."""
         # Rows are left-aligned, so the batch is cut to its longest row: short rows (sentences) cost less.
-        width = int(mask_all[index].sum(1).max())
-        ids, mask = ids_all[index, :width].to(device), mask_all[index, :width].to(device)
+        width = int(self.mask[index].sum(1).max())
+        ids, mask = self.ids[index, :width].to(self.device), self.mask[index, :width].to(self.device)
         loss_mask = mask
-        if mlm:
-            ids, loss_mask = _mask_tokens(ids, mask, teacher.tokenizer, config.mask_prob, generator)
-        with autocast:
-            if live_teacher:
-                t_acts = teacher.activations(ids, mask, method.teacher_needs())
+        if self.mlm:
+            ids, loss_mask = _mask_tokens(ids, mask, self.teacher.tokenizer, self.config.mask_prob, self.generator)
+        needs = self.method.teacher_needs()
+        with autocast(self.device):
+            if self.cache is None:
+                t_acts = self.teacher.activations(ids, mask, needs)
             else:
-                t_acts = cache.batch("train", index, method.teacher_needs(), width=width).to(device)
-            s_acts = activations(student, ids, mask, method.student_needs())
-            loss = method(s_acts, _as_float(t_acts), loss_mask)
-        optimizer_step(loss, params, optimizer, schedule)
-        # Losses stay on the device and are read every FINITE_CHECK_EVERY steps and at evaluations:
-        # reading one every step would make the host wait for the GPU each step.
-        pending.append(loss.detach())
-        seen_tokens += int(mask_all[index, :width].sum())  # host-side mask: no device sync
-        bar.update(1)
-        evaluate = (config.eval_every and step % config.eval_every == 0) or step == config.steps
-        if evaluate or step % FINITE_CHECK_EVERY == 0:
-            running += _finite_losses(pending, step, config, bar)
-            pending = []
-            bar.set_postfix(loss=f"{running[-1]:.4f}")
-        if evaluate:
-            eval_start = time.perf_counter()
-            rows = None if step == config.steps else config.interim_eval_rows
-            metrics = {"step": step, "train_loss": sum(running) / len(running), **evaluator(student, rows)}
-            history.append(metrics)
-            running = []
-            bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")
-            eval_seconds += time.perf_counter() - eval_start
-            if on_eval is not None:
-                on_eval(step, metrics)
-    bar.close()
-    seconds = time.perf_counter() - start
-    train_seconds = seconds - eval_seconds  # throughput counts training steps, not evaluations
-    return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
-                         metrics=metrics, history=history, seconds=seconds,
-                         tokens_per_second=seen_tokens / max(train_seconds, 1e-9), init=init)
+                t_acts = self.cache.batch("train", index, needs, width=width).to(self.device)
+            s_acts = activations(self.student, ids, mask, self.method.student_needs())
+            loss = self.method(s_acts, _as_float(t_acts), loss_mask)
+        optimizer_step(loss, self.params, self.optimizer, self.schedule)
+        return loss.detach(), int(self.mask[index, :width].sum())  # host-side mask: no device sync
 
 
 def epoch_batches(lengths: torch.Tensor, batch_size: int, generator: torch.Generator,

@@ -21,7 +21,6 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,7 +33,7 @@ from distill.data import pad_rows
 from core.errors import InputError, first_line
 from distill.losses import mean_pool
 from .tasks import Split, Task
-from distill.trainer import optimizer_step
+from distill.optim import adamw, autocast, optimizer_step
 
 if TYPE_CHECKING:
     from .quality import QualityConfig
@@ -207,12 +206,8 @@ def train_classifier(
     steps_per_epoch = math.ceil(len(rows) / config.batch_size)
     total = steps_per_epoch * config.epochs
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
-    warm = max(1, int(config.warmup * total))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm)))
-    )
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    optimizer, schedule = adamw(params, lr=config.lr, steps=total, warmup_steps=int(config.warmup * total),
+                                weight_decay=config.weight_decay)
     target = torch.tensor(labels, dtype=torch.long)
     model.train()
     for _ in range(config.epochs):
@@ -220,7 +215,7 @@ def train_classifier(
         for start in range(0, len(rows), config.batch_size):
             index = order[start : start + config.batch_size]
             ids, mask = pad_rows([rows[i] for i in index], pad_id)
-            with autocast:
+            with autocast(device):
                 logits = model(ids.to(device), mask.to(device)).float()
             if loss_fn is None:
                 loss = nn.functional.cross_entropy(logits, target[index].to(device))
@@ -242,11 +237,10 @@ def predict_logits(model: nn.Module, rows: list[list[int]], *, pad_id: int, batc
     model.eval()
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
     out: list[torch.Tensor] = [None] * len(rows)  # type: ignore[list-item]
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         ids, mask = pad_rows([rows[i] for i in chunk], pad_id)
-        with autocast:
+        with autocast(device):
             logits = model(ids.to(device), mask.to(device)).float().cpu()
         for i, row in zip(chunk, logits):
             out[i] = row

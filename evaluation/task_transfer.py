@@ -24,7 +24,6 @@ import json
 import math
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,7 +48,8 @@ from distill.losses import od_loss
 from core.spec import parse_arch
 from .tasks import Task, load_task
 from distill.teachers import teacher_from_model
-from distill.trainer import DistillConfig, distill, optimizer_step
+from distill.optim import adamw, autocast, optimizer_step
+from distill.trainer import DistillConfig, distill
 
 LOGIT_LOSSES = ("mse", "od")
 
@@ -202,12 +202,8 @@ def run_stage(
     device = next(student.parameters()).device
     if budget.steps == 0:
         return {"stage": stage.name, "steps": 0, "loss": None, "seconds": 0.0}
-    optimizer = torch.optim.AdamW(params, lr=budget.lr, weight_decay=0.01)
-    warm = max(1, budget.steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warm, max(0.0, (budget.steps - s) / max(1, budget.steps - warm)))
-    )
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    optimizer, schedule = adamw(params, lr=budget.lr, steps=budget.steps, warmup_steps=budget.steps // 10,
+                                weight_decay=0.01)
     generator = torch.Generator().manual_seed(config.seed + STAGES.index(stage))
     order, cursor = torch.randperm(num_examples, generator=generator), 0
     student.train()
@@ -221,7 +217,7 @@ def run_stage(
         index = order[cursor : cursor + config.batch_size]
         cursor += config.batch_size
         ids, mask, targets = batches(index)
-        with autocast:
+        with autocast(device):
             logits = student(ids.to(device), mask.to(device)).float()
         loss = loss_fn(logits, targets.to(device))
         if not torch.isfinite(loss):

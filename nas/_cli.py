@@ -73,7 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     space = p.add_argument_group("search space (default: derived from the teacher; values: 6 | 4,6,12 | 1-6 | 96-384:96)")
     for name in ("layers", "heads", "hidden", "ffn"):
         space.add_argument(f"--{name}", default=None, help=f"allowed {name}")
-    space.add_argument("--space", default=None, help="TOML or YAML file with keys layers/heads/hidden/ffn (CLI flags win)")
+    space.add_argument("--space", dest="space_file", default=None, help="TOML or YAML file with keys layers/heads/hidden/ffn (CLI flags win)")
     proxy = p.add_argument_group("proxy distillation (identical for every trial)")
     proxy.add_argument("--method", default=d.method, help="distillation method (default: %(default)s, as in the paper's KD-NAS)")
     proxy.add_argument("--layer-map", default=d.layer_map, help="default: %(default)s")
@@ -138,34 +138,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _search(args: argparse.Namespace) -> int:
     from core.errors import InputError
 
-    from . import SearchConfig, search
+    from . import search
     from .space import DIMENSIONS, load_space_file
 
-    overrides = load_space_file(args.space) if args.space else {}
+    overrides = load_space_file(args.space_file) if args.space_file else {}
     for name in DIMENSIONS:
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.trials is not None and args.trials < 1:
         raise InputError(f"--trials {args.trials} must be at least 1")
-    config = SearchConfig(
-        teacher=args.teacher, corpus=args.corpus, out=args.out, trials=args.trials, budget_ms=args.budget_ms,
-        budget_ratio=args.budget_ratio, objective=args.objective, sampler=args.sampler, seed=args.seed,
-        storage=args.storage, study_name=args.study_name, method=args.method, layer_map=args.layer_map, init=args.init,
-        proxy_steps=args.proxy_steps, proxy_train=args.proxy_train, proxy_eval=args.proxy_eval,
-        seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
-        prune=not args.no_prune, target_ratio=args.target_ratio, exponent=args.exponent,
-        latency_batch=args.latency_batch, latency_seq=args.latency_seq, threads=args.threads, runtime=args.runtime,
-        final_steps=args.final_steps, final_train=args.final_train, final_top_k=args.final_top_k,
-        final_method=args.final_method, final_unit=args.final_unit, final_lr=args.final_lr, final_batch_size=args.final_batch_size,
-        quality_sentences=args.quality_sentences, layer_rule=args.layer_rule, reference=args.reference, device=args.device,
-        progress=not args.no_progress, space_overrides=overrides,
-    )
+    config = config_from_args(args, overrides)
     summary = search(config)
     if args.json:
         print(json.dumps({k: v for k, v in summary.items() if k != "trials_table"}, indent=2, default=str))
     else:
         _print_summary(summary, Path(args.out))
     return 0
+
+
+def config_from_args(args: argparse.Namespace, overrides: dict) -> "SearchConfig":
+    """The SearchConfig the flags ask for: every option whose name is a field is passed as is (one
+    source: the flags' defaults are the dataclass's); the negative switches and the space are mapped."""
+    import dataclasses
+
+    from . import SearchConfig
+
+    fields = {f.name for f in dataclasses.fields(SearchConfig)}
+    given = {name: value for name, value in vars(args).items() if name in fields}
+    return SearchConfig(**given, prune=not args.no_prune, progress=not args.no_progress, space_overrides=overrides)
 
 
 def _print_summary(summary: dict, out: Path) -> None:

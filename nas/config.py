@@ -24,6 +24,11 @@ from distill.trainer import INITS
 from .space import SearchSpace, default_space, override_space
 
 OBJECTIVES = ("reward", "pareto")
+# Fields that may differ between runs of one study (how much is done, where it goes, how it is
+# shown); every other field defines the study. `space` and `device` enter the settings resolved.
+RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_overrides", "final_steps",
+                      "final_train", "final_top_k", "final_method", "final_batch_size", "final_lr", "final_unit",
+                      "quality_sentences", "reference", "device", "progress", "stale_after_s"})
 SAMPLERS = ("tpe", "nsga2", "random")
 
 
@@ -154,13 +159,8 @@ class SearchConfig:
     def study_settings(self, space: SearchSpace, teacher_fingerprint: str, device: str = "cpu") -> dict[str, Any]:
         """The settings that define the study; compared on every resume. `device` is the resolved
         training device type: proxy scores from CPU fp32 and CUDA bf16 runs must not mix."""
-        keep = ("corpus", "budget_ms", "budget_ratio", "objective", "sampler", "seed", "method",
-                "layer_map", "init", "layer_rule", "proxy_steps", "proxy_train", "proxy_eval", "seq_len", "batch_size", "lr",
-                "eval_every", "target_ratio", "exponent", "latency_batch", "latency_seq", "threads",
-                "runtime")
-        settings = {name: getattr(self, name) for name in keep}
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in RUN_ONLY}
         settings["prune"] = self.pruning
-        settings["teacher"] = self.teacher
         settings["teacher_fingerprint"] = teacher_fingerprint
         settings["space"] = space.to_dict()
         settings["device"] = device

@@ -1,0 +1,41 @@
+"""One source for the search's settings: the flags carry the SearchConfig defaults, every field is
+reachable from the command line (or listed here as not a flag), and the study settings are the
+config's fields minus the run-only ones."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kdnas.cli import build_parser
+from nas import SearchConfig
+from nas._cli import config_from_args
+from nas.config import RUN_ONLY
+
+NOT_FLAGS = {"space", "space_overrides", "prune", "progress", "stale_after_s"}  # mapped or Python-only
+
+
+def test_every_field_has_a_flag_with_the_dataclass_default():
+    args = build_parser().parse_args(["search"])
+    defaults = SearchConfig()
+    for field in dataclasses.fields(SearchConfig):
+        if field.name in NOT_FLAGS:
+            continue
+        assert hasattr(args, field.name), f"SearchConfig.{field.name} has no --{field.name.replace('_', '-')}"
+        if field.name != "budget_ms":
+            assert getattr(args, field.name) == getattr(defaults, field.name), field.name
+    assert config_from_args(args, {}) == defaults
+
+
+def test_flags_reach_the_config():
+    args = build_parser().parse_args(["search", "--trials", "9", "--no-prune", "--final-lr", "1e-4", "--layers", "2"])
+    config = config_from_args(args, {"layers": "2"})
+    assert (config.trials, config.prune, config.final_lr, dict(config.space_overrides)) == (9, False, 1e-4, {"layers": "2"})
+
+
+def test_study_settings_are_the_fields_that_change_what_a_trial_measures():
+    config = SearchConfig()
+    space = config.resolve_space(type("Dims", (), {"layers": 6, "heads": 12, "hidden": 384, "ffn": 1536})())
+    settings = config.study_settings(space, "fingerprint")
+    assert {"proxy_steps", "lr", "budget_ratio", "teacher", "threads", "prune", "space", "device"} <= settings.keys()
+    assert not settings.keys() & (RUN_ONLY - {"space", "device"})
+    assert settings["dtype"] == "fp32" and settings["teacher_fingerprint"] == "fingerprint"

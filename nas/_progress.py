@@ -18,6 +18,10 @@ class Progress:
         self._phase = text
         self._show()
 
+    def note(self, text: str) -> None:
+        """A line the user must see, whether the bar is shown or not."""
+        tqdm.write(f"kdnas search: {text}", file=sys.stderr)
+
     def best(self, value: float | None) -> None:
         if value is not None:
             self._best = f"{value:.4f}"

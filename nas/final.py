@@ -27,6 +27,7 @@ from core.errors import InputError
 from ._io import atomic_write_text
 from .measure import latency_record, measure
 from .records import pareto_front, trial_rows
+from .resume import worker_alive, worker_identity
 
 
 # A finalist over the budget is not shipped; the next one is trained instead, up to this many extra.
@@ -59,6 +60,33 @@ def _over_budget(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
 def _shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
     skipped = {s["arch"] for s in _over_budget(study, cfg)}  # a repeated shape is as slow as the first
     return [r for r in pool if r["arch"] not in skipped][:cfg.final_top_k]
+
+
+def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
+    """Take the final stage for this worker; None when it is ours, else who holds it (one line).
+
+    The claim is a study named `<study>:final` created through the storage: creating a study is
+    atomic in every Optuna storage, so of N workers that finish together exactly one gets it. A
+    claim whose worker is gone (same host: its process; another host: older than `stale_after_s`)
+    is taken over, so a rerun after a crash still ships.
+    """
+    name = f"{study.study_name}:final"
+    me = {**worker_identity(), "claimed_at": time.time()}
+    for _ in range(2):
+        try:
+            claim = optuna.create_study(storage=study._storage, study_name=name)
+            claim.set_user_attr("worker", me)
+            return None
+        except optuna.exceptions.DuplicatedStudyError:
+            holder = optuna.load_study(study_name=name, storage=study._storage).user_attrs.get("worker") or {}
+            if holder and worker_alive(holder, holder.get("claimed_at"), stale_after_s):
+                return (f"the final stage is run by another worker (host {holder.get('host')}, pid {holder.get('pid')}); "
+                        "its best/ is in that worker's --out")
+            try:
+                optuna.delete_study(study_name=name, storage=study._storage)  # a dead worker's claim
+            except KeyError:
+                pass  # another worker removed it first; try to create it again
+    return "the final stage was claimed by another worker a moment ago"
 
 
 def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], cfg: Any) -> bool:

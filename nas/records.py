@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from .resume import heartbeat_retries
 from .storage import SETTINGS_ATTR
 
 COLUMNS = (
@@ -25,10 +26,11 @@ _STATUS_OF_STATE = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting"
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    return [_row(t) for t in study.get_trials(deepcopy=False)]
+    retried_by = heartbeat_retries(study)
+    return [_row(t, retried_by.get(t.number)) for t in study.get_trials(deepcopy=False)]
 
 
-def _row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict[str, Any]:
     attrs = trial.user_attrs
     status = _STATUS_OF_STATE.get(trial.state) or attrs.get("status", "feasible")
     if trial.state == TrialState.RUNNING:
@@ -63,8 +65,8 @@ def _row(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         "l_hs_norm": loss_norm,
         "l_hs_se": loss_se,
         "reward": attrs.get("reward"),
-        "reason": attrs.get("reason", ""),
-        "retry_of": attrs.get("retry_of"),
+        "reason": _reason(trial, retried_by),
+        "retry_of": attrs.get("retry_of", trial.system_attrs.get("failed_trial")),
         "seconds_latency": seconds.get("latency"),
         "seconds_distill": seconds.get("distill"),
         "seconds_export": seconds.get("export"),
@@ -134,3 +136,12 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "final": attrs.get("final"),
         "final_over_budget": attrs.get("final_over_budget") or [],
     }
+
+
+def _reason(trial: optuna.trial.FrozenTrial, retried_by: int | None) -> str:
+    reason = trial.user_attrs.get("reason", "")
+    if retried_by is None or trial.state != TrialState.FAIL:
+        return reason
+    # Failed by Optuna's heartbeat: its worker died; the user attributes are from its last phase.
+    return (f"stale: its worker stopped sending heartbeats during phase {trial.user_attrs.get('phase', 'start')!r}; "
+            f"retried as trial {retried_by}")

@@ -1,6 +1,6 @@
 """Resuming a study: find trials whose worker died, fail them, and queue their shapes again.
 
-Optuna's own heartbeat exists only for RDB storages, so kdnas records who runs each trial
+On RDB storages Optuna's heartbeat does this (nas.storage). Journal storage has none, so kdnas records who runs each trial
 (`worker`: host, pid, process start time) and when it last showed life (`alive_at`, updated at
 every phase and evaluation). A RUNNING trial is stale when its worker process is gone from this
 host, or, for a worker on another host, when it has been silent for `stale_after_s`.
@@ -27,7 +27,7 @@ def worker_identity() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": me.create_time()}
 
 
-def _worker_alive(worker: dict[str, Any] | None, alive_at: float | None, stale_after_s: float) -> bool:
+def worker_alive(worker: dict[str, Any] | None, alive_at: float | None, stale_after_s: float) -> bool:
     if not worker:
         return alive_at is not None and time.time() - alive_at < stale_after_s
     if worker.get("host") == socket.gethostname():
@@ -41,14 +41,23 @@ def _worker_alive(worker: dict[str, Any] | None, alive_at: float | None, stale_a
 
 
 def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> list[int]:
-    """Mark the RUNNING trials of dead workers FAIL (reason recorded); returns their numbers."""
+    """Mark the RUNNING trials of dead workers FAIL (reason recorded); returns their numbers.
+
+    A worker on this host is dead when its process is gone: exact and immediate, on every storage.
+    A worker on another host is judged by silence only where Optuna has no heartbeat (journal
+    storage); on RDB storages the heartbeat's grace period decides for those.
+    """
     storage = study._storage  # optuna exposes no public way to change another trial's state
+    heartbeat = isinstance(storage, optuna.storages.RDBStorage) and storage.get_heartbeat_interval() is not None
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = trial.user_attrs.get("worker")
+        if heartbeat and (not worker or worker.get("host") != socket.gethostname()):
+            continue
         alive_at = trial.user_attrs.get("alive_at")
         if alive_at is None and trial.datetime_start is not None:
             alive_at = trial.datetime_start.timestamp()
-        if _worker_alive(trial.user_attrs.get("worker"), alive_at, stale_after_s):
+        if worker_alive(worker, alive_at, stale_after_s):
             continue
         try:
             storage.set_trial_user_attr(trial._trial_id, "fail_kind", "stale")
@@ -76,11 +85,18 @@ def enqueue_retries(study: optuna.Study) -> list[int]:
     return queued
 
 
+def heartbeat_retries(study: optuna.Study) -> dict[int, int]:
+    """{failed trial: the trial that retries it} for trials Optuna's heartbeat failed and re-queued."""
+    return {t.system_attrs["failed_trial"]: t.number for t in study.get_trials(deepcopy=False)
+            if "failed_trial" in t.system_attrs}
+
+
 def counted_trials(study: optuna.Study) -> int:
     """Trials that count towards `--trials`: finished ones; a retried failure counts via its retry."""
+    retried = heartbeat_retries(study).keys()
     n = 0
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        if trial.state == TrialState.FAIL and trial.user_attrs.get("fail_kind") in RETRYABLE:
+        if trial.state == TrialState.FAIL and (trial.user_attrs.get("fail_kind") in RETRYABLE or trial.number in retried):
             continue
         n += 1
     return n

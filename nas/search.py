@@ -9,6 +9,7 @@ Outputs are rewritten after every trial, so they always reflect the storage.
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from distill.trainer import resolve_device
 from ._io import ensure_writable_dir
 from ._progress import Progress
 from .config import SearchConfig
-from .final import finalists, is_done, run_final
+from .final import claim_final, finalists, is_done, run_final
 from .measure import latency_record, measure
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_rows
@@ -74,14 +75,16 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data)
 
+        study = None
         if existing is None:
-            study = optuna.create_study(storage=storage, study_name=cfg.study_name,
-                                        directions=_directions(cfg), sampler=_sampler(cfg, 0), pruner=_pruner(cfg))
-            # Settings last: a study without them is not a kdnas study (see check_settings).
-            for key, value in (("teacher_latency", teacher_latency), ("budget_ms", budget_ms),
-                               ("fastest", fastest), ("space_size", space.size), (SETTINGS_ATTR, settings)):
-                study.set_user_attr(key, value)
-        else:
+            study = _create_study(cfg, storage, {"teacher_latency": teacher_latency, "budget_ms": budget_ms,
+                                                 "fastest": fastest, "space_size": space.size, SETTINGS_ATTR: settings})
+            if study is None:  # another worker created it a moment ago: join it like a resume
+                existing = _settled_study(storage, cfg.study_name)
+                check_settings(existing, settings, url)
+                budget_ms = existing.user_attrs["budget_ms"]
+                teacher_latency = existing.user_attrs["teacher_latency"]
+        if study is None:
             study = optuna.load_study(study_name=cfg.study_name, storage=storage,
                                       sampler=_sampler(cfg, len(existing.trials)), pruner=_pruner(cfg))
         write_pointer(out, url, cfg.study_name)
@@ -113,11 +116,39 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
                 f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
             )
         if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg):
-            run_final(study, ctx, out, chosen)
+            held = claim_final(study, cfg.stale_after_s)
+            if held is None:
+                run_final(study, ctx, out, chosen)
+            else:
+                progress.note(held)
         progress.phase("done")
         return write_outputs(study, out)
     finally:
         progress.close()
+
+
+def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.Study | None:
+    """Create the study with its facts, or None when another worker created it first."""
+    try:
+        study = optuna.create_study(storage=storage, study_name=cfg.study_name, directions=_directions(cfg),
+                                    sampler=_sampler(cfg, 0), pruner=_pruner(cfg))
+    except optuna.exceptions.DuplicatedStudyError:
+        return None
+    # Settings last: a study without them is not a kdnas study (see check_settings).
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    return study
+
+
+def _settled_study(storage, name: str, wait_s: float = 60.0) -> optuna.Study:
+    """The study another worker just created, once its creator has written the settings (milliseconds
+    after creating it); after `wait_s` it is returned as it is and check_settings says what lacks."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        study = find_study(storage, name)
+        if SETTINGS_ATTR in study.user_attrs or time.monotonic() > deadline:
+            return study
+        time.sleep(0.5)
 
 
 def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tuple[dict, dict, float]:

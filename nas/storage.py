@@ -1,8 +1,14 @@
 """Where a study lives: open the storage, create or resume the study, refuse a mismatched one.
 
 - Default: a SQLite file in the output folder (one worker at a time; SQLite locks the whole file).
-- `--storage postgresql://...` (or any SQLAlchemy URL): many workers on many machines.
+- `--storage postgresql+psycopg://...` (psycopg 3, `pip install kdnas[postgres]`) or
+  `postgresql://...` (psycopg2): many workers on many machines.
 - `--storage journal:PATH`: Optuna's JournalStorage on a file, many workers on one file system.
+
+RDB storages (SQLite, PostgreSQL) get Optuna's heartbeat: a worker that dies leaves a RUNNING trial
+whose heartbeat stops; after the grace period the next worker to start a trial marks it FAIL and
+`RetryHeartbeatStaleTrialCallback(max_retry=1)` queues its shape once more. Journal storage has no
+heartbeat; there `nas.resume` keeps the worker's pid and last sign of life instead.
 
 Nothing here writes to an existing study before its settings were compared, so bad input never
 changes it.
@@ -12,6 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +36,8 @@ from core.errors import KdnasError, InputError, StorageError, first_line
 from ._io import atomic_write_text
 
 SETTINGS_ATTR = "kdnas_settings"
+HEARTBEAT_S = 30  # a running trial writes its heartbeat this often ...
+GRACE_S = 120  # ... and is presumed dead after this long without one (a long evaluation stays well inside)
 POINTER_FILE = "search.json"  # in the output folder: how `kdnas report OUT` finds the study
 
 
@@ -35,8 +46,15 @@ def default_storage_url(out: str | Path) -> str:
     return f"sqlite:///{(Path(out) / 'study.db').resolve()}"
 
 
-def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseStorage:
+def open_storage(url: str, *, must_exist: bool = False, heartbeat_s: int = HEARTBEAT_S,
+                 grace_s: int = GRACE_S) -> optuna.storages.BaseStorage:
     """Open (or create) the storage at `url`; any failure is a one-line user error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat's arguments
+        return _open(url, must_exist, heartbeat_s, grace_s)
+
+
+def _open(url: str, must_exist: bool, heartbeat_s: int, grace_s: int) -> optuna.storages.BaseStorage:
     try:
         if url.startswith("journal:"):
             path = Path(url[len("journal:"):]).expanduser()
@@ -52,8 +70,8 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
                 raise InputError(f"storage {url!r}: database file {path} does not exist")
             if not path.parent.is_dir():
                 raise InputError(f"storage {url!r}: folder {path.parent} does not exist")
-            return _sqlite_storage(url, path.parent)
-        return optuna.storages.RDBStorage(url)
+            return _sqlite_storage(url, path.parent, _heartbeat(heartbeat_s, grace_s))
+        return _server_storage(url, _heartbeat(heartbeat_s, grace_s))
     except KdnasError:
         raise
     except Exception as err:  # SQLAlchemy / driver errors: bad URL, unreachable server, no driver
@@ -61,18 +79,38 @@ def open_storage(url: str, *, must_exist: bool = False) -> optuna.storages.BaseS
         raise StorageError(f"storage {url!r} cannot be opened: {first}") from None
 
 
-def _sqlite_storage(url: str, folder: Path) -> optuna.storages.RDBStorage:
+def _heartbeat(interval_s: int, grace_s: int) -> dict[str, Any]:
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+    return {"heartbeat_interval": interval_s, "grace_period": grace_s, "heartbeat_stale_trial_callback": retry}
+
+
+def _server_storage(url: str, heartbeat: dict[str, Any], attempts: int = 5) -> optuna.storages.RDBStorage:
+    # Workers started together on an empty database all create Optuna's schema; the losers fail on
+    # a duplicate table or type. Once the winner is done the schema is there: open it again.
+    import sqlalchemy.exc
+
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, **heartbeat)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0 + random.random())
+    raise AssertionError("unreachable")
+
+
+def _sqlite_storage(url: str, folder: Path, heartbeat: dict[str, Any]) -> optuna.storages.RDBStorage:
     # Two processes opening a new file at once (a search and a worker, or a report) would both
     # create the schema and one would fail on "table already exists"; an advisory lock on the folder
     # makes the first one create it and the others open what it made.
     # A report read while a search writes must wait for the lock, not fail: hence the timeout.
     engine_kwargs = {"connect_args": {"timeout": 60}}
     if fcntl is None:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
     finally:
         os.close(fd)  # closing releases the lock
 

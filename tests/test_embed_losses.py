@@ -55,6 +55,7 @@ def test_embed_method_is_zero_for_the_teacher_itself_and_trains_its_projection()
     acts = Activations(hidden={2: states})
     mask = torch.ones(4, 6, dtype=torch.long)
     assert method(acts, acts, mask).item() == pytest.approx(0.0, abs=1e-5)
+    assert method.projection is None and not list(method.parameters())  # equal widths: the student's own embedding
     narrow = build_method("embed", dims, ModelDims(layers=1, hidden=4, heads=2), embed_terms="cos+rel")
     loss = narrow(Activations(hidden={1: torch.randn(4, 6, 4)}), acts, mask)
     loss.backward()

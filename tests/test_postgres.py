@@ -1,0 +1,111 @@
+"""Many workers, one study, on a real PostgreSQL server (Debian's postgresql, started here in a
+temporary folder on a Unix socket): Optuna's heartbeat and its retry, simultaneous first starts,
+and a final stage that runs exactly once."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from nas.records import trial_rows
+from nas.resume import counted_trials
+from nas.storage import HEARTBEAT_S, open_storage
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _server_binaries() -> Path:
+    found = shutil.which("pg_ctl") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))), None)
+    assert found, "PostgreSQL's server programs are missing: bash dev.sh setup installs Debian's postgresql"
+    return Path(found).resolve().parent
+
+
+def _as_server_user(argv: list[str], folder: Path) -> list[str]:
+    """PostgreSQL refuses to run as root: there it runs as the `postgres` user the package creates."""
+    if os.geteuid() != 0:
+        return argv
+    shutil.chown(folder, "postgres")
+    return ["runuser", "-u", "postgres", "--", *argv]
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    bin_dir = _server_binaries()
+    # Not under pytest's tmp folder: that one is private to this user, and the server user must enter.
+    root = Path(tempfile.mkdtemp(prefix="kdnas-pg-"))
+    data, sockets = root / "data", root / "sock"
+    data.mkdir()
+    sockets.mkdir()
+    os.chmod(root, 0o755)
+    _as_server_user([], sockets)  # the server writes its socket there
+    subprocess.run(_as_server_user([str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"], data),
+                   check=True, capture_output=True)
+    port = str(20000 + os.getpid() % 20000)
+    start = [str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-l", str(data / "log"),
+             "-o", f"-k {sockets} -p {port} -c listen_addresses=''", "start"]
+    subprocess.run(_as_server_user(start, data), check=True, capture_output=True)
+    try:
+        yield f"postgresql+psycopg://postgres@/postgres?host={sockets}&port={port}"
+    finally:
+        subprocess.run(_as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], data),
+                       capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_postgres_storage_has_optunas_heartbeat(pg_url):
+    storage = open_storage(pg_url)
+    assert isinstance(storage, optuna.storages.RDBStorage) and storage.get_heartbeat_interval() == HEARTBEAT_S
+    study = optuna.create_study(storage=storage, study_name="plain", direction="maximize")
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=2)
+    assert len(optuna.load_study(study_name="plain", storage=open_storage(pg_url)).trials) == 2
+
+
+def test_a_dead_workers_trial_is_failed_by_heartbeat_and_retried_once(pg_url):
+    storage = open_storage(pg_url, heartbeat_s=1, grace_s=2)
+    study = optuna.create_study(storage=storage, study_name="heartbeat", direction="maximize")
+    dead = study.ask({"x": optuna.distributions.FloatDistribution(0, 1)})
+    dead.set_user_attr("phase", "distill")
+    storage.record_heartbeat(dead._trial_id)  # then its worker dies: no further heartbeat
+    time.sleep(3)
+    study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=1)  # the next worker's first trial
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.FAIL, TrialState.COMPLETE], states
+    assert study.trials[1].params == study.trials[0].params  # the same shape, retried
+    assert counted_trials(study) == 1  # a retried failure counts through its retry
+    row = trial_rows(study)[0]
+    assert row["reason"].startswith("stale") and "retried as trial 1" in row["reason"]
+    assert trial_rows(study)[1]["retry_of"] == 0
+
+
+def _worker(pg_url: str, out: Path, budget_ms: str) -> subprocess.Popen:
+    args = ["search", "--out", str(out), "--storage", pg_url, "--study-name", "two", "--trials", "3",
+            "--sampler", "random", "--layers", "1", "--heads", "4", "--hidden", "96", "--ffn", "256,512",
+            "--budget-ms", budget_ms, "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "4",
+            "--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--final-train", "48",
+            "--final-batch-size", "8", "--quality-sentences", "0", "--no-progress"]
+    return subprocess.Popen([sys.executable, "-m", "kdnas.cli", *args], cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_workers_started_together_share_one_study_and_ship_once(pg_url, tmp_path):
+    workers = [_worker(pg_url, tmp_path / f"w{i}", "1000") for i in (1, 2)]
+    results = [w.communicate(timeout=900) for w in workers]
+    for worker, (stdout, stderr) in zip(workers, results):
+        assert worker.returncode == 0, stderr[-3000:]
+        assert "Traceback" not in stderr
+    study = optuna.load_study(study_name="two", storage=open_storage(pg_url))
+    assert counted_trials(study) >= 3
+    shipped = [i for i in (1, 2) if (tmp_path / f"w{i}" / "best" / "export.json").is_file()]
+    assert len(shipped) == 1, shipped
+    other = 2 if shipped == [1] else 1
+    assert "run by another worker" in results[other - 1][1]

@@ -70,26 +70,19 @@ setup() {
   echo "$want" > "$stamp"
 }
 
-# The report-page test drives a real headless browser: Debian's chromium (no network needed at run time).
-ensure_chromium() {
-  command -v chromium >/dev/null 2>&1 && return 0
+# ensure_debian PACKAGE WHY PROBE...: the tests run real servers and a real browser from Debian
+# packages; install PACKAGE when no PROBE (a command or a path glob) is found.
+ensure_debian() {
+  local package=$1 why=$2 probe; shift 2
+  for probe in "$@"; do
+    command -v "$probe" >/dev/null 2>&1 && return 0
+    compgen -G "$probe" >/dev/null && return 0
+  done
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-    echo "dev.sh: installing Debian chromium for the report test" >&2
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    echo "dev.sh: installing Debian $package for $why" >&2
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" >/dev/null
   else
-    echo "dev.sh: the report test needs chromium; run: sudo apt-get install chromium" >&2
-  fi
-}
-
-# The many-workers tests start a real PostgreSQL server in a temporary folder: Debian's postgresql.
-ensure_postgresql() {
-  compgen -G "/usr/lib/postgresql/*/bin/pg_ctl" >/dev/null && return 0
-  command -v pg_ctl >/dev/null 2>&1 && return 0
-  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-    echo "dev.sh: installing Debian postgresql for the many-workers tests" >&2
-    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-  else
-    echo "dev.sh: the many-workers tests need PostgreSQL; run: sudo apt-get install postgresql" >&2
+    echo "dev.sh: $why needs $package; run: sudo apt-get install $package" >&2
   fi
 }
 
@@ -105,8 +98,8 @@ case "$cmd" in
     ;;
   test)
     setup
-    ensure_chromium
-    ensure_postgresql
+    ensure_debian chromium "the report test (a headless browser)" chromium
+    ensure_debian postgresql "the many-workers tests (a PostgreSQL server)" pg_ctl "/usr/lib/postgresql/*/bin/pg_ctl"
     export HF_HUB_OFFLINE=1
     set +e
     "$VENV/bin/python" -m pytest -q "$@"

@@ -42,10 +42,6 @@ examples:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
 
-    from distill.data import UNITS
-    from distill.inherit import LAYER_RULES
-    from distill.trainer import INITS
-
     from .config import OBJECTIVES, SAMPLERS, SearchConfig
 
     d = SearchConfig()
@@ -70,10 +66,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", default=None,
                    help="Optuna storage URL: sqlite:///file.db, postgresql://..., or journal:PATH (default: sqlite:///OUT/study.db)")
     p.add_argument("--study-name", default=d.study_name, help="default: %(default)s")
+    _space_flags(p)
+    _proxy_flags(p, d)
+    _latency_and_reward_flags(p, d)
+    _final_flags(p, d)
+    p.add_argument("--device", default=d.device, help="training device: auto, cpu, cuda (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_search)
+
+    r = subparsers.add_parser(
+        "report", help="rebuild pareto.html, report.html, trials.csv and summary.json from a search's storage",
+        description="Rebuild a search's pages and tables from its Optuna storage (safe while the search runs).",
+    )
+    r.add_argument("out", help="the search's output folder")
+    r.add_argument("--storage", default=None, help="storage URL (default: the one recorded in OUT/search.json)")
+    r.add_argument("--study-name", default=None, help="study name (default: the one recorded in OUT/search.json)")
+    r.set_defaults(func=_report)
+
+
+
+def _space_flags(p: argparse.ArgumentParser) -> None:
     space = p.add_argument_group("search space (default: derived from the teacher; values: 6 | 4,6,12 | 1-6 | 96-384:96)")
     for name in ("layers", "heads", "hidden", "ffn"):
         space.add_argument(f"--{name}", default=None, help=f"allowed {name}")
     space.add_argument("--space", dest="space_file", default=None, help="TOML or YAML file with keys layers/heads/hidden/ffn (CLI flags win)")
+
+
+def _proxy_flags(p: argparse.ArgumentParser, d) -> None:
+    from distill.inherit import LAYER_RULES
+    from distill.trainer import INITS
+
     proxy = p.add_argument_group("proxy distillation (identical for every trial)")
     proxy.add_argument("--method", default=d.method, help="distillation method (default: %(default)s, as in the paper's KD-NAS)")
     proxy.add_argument("--layer-map", default=d.layer_map, help="default: %(default)s")
@@ -91,6 +114,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     proxy.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, proxy and final (default: %(default)s)")
     proxy.add_argument("--eval-every", type=int, default=d.eval_every, help="pruner report interval in steps (default: %(default)s)")
     proxy.add_argument("--no-prune", action="store_true", help="never prune (reward objective)")
+
+
+def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
     lat = p.add_argument_group("latency (identical for teacher and students)")
     lat.add_argument("--latency-batch", type=int, default=d.latency_batch, help="default: %(default)s")
     lat.add_argument("--latency-seq", type=int, default=d.latency_seq, help="default: %(default)s")
@@ -99,6 +125,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rew = p.add_argument_group("reward")
     rew.add_argument("--target-ratio", type=float, default=d.target_ratio, help="default: %(default)s")
     rew.add_argument("--exponent", type=float, default=d.exponent, help="default: %(default)s")
+
+
+def _final_flags(p: argparse.ArgumentParser, d) -> None:
+    from distill.data import UNITS
+
     fin = p.add_argument_group("after the search")
     fin.add_argument("--final-steps", type=int, default=d.final_steps,
                      help="distillation steps for the winner; 0 skips the final phase (default: %(default)s)")
@@ -120,20 +151,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="also finish the next best (best/ then finalists/RANK-ARCH/) (default: %(default)s)")
     fin.add_argument("--reference", action="store_true",
                      help="also measure and proxy-distill the paper's Table 1 shapes scaled to the teacher, as plot references")
-    p.add_argument("--device", default=d.device, help="training device: auto, cpu, cuda (default: %(default)s)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.set_defaults(func=_search)
-
-    r = subparsers.add_parser(
-        "report", help="rebuild pareto.html, report.html, trials.csv and summary.json from a search's storage",
-        description="Rebuild a search's pages and tables from its Optuna storage (safe while the search runs).",
-    )
-    r.add_argument("out", help="the search's output folder")
-    r.add_argument("--storage", default=None, help="storage URL (default: the one recorded in OUT/search.json)")
-    r.add_argument("--study-name", default=None, help="study name (default: the one recorded in OUT/search.json)")
-    r.set_defaults(func=_report)
-
 
 def _search(args: argparse.Namespace) -> int:
     from core.errors import InputError

@@ -86,6 +86,20 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
     if facts.get("budget_ms"):
         fig.add_vline(x=facts["budget_ms"], line=dict(color="#d62728", dash="dash", width=2),
                       annotation_text=f"budget {facts['budget_ms']:.2f} ms", annotation_position="top")
+    _add_references(fig, facts)
+    _add_finals(fig, facts)
+    fig.update_layout(
+        title="Latency vs held-out normalized L_HS (lower-left is better)",
+        xaxis_title=f"CPU latency, median ms ({_latency_setting(facts)}); bars: min..p90",
+        yaxis_title="normalized held-out L_HS (1 = predicting the mean); bars: ±2 SE",
+        hovermode="closest", legend=dict(orientation="h", y=-0.25), height=620, template="plotly_white",
+    )
+    return fig
+
+
+
+def _add_references(fig: go.Figure, facts: dict[str, Any]) -> None:
+    """The paper's Table 1 shapes, proxy-distilled like every trial (`--reference`)."""
     refs = [r for r in facts.get("reference") or [] if r.get("latency_ms") is not None and r.get("l_hs_norm") is not None]
     if refs:
         fig.add_trace(go.Scatter(
@@ -96,6 +110,10 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
                        f"L_HS norm {r['l_hs_norm']:.4f}<br>reward {_fmt(r.get('reward'), '.4f')}" for r in refs],
             hoverinfo="text",
         ))
+
+
+def _add_finals(fig: go.Figure, facts: dict[str, Any]) -> None:
+    """The finalists after the final stage: the shipped models' latency and loss."""
     finals = [f for f in facts.get("final") or [] if f.get("latency_ms") is not None]
     if finals:
         fig.add_trace(go.Scatter(
@@ -105,14 +123,6 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
                        f"<br>L_HS norm {f['l_hs_norm']:.4f}<br>reward {f['reward']:.4f}" for f in finals],
             hoverinfo="text",
         ))
-    fig.update_layout(
-        title="Latency vs held-out normalized L_HS (lower-left is better)",
-        xaxis_title=f"CPU latency, median ms ({_latency_setting(facts)}); bars: min..p90",
-        yaxis_title="normalized held-out L_HS (1 = predicting the mean); bars: ±2 SE",
-        hovermode="closest", legend=dict(orientation="h", y=-0.25), height=620, template="plotly_white",
-    )
-    return fig
-
 
 def _latency_setting(facts: dict[str, Any]) -> str:
     s = facts.get("settings") or {}

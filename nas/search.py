@@ -65,66 +65,80 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         existing = find_study(storage, cfg.study_name)
         if existing is not None:
             check_settings(existing, settings, url)
-            attrs = existing.user_attrs
-            teacher_latency, budget_ms = attrs["teacher_latency"], attrs["budget_ms"]
+            facts = existing.user_attrs
         else:
             teacher_latency, fastest, budget_ms = _latency_facts(cfg, space, teacher, progress)
+            facts = {"teacher_latency": teacher_latency, "budget_ms": budget_ms, "fastest": fastest,
+                     "space_size": space.size, SETTINGS_ATTR: settings}
 
         progress.phase("preparing transfer set")
         texts = load_corpus(cfg.corpus)
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data)
 
-        study = None
-        if existing is None:
-            study = _create_study(cfg, storage, {"teacher_latency": teacher_latency, "budget_ms": budget_ms,
-                                                 "fastest": fastest, "space_size": space.size, SETTINGS_ATTR: settings})
-            if study is None:  # another worker created it a moment ago: join it like a resume
-                existing = _settled_study(storage, cfg.study_name)
-                check_settings(existing, settings, url)
-                budget_ms = existing.user_attrs["budget_ms"]
-                teacher_latency = existing.user_attrs["teacher_latency"]
-        if study is None:
-            study = optuna.load_study(study_name=cfg.study_name, storage=storage,
-                                      sampler=_sampler(cfg, len(existing.trials)), pruner=_pruner(cfg))
+        study, facts = _open_study(cfg, storage, url, existing, facts, settings)
         write_pointer(out, url, cfg.study_name)
         fail_stale_trials(study, cfg.stale_after_s)
         enqueue_retries(study)
-
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
-                            cache=cache, teacher_latency_ms=teacher_latency["median_ms"], budget_ms=budget_ms,
-                            progress=progress)
-        objective = Objective(ctx)
-        progress.set_done(counted_trials(study))
-        progress.best((best_row(trial_rows(study)) or {}).get("reward"))
-        write_outputs(study, out)
-        while counted_trials(study) < cfg.trials:
-            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
-            enqueue_retries(study)
-            progress.set_done(counted_trials(study))
-            progress.best((best_row(trial_rows(study)) or {}).get("reward"))
-            progress.phase("writing pages")
-            write_outputs(study, out)
-
+                            cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
+                            budget_ms=facts["budget_ms"], progress=progress)
+        _run_trials(study, Objective(ctx), cfg, out, progress)
         if cfg.reference and study.user_attrs.get("reference") is None:
             study.set_user_attr("reference", evaluate_references(ctx))
-        chosen = finalists(study, cfg.objective)
-        if not chosen:
-            write_outputs(study, out)
-            raise InputError(
-                f"no trial was trained within the budget of {budget_ms:.2f} ms after {cfg.trials} trials; "
-                f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
-            )
-        if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg):
-            held = claim_final(study, cfg.stale_after_s)
-            if held is None:
-                run_final(study, ctx, out, chosen)
-            else:
-                progress.note(held)
+        _finish(study, ctx, out, progress)
         progress.phase("done")
         return write_outputs(study, out)
     finally:
         progress.close()
+
+
+def _open_study(cfg: SearchConfig, storage, url: str, existing: optuna.Study | None, facts: dict[str, Any],
+                settings: dict[str, Any]) -> tuple[optuna.Study, dict[str, Any]]:
+    """The study to work on and its facts (budget, teacher latency): a new one, or the existing one,
+    also when another worker created it between our check and our create."""
+    if existing is None:
+        study = _create_study(cfg, storage, facts)
+        if study is not None:
+            return study, facts
+        existing = _settled_study(storage, cfg.study_name)  # another worker created it a moment ago
+        check_settings(existing, settings, url)
+    study = optuna.load_study(study_name=cfg.study_name, storage=storage,
+                              sampler=_sampler(cfg, len(existing.trials)), pruner=_pruner(cfg))
+    return study, existing.user_attrs
+
+
+def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, out: Path, progress: Progress) -> None:
+    """Trials until the study holds `cfg.trials` counted ones (other workers' included); the pages
+    are rewritten after each."""
+    progress.set_done(counted_trials(study))
+    progress.best((best_row(trial_rows(study)) or {}).get("reward"))
+    write_outputs(study, out)
+    while counted_trials(study) < cfg.trials:
+        study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+        enqueue_retries(study)
+        progress.set_done(counted_trials(study))
+        progress.best((best_row(trial_rows(study)) or {}).get("reward"))
+        progress.phase("writing pages")
+        write_outputs(study, out)
+
+
+def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progress) -> None:
+    """The final stage, once across workers: distill, ship and profile the winner (or say why not)."""
+    cfg = ctx.config
+    chosen = finalists(study, cfg.objective)
+    if not chosen:
+        write_outputs(study, out)
+        raise InputError(
+            f"no trial was trained within the budget of {ctx.budget_ms:.2f} ms after {cfg.trials} trials; "
+            f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
+        )
+    if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg):
+        held = claim_final(study, cfg.stale_after_s)
+        if held is None:
+            run_final(study, ctx, out, chosen)
+        else:
+            progress.note(held)
 
 
 def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.Study | None:

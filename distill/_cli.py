@@ -87,27 +87,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core import assets
+    from core.errors import InputError
     from .cache import TeacherCache
     from .data import load_corpus, make_transfer_set
-    from core.errors import InputError
     from .inherit import inherit_reason
-    from .methods import METHODS
     from .recipes import hs_then_od, wants_assistant, with_assistant
     from core.spec import parse_arch
     from .teachers import load_teacher
     from .trainer import DistillConfig, distill
 
-    allowed = (*METHODS, "hs+od")
-    if args.method not in allowed:
-        raise InputError(f"method {args.method!r} is unknown; allowed: {', '.join(allowed)}")
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "distill.json").exists())):
-        raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")
-    for name in ("steps", "batch_size", "train_size", "eval_size"):
-        if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")
-
+    out = _check_args(args)
     config = DistillConfig(
         method="hs" if args.method == "hs+od" else args.method,
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
@@ -128,11 +117,7 @@ def run(args: argparse.Namespace) -> int:
     data = make_transfer_set(teacher.tokenizer, texts, seq_len=args.seq_len, num_train=args.train_size,
                              num_eval=args.eval_size, seed=args.seed, unit=args.unit)
     log(f"corpus {args.corpus}: {data.num_train} training and {data.num_eval} held-out sequences of {data.seq_len} tokens")
-    if args.cache_dir is None:
-        cache_dir = assets.cache_root() / "targets"
-    else:
-        cache_dir = None if args.cache_dir.lower() == "none" else Path(args.cache_dir)
-    cache = TeacherCache(teacher, data, directory=cache_dir)
+    cache = TeacherCache(teacher, data, directory=_cache_dir(args.cache_dir))
 
     use_assistant = args.assistant == "on" or (args.assistant == "auto" and wants_assistant(teacher, spec))
     if args.method == "hs+od":
@@ -153,3 +138,29 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**result.summary(), **extra, "out": str(out)}, indent=2))
     return 0
+
+
+def _check_args(args: argparse.Namespace) -> Path:
+    """Refuse a bad method, output folder or size before anything loads; returns the output folder."""
+    from core.errors import InputError
+    from .methods import METHODS
+
+    allowed = (*METHODS, "hs+od")
+    if args.method not in allowed:
+        raise InputError(f"method {args.method!r} is unknown; allowed: {', '.join(allowed)}")
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "distill.json").exists())):
+        raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")
+    for name in ("steps", "batch_size", "train_size", "eval_size"):
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")
+    return out
+
+
+def _cache_dir(value: str | None) -> Path | None:
+    """--cache-dir: default under $KDNAS_CACHE, `none` for no disk cache, else the folder given."""
+    from core import assets
+
+    if value is None:
+        return assets.cache_root() / "targets"
+    return None if value.lower() == "none" else Path(value)

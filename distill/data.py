@@ -147,6 +147,18 @@ class TransferSet:
         return int(self.eval_ids.shape[0])
 
 
+def _check_transfer_args(tokenizer, texts: list[str], seq_len: int, num_train: int, num_eval: int, unit: str) -> None:
+    max_positions = int(getattr(tokenizer, "model_max_length", 512) or 512)
+    if not 8 <= seq_len <= min(max_positions, 512):
+        raise InputError(f"sequence length {seq_len} is invalid: allowed 8..{min(max_positions, 512)}")
+    if unit not in UNITS:
+        raise InputError(f"transfer unit {unit!r} is invalid: allowed {', '.join(UNITS)}")
+    if num_train < 1 or num_eval < 2:
+        raise InputError(f"transfer set sizes train={num_train}, eval={num_eval} are invalid: need train >= 1, eval >= 2")
+    if not texts:
+        raise InputError("corpus is empty: no documents to distill on")
+
+
 def make_transfer_set(
     tokenizer, texts: list[str], *, seq_len: int = 128, num_train: int = 512, num_eval: int = 64, seed: int = 0,
     unit: str = "window",
@@ -159,16 +171,7 @@ def make_transfer_set(
     Evaluation rows are taken from the first documents after shuffling, training rows from the
     rest, so the held-out loss is measured on text the student never trained on.
     """
-    max_positions = int(getattr(tokenizer, "model_max_length", 512) or 512)
-    if not 8 <= seq_len <= min(max_positions, 512):
-        raise InputError(f"sequence length {seq_len} is invalid: allowed 8..{min(max_positions, 512)}")
-    if unit not in UNITS:
-        raise InputError(f"transfer unit {unit!r} is invalid: allowed {', '.join(UNITS)}")
-    if num_train < 1 or num_eval < 2:
-        raise InputError(f"transfer set sizes train={num_train}, eval={num_eval} are invalid: need train >= 1, eval >= 2")
-    if not texts:
-        raise InputError("corpus is empty: no documents to distill on")
-
+    _check_transfer_args(tokenizer, texts, seq_len, num_train, num_eval, unit)
     if len(texts) >= HELDOUT_MIN_DOCS:
         texts = [t for t in texts if not is_heldout(t)]
     order = list(range(len(texts)))

@@ -251,45 +251,17 @@ def task_transfer(teacher_name: str = "minilm-l6", source: str | Task = "sentime
     labeled = task.train.subsample(config.labeled_size, seed=0)
     test = task.test.subsample(ft.eval_size, seed=0)
 
-    # The teacher, fine-tuned on hard labels of the source task (Algorithm 1, input a).
-    encoder, tokenizer = load_encoder(ref)
-    torch.manual_seed(config.seed)
-    teacher = Classifier(encoder, task.num_labels, ft.dropout).to(device)
-    if ft.freeze_embeddings:
-        encoder.get_input_embeddings().requires_grad_(False)
+    teacher, tokenizer, labeled_rows, test_rows, first = _finetuned_teacher(ref, task, labeled, test, config, device)
     pad_id = int(tokenizer.pad_token_id or 0)
-    labeled_rows = encode(tokenizer, labeled.texts, config.seq_len)
-    test_rows = encode(tokenizer, test.texts, config.seq_len)
-    start = time.perf_counter()
-    train_classifier(teacher, labeled_rows, list(labeled.labels), pad_id=pad_id, config=ft, seed=config.seed,
-                     bar=_bar(config, math.ceil(len(labeled_rows) / ft.batch_size) * ft.epochs, "fine-tune teacher"))
-    teacher.eval().requires_grad_(False)
-    teacher_source = _score(teacher, test_rows, list(test.labels), pad_id, task.num_labels)
-    stages = [{"stage": "teacher-finetune", "seconds": round(time.perf_counter() - start, 2), **teacher_source}]
+    teacher_source = {k: v for k, v in first.items() if k not in ("stage", "seconds")}
+    stages = [first]
 
     # Unlabeled transfer data: the source task's training texts, labels dropped.
     data = make_transfer_set(tokenizer, list(task.train.texts), seq_len=config.seq_len,
                              num_train=config.transfer_size, num_eval=64, seed=config.seed)
 
-    # Stage 1: multi-layer hidden + attention transfer with SVD-initialised embeddings, through
-    # the shared distillation trainer (the fine-tuned teacher's targets are cached once in memory).
-    inner = teacher_from_model(f"{teacher_name}@{task.name}", teacher.encoder, tokenizer)
-    spec = parse_arch(config.arch, **inner.student_sizes())
-    rep = config.representation
-    start = time.perf_counter()
-    if rep.steps:
-        result = distill(spec, inner, data, DistillConfig(
-            method="xtremedistil", steps=rep.steps, batch_size=config.batch_size, lr=rep.lr, init="svd",
-            seed=config.seed, device=config.device, progress=config.progress), cache=TeacherCache(inner, data))
-        student_encoder = result.student
-        stages.append({"stage": "representation", "steps": rep.steps, "lr": rep.lr,
-                       "loss_last": result.metrics["train_loss"], "l_hs_norm": result.metrics["l_hs_norm"],
-                       "seconds": round(time.perf_counter() - start, 2)})
-    else:
-        from distill.trainer import build_student_model, _svd_init
-
-        student_encoder = build_student_model(spec, mlm=False, seed=config.seed)
-        _svd_init(student_encoder, inner)
+    student_encoder, stage = _representation_stage(teacher_name, task, teacher, tokenizer, data, config)
+    stages += [stage] if stage else []
     torch.manual_seed(config.seed)
     student = Classifier(student_encoder, task.num_labels, ft.dropout).to(device)
 
@@ -321,6 +293,49 @@ def task_transfer(teacher_name: str = "minilm-l6", source: str | Task = "sentime
     return TransferResult(student=student, tokenizer=tokenizer, teacher_source=teacher_source,
                           student_source=student_source, stages=stages, config=config,
                           source=task.name, teacher=teacher_name)
+
+
+def _finetuned_teacher(ref, task: Task, labeled, test, config: "TransferConfig", device: torch.device):
+    """The teacher, fine-tuned on hard labels of the source task (Algorithm 1, input a), its scores on
+    the test rows, and the encoded labeled and test rows."""
+    ft = config.teacher_finetune
+    encoder, tokenizer = load_encoder(ref)
+    torch.manual_seed(config.seed)
+    teacher = Classifier(encoder, task.num_labels, ft.dropout).to(device)
+    if ft.freeze_embeddings:
+        encoder.get_input_embeddings().requires_grad_(False)
+    pad_id = int(tokenizer.pad_token_id or 0)
+    labeled_rows = encode(tokenizer, labeled.texts, config.seq_len)
+    test_rows = encode(tokenizer, test.texts, config.seq_len)
+    start = time.perf_counter()
+    train_classifier(teacher, labeled_rows, list(labeled.labels), pad_id=pad_id, config=ft, seed=config.seed,
+                     bar=_bar(config, math.ceil(len(labeled_rows) / ft.batch_size) * ft.epochs, "fine-tune teacher"))
+    teacher.eval().requires_grad_(False)
+    scores = _score(teacher, test_rows, list(test.labels), pad_id, task.num_labels)
+    entry = {"stage": "teacher-finetune", "seconds": round(time.perf_counter() - start, 2), **scores}
+    return teacher, tokenizer, labeled_rows, test_rows, entry
+
+
+def _representation_stage(teacher_name: str, task: Task, teacher, tokenizer, data, config: "TransferConfig"):
+    """Stage 1: multi-layer hidden + attention transfer with SVD-initialised embeddings, through the
+    shared distillation trainer (the fine-tuned teacher's targets cached once in memory). Returns the
+    student encoder and the stage's record (None when the stage has no steps)."""
+    inner = teacher_from_model(f"{teacher_name}@{task.name}", teacher.encoder, tokenizer)
+    spec = parse_arch(config.arch, **inner.student_sizes())
+    rep = config.representation
+    if not rep.steps:
+        from distill.trainer import build_student_model, _svd_init
+
+        encoder = build_student_model(spec, mlm=False, seed=config.seed)
+        _svd_init(encoder, inner)
+        return encoder, None
+    start = time.perf_counter()
+    result = distill(spec, inner, data, DistillConfig(
+        method="xtremedistil", steps=rep.steps, batch_size=config.batch_size, lr=rep.lr, init="svd",
+        seed=config.seed, device=config.device, progress=config.progress), cache=TeacherCache(inner, data))
+    return result.student, {"stage": "representation", "steps": rep.steps, "lr": rep.lr,
+                            "loss_last": result.metrics["train_loss"], "l_hs_norm": result.metrics["l_hs_norm"],
+                            "seconds": round(time.perf_counter() - start, 2)}
 
 
 @torch.inference_mode()

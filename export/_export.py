@@ -85,68 +85,91 @@ def export_model(
     """
     started = time.perf_counter()
     out = Path(out_dir).expanduser()
-    _check_out_dir(out)
-    _graph.check_opset(opset)
-    if int8_fp32_attention and not int8:
-        raise InputError("--int8-fp32-attention chooses how model.int8.onnx is quantized: add --int8 to write it")
-    if pooling is not None:
-        _graph.check_pooling(pooling)
+    _check_arguments(out, opset, int8, int8_fp32_attention, pooling)
     model, source, tok_source = _load_model(model_or_dir)
     pooling, normalize = _embedding_pipeline(tok_source, pooling, normalize)
-    tok = _load_tokenizer(tokenizer if tokenizer is not None else tok_source, source)
-    vocab = int(model.config.vocab_size)
-    if len(tok) > vocab:
-        raise InputError(f"tokenizer has {len(tok)} tokens but the model's vocabulary is {vocab}: wrong tokenizer")
+    tok = _matching_tokenizer(tokenizer if tokenizer is not None else tok_source, source, model)
 
     out.parent.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-") as tmp:
         stage = Path(tmp)
-        graph = _graph.export_onnx(model, stage / MODEL_FILE, opset=opset, optimize=optimize,
-                                   pooling=pooling, normalize=normalize)
-        if optimize and not graph.attention_fused:
-            notes.append(graph.fusion_summary())
-            warnings.warn(graph.fusion_summary(), stacklevel=2)
-
+        graph = _fused_graph(model, stage / MODEL_FILE, opset, optimize, pooling, normalize, notes)
         batches = _parity.tokenized_batches(tok, graph.inputs)
         reference = [_graph.torch_encode(model, b, pooling=pooling, normalize=normalize) for b in batches]
-        parity = _parity.compare(reference, _parity.run_onnx(graph.path, batches), batches, _parity.FP32_MAX_ABS)
-        if not parity.passed:
-            raise ParityError(
-                f"parity check failed: onnxruntime differs from PyTorch by max-abs {parity.max_abs:.2e} "
-                f"(tolerance {parity.tolerance:.0e}, min cosine {parity.cosine:.6f}); nothing was written"
-            )
-
+        parity = _check_parity(graph.path, batches, reference)
         int8_min = int8_mean = recipe = None
         if int8:
-            _graph.quantize_int8(stage / MODEL_FILE, stage / INT8_FILE, fp32_attention=int8_fp32_attention)
-            recipe = "dynamic, per-channel int8 weights, " + (
-                "fused attention fp32" if int8_fp32_attention else "attention quantized too")
-            quantized = _parity.run_onnx(str(stage / INT8_FILE), batches)
-            cosines = _embedding_cosines(reference, quantized)
-            int8_min, int8_mean = min(cosines), float(np.mean(cosines))
-            if int8_mean < _parity.INT8_MEAN_COSINE:
-                msg = (f"INT8 quality: mean cosine to fp32 {int8_mean:.4f} < {_parity.INT8_MEAN_COSINE} "
-                       f"(min {int8_min:.4f}); prefer model.onnx if embedding quality matters")
-                notes.append(msg)
-                warnings.warn(msg, stacklevel=2)
+            int8_min, int8_mean, recipe = _quantize(stage, batches, reference, int8_fp32_attention, notes)
 
         tok.save_pretrained(stage)
         model.config.save_pretrained(stage)
-        sizes = {p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}
         report = ExportReport(
             out_dir=str(out), source=source, model_type=str(model.config.model_type), arch=_arch(model.config),
             opset=graph.opset, exporter=_graph.EXPORTER, inputs=graph.inputs, outputs=graph.outputs,
             optimized=graph.optimized, fused=graph.fused, attention_fused=graph.attention_fused,
             fusion=graph.fusion_summary(), parity=parity, pooling=pooling, normalize=normalize,
             int8_cosine=int8_min, int8_mean_cosine=int8_mean, int8_recipe=recipe,
-            sizes=sizes, versions=_versions(), warnings=tuple(notes),
-            seconds=round(time.perf_counter() - started, 2),
+            sizes={p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}, versions=_versions(),
+            warnings=tuple(notes), seconds=round(time.perf_counter() - started, 2),
         )
         (stage / MANIFEST).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
         stage.chmod(0o755)  # mkdtemp makes it private; the export is meant to be shipped
         _swap_in(stage, out)
     return report
+
+
+def _fused_graph(model, path: Path, opset: int | None, optimize: bool, pooling: str, normalize: bool,
+                 notes: list[str]) -> "_graph.GraphInfo":
+    """model.onnx, and a note (and warning) when optimisation did not fuse attention."""
+    graph = _graph.export_onnx(model, path, opset=opset, optimize=optimize, pooling=pooling, normalize=normalize)
+    if optimize and not graph.attention_fused:
+        notes.append(graph.fusion_summary())
+        warnings.warn(graph.fusion_summary(), stacklevel=2)
+    return graph
+
+
+def _matching_tokenizer(tokenizer_or_source, source: str, model):
+    tok = _load_tokenizer(tokenizer_or_source, source)
+    vocab = int(model.config.vocab_size)
+    if len(tok) > vocab:
+        raise InputError(f"tokenizer has {len(tok)} tokens but the model's vocabulary is {vocab}: wrong tokenizer")
+    return tok
+
+
+def _check_arguments(out: Path, opset: int | None, int8: bool, int8_fp32_attention: bool, pooling: str | None) -> None:
+    _check_out_dir(out)
+    _graph.check_opset(opset)
+    if int8_fp32_attention and not int8:
+        raise InputError("--int8-fp32-attention chooses how model.int8.onnx is quantized: add --int8 to write it")
+    if pooling is not None:
+        _graph.check_pooling(pooling)
+
+
+def _check_parity(path: str, batches: list, reference: list) -> "_parity.Parity":
+    parity = _parity.compare(reference, _parity.run_onnx(path, batches), batches, _parity.FP32_MAX_ABS)
+    if not parity.passed:
+        raise ParityError(
+            f"parity check failed: onnxruntime differs from PyTorch by max-abs {parity.max_abs:.2e} "
+            f"(tolerance {parity.tolerance:.0e}, min cosine {parity.cosine:.6f}); nothing was written"
+        )
+    return parity
+
+
+def _quantize(stage: Path, batches: list, reference: list, fp32_attention: bool,
+              notes: list[str]) -> tuple[float, float, str]:
+    """model.int8.onnx beside model.onnx, and its embeddings' cosines to the fp32 reference (a note
+    when the mean falls under the quality bar)."""
+    _graph.quantize_int8(stage / MODEL_FILE, stage / INT8_FILE, fp32_attention=fp32_attention)
+    recipe = "dynamic, per-channel int8 weights, " + ("fused attention fp32" if fp32_attention else "attention quantized too")
+    cosines = _embedding_cosines(reference, _parity.run_onnx(str(stage / INT8_FILE), batches))
+    int8_min, int8_mean = min(cosines), float(np.mean(cosines))
+    if int8_mean < _parity.INT8_MEAN_COSINE:
+        msg = (f"INT8 quality: mean cosine to fp32 {int8_mean:.4f} < {_parity.INT8_MEAN_COSINE} "
+               f"(min {int8_min:.4f}); prefer model.onnx if embedding quality matters")
+        notes.append(msg)
+        warnings.warn(msg, stacklevel=2)
+    return int8_min, int8_mean, recipe
 
 
 def _load_model(model_or_dir):

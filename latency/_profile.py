@@ -91,15 +91,7 @@ def profile(
     and exported (optimized/int8 as asked), since weights do not change latency. Results are cached
     by (architecture or file hash, runtime and flavour, batch, seq, threads, CPU, library versions).
     """
-    for name, value in (("batch", batch), ("seq", seq), ("threads", threads)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{name}={value!r} is invalid: must be a positive integer")
-    available = len(os.sched_getaffinity(0))
-    if threads > available:
-        raise InputError(f"threads={threads} exceeds the {available} CPU cores available to this process")
-    if runtime not in RUNTIMES:
-        raise InputError(f"runtime {runtime!r} is unknown: use one of {', '.join(RUNTIMES)}")
-
+    _check_settings(batch, seq, threads, runtime)
     resolved = _resolve(target)
     if runtime == "torch" and resolved["kind"] == "onnx":
         raise InputError("runtime torch needs a model folder or an architecture, not an .onnx file")
@@ -139,6 +131,17 @@ def profile(
     if use_cache and not result.noisy:  # a busy machine's figure must not outlive the load that made it
         _write_atomic(cache_file, json.dumps(result.to_dict(), indent=1))
     return result
+
+
+def _check_settings(batch: int, seq: int, threads: int, runtime: str) -> None:
+    for name, value in (("batch", batch), ("seq", seq), ("threads", threads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name}={value!r} is invalid: must be a positive integer")
+    available = len(os.sched_getaffinity(0))
+    if threads > available:
+        raise InputError(f"threads={threads} exceeds the {available} CPU cores available to this process")
+    if runtime not in RUNTIMES:
+        raise InputError(f"runtime {runtime!r} is unknown: use one of {', '.join(RUNTIMES)}")
 
 
 def default_cache_dir() -> Path:

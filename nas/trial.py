@@ -167,7 +167,12 @@ class Objective:
             trial.set_user_attr("status", "infeasible")
             trial.set_user_attr("reason", f"latency {median:.2f} ms > budget {ctx.budget_ms:.2f} ms; not trained")
             return self._untrained(median)
+        return self._train(trial, spec, median, seconds)
 
+    def _train(self, trial: optuna.Trial, spec: StudentSpec, median: float,
+               seconds: dict[str, float]) -> float | tuple[float, float]:
+        """Proxy-distil a shape within the budget, reporting interim rewards to the pruner; its score."""
+        ctx, cfg = self.ctx, self.ctx.config
         self._phase(trial, "distill")
         t0 = time.perf_counter()
 

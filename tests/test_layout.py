@@ -67,3 +67,13 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
                       "    from . import sibling\n")
     assert imported_packages(source) == {"nas", "latency"}
     assert not allowed("distill", "nas") and not allowed("export", "latency") and allowed("latency", "export")
+
+
+def test_no_function_is_longer_than_a_screen():
+    long = []
+    for package in FLOORS:
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
+    assert not long, long

@@ -54,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # `kdnas search --workers N` starts copies of itself
     try:
         return int(args.func(args) or 0)
     except KdnasError as err:

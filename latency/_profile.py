@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -11,6 +12,11 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks, measurements are not serialised there
+    fcntl = None
 
 from core.errors import InputError, LatencyError
 from core.spec import StudentSpec, parse_arch
@@ -120,7 +126,8 @@ def profile(
         "optimized": identity["optimized"], "int8": identity["int8"], "vocab_size": resolved["vocab_size"],
         "max_cv": MAX_CV, "retries": RETRIES, "blocks": BLOCKS,
     }
-    stats = _run_worker(request, threads, timeout)
+    with _host_lock():
+        stats = _run_worker(request, threads, timeout)
     result = LatencyResult(
         median_ms=stats["median_ms"], p90_ms=stats["p90_ms"], min_ms=stats["min_ms"], mean_ms=stats["mean_ms"],
         cv=stats["cv"], runs=stats["runs"], noisy=not stats["quiet"], batch=batch, seq=seq,
@@ -131,6 +138,23 @@ def profile(
     if use_cache and not result.noisy:  # a busy machine's figure must not outlive the load that made it
         _write_atomic(cache_file, json.dumps(result.to_dict(), indent=1))
     return result
+
+
+@contextlib.contextmanager
+def _host_lock():
+    """One latency measurement at a time on this host: search workers sharing a machine would
+    otherwise time their shapes at the same moment on the same cores. An advisory lock on one file
+    in the system's temporary folder, whatever the cache folder (the kernel releases it if the
+    holder dies)."""
+    if fcntl is None:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "kdnas-latency.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _check_settings(batch: int, seq: int, threads: int, runtime: str) -> None:

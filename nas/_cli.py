@@ -70,6 +70,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _proxy_flags(p, d)
     _latency_and_reward_flags(p, d)
     _final_flags(p, d)
+    p.add_argument("--workers", type=int, default=1,
+                   help="start N workers on this machine that share one study (needs --storage postgresql... or "
+                        "journal:PATH; one GPU each when there are N); the final stage runs once (default: %(default)s)")
     p.add_argument("--device", default=d.device, help="training device: auto, cpu, cuda (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -158,6 +161,9 @@ def _search(args: argparse.Namespace) -> int:
     from . import search
     from .space import DIMENSIONS, load_space_file
 
+    if args.workers != 1:
+        return _start_workers(args)
+
     overrides = load_space_file(args.space_file) if args.space_file else {}
     for name in DIMENSIONS:
         if getattr(args, name) is not None:
@@ -171,6 +177,55 @@ def _search(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary, Path(args.out))
     return 0
+
+
+def _start_workers(args: argparse.Namespace) -> int:
+    """`--workers N`: N copies of this command, each its own process and storage connection, joined in
+    one study by Optuna's distributed mode; exit status: the first failing worker's."""
+    import os
+    import subprocess
+
+    from core.errors import InputError
+
+    if args.workers < 1:
+        raise InputError(f"--workers {args.workers} is invalid: must be at least 1")
+    if not args.storage or args.storage.startswith("sqlite"):
+        raise InputError(f"--workers {args.workers} needs a storage that many workers can share: --storage "
+                         "postgresql+psycopg://... or journal:PATH (SQLite is for one worker)")
+    argv = _without_workers(args.argv)
+    gpus = _gpu_count() if args.device != "cpu" else 0
+    children = []
+    for i in range(args.workers):
+        env = dict(os.environ)
+        if gpus >= args.workers:
+            env["CUDA_VISIBLE_DEVICES"] = str(i)  # one GPU per worker
+        extra = [] if i == 0 else ["--no-progress"]  # one progress bar on the terminal
+        children.append(subprocess.Popen([sys.executable, "-m", "kdnas.cli", *argv, *extra], env=env))
+    try:
+        codes = [child.wait() for child in children]
+    except KeyboardInterrupt:
+        for child in children:
+            child.terminate()
+        raise
+    return next((code for code in codes if code), 0)
+
+
+def _without_workers(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            out.append(arg)
+    return out
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def config_from_args(args: argparse.Namespace, overrides: dict) -> "SearchConfig":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 
 import pytest
 
@@ -211,3 +212,27 @@ def test_cli_profile_json_and_errors(tmp_path, capsys, monkeypatch):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("kdnas profile: error:") and err.count("\n") == 1
+
+
+def test_measurements_on_one_host_take_turns(tmp_path, monkeypatch):
+    """Two measurements at once (two search workers) run one after the other, not side by side."""
+    import threading
+
+    spans = []
+
+    def slow_worker(request, threads, timeout):
+        start = time.monotonic()
+        time.sleep(0.5)
+        spans.append((start, time.monotonic()))
+        return {"median_ms": 1.0, "p90_ms": 1.0, "min_ms": 1.0, "mean_ms": 1.0, "cv": 0.0, "runs": 1, "quiet": True,
+                "stable": True, "attempts": 1, "fused": {}, "block_medians": [1.0]}
+
+    monkeypatch.setattr(latency_profile, "_run_worker", slow_worker)
+    runs = [threading.Thread(target=profile, args=(TINY,), kwargs={"seq": 8 * (i + 1), "cache_dir": tmp_path})
+            for i in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    (a_start, a_end), (b_start, b_end) = sorted(spans)
+    assert b_start >= a_end

@@ -113,14 +113,9 @@ def profile(
     }
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
     cache_file = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / f"{key}.json"
-    if use_cache and cache_file.is_file():
-        try:
-            cached = LatencyResult(**{**json.loads(cache_file.read_text()), "cached": True})
-            if not cached.noisy:  # an entry from an older version may be noisy: measure again
-                return cached
-        except (ValueError, TypeError):
-            pass  # a stale or damaged entry is measured again and overwritten
-
+    cached = _read_cache(cache_file) if use_cache else None
+    if cached is not None:
+        return cached
     request = {
         "target": resolved["worker"], "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
         "optimized": identity["optimized"], "int8": identity["int8"], "vocab_size": resolved["vocab_size"],
@@ -138,6 +133,16 @@ def profile(
     if use_cache and not result.noisy:  # a busy machine's figure must not outlive the load that made it
         _write_atomic(cache_file, json.dumps(result.to_dict(), indent=1))
     return result
+
+
+def _read_cache(cache_file: Path) -> LatencyResult | None:
+    """A cached quiet measurement; None for none, a damaged or stale entry, or a noisy one (an older
+    version cached those), which are measured again and overwritten."""
+    try:
+        cached = LatencyResult(**{**json.loads(cache_file.read_text()), "cached": True})
+    except (OSError, ValueError, TypeError):
+        return None
+    return None if cached.noisy else cached
 
 
 @contextlib.contextmanager

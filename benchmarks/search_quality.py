@@ -68,6 +68,7 @@ def summarize(summary: dict, seconds: float) -> dict:
         "rewards": rewards,
         "trials_to_99pct_own_best": trials_to_reach(rewards, threshold(best)) if best is not None else None,
         "seconds_wall": round(seconds, 1),
+        "seconds_distill_sum": round(sum(r["seconds_distill"] or 0 for r in rows), 1),
         "seconds_per_trial": summary["seconds_per_trial"],
         "rejected_before_training_share": summary["rejected_before_training_share"],
         "counts": summary["counts"],
@@ -83,7 +84,7 @@ def mean_std(values: list[float | None]) -> dict:
         return {"mean": None, "std": None, "never": len(values)}
     mean = sum(got) / len(got)
     std = (sum((v - mean) ** 2 for v in got) / max(1, len(got) - 1)) ** 0.5
-    return {"mean": round(mean, 2), "std": round(std, 2), "never": len(values) - len(got)}
+    return {"mean": round(mean, 4), "std": round(std, 4), "never": len(values) - len(got)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         for sampler in ("tpe", "random")}
     pruned, unpruned = runs["tpe/seed0"], runs["tpe-no-pruning/seed0"]
     results["pruning"] = {"best_arch_with": pruned["best_arch"], "best_arch_without": unpruned["best_arch"],
+                          "distill_seconds_with": pruned["seconds_distill_sum"],
+                          "distill_seconds_without": unpruned["seconds_distill_sum"],
                           "same_best_shape": pruned["best_arch"] == unpruned["best_arch"],
                           "best_reward_with": pruned["best_reward"], "best_reward_without": unpruned["best_reward"],
                           "seconds_with": pruned["seconds_wall"], "seconds_without": unpruned["seconds_wall"],

@@ -20,7 +20,7 @@ EXIT_USER_ERROR = 3
 
 def main() -> int:
     request = json.loads(sys.stdin.read())
-    from core.errors import KdnasError, InputError
+    from core.errors import KdnasError
 
     try:
         result = run(request)
@@ -105,13 +105,13 @@ def _ort_runner(request: dict, threads: int):
     feed = {k: v for k, v in _inputs(request).items() if k in names}
     missing = names - set(feed)
     if missing:
-        from core.errors import KdnasError, InputError
+        from core.errors import InputError
 
         raise InputError(f"ONNX model inputs {sorted(missing)} are not BERT-style encoder inputs")
     try:
         session.run(None, feed)
     except Exception as err:  # onnxruntime raises its own Fail/InvalidArgument types
-        from core.errors import KdnasError, InputError
+        from core.errors import InputError
 
         raise InputError(f"onnxruntime cannot run this model at batch {request['batch']}, "
                          f"seq {request['seq']}: {' '.join(str(err).split())[:300]}") from None

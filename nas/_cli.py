@@ -6,6 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import SearchConfig
 
 SEARCH_EPILOG = """\
 how a trial runs:
@@ -228,7 +232,7 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def config_from_args(args: argparse.Namespace, overrides: dict) -> "SearchConfig":
+def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
     """The SearchConfig the flags ask for: every option whose name is a field is passed as is (one
     source: the flags' defaults are the dataclass's); the negative switches and the space are mapped."""
     import dataclasses

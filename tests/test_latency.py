@@ -117,9 +117,19 @@ def _worker_reporting(quiet: bool, calls: list):
     return run
 
 
+def _noisy_worker(calls: list):
+    """A stand-in for the pinned worker that reports a busy machine (the caching rule is under test,
+    not the measurement: the real worker runs in the other tests of this file)."""
+    def run(request, threads, timeout):
+        calls.append(request["target"])
+        return {"median_ms": 1.0, "p90_ms": 1.5, "min_ms": 0.8, "mean_ms": 1.1, "cv": 0.3, "runs": 20, "quiet": False,
+                "stable": False, "attempts": 5, "fused": {}, "block_medians": [1.0, 1.4]}
+    return run
+
+
 def test_noisy_measurements_are_not_cached(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(latency_profile, "_run_worker", _worker_reporting(False, calls))
+    monkeypatch.setattr(latency_profile, "_run_worker", _noisy_worker(calls))
     first = profile(TINY, seq=16, cache_dir=tmp_path)
     assert first.noisy and not any(tmp_path.iterdir())
     assert not profile(TINY, seq=16, cache_dir=tmp_path).cached and len(calls) == 2  # measured again

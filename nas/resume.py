@@ -1,6 +1,6 @@
 """Resuming a study: find trials whose worker died, fail them, and queue their shapes again.
 
-On RDB storages Optuna's heartbeat does this (nas.storage). Journal storage has none, so kdnas records who runs each trial
+On RDB storages Optuna's heartbeat does this first (nas.storage); for journal storage, which has none, and as a backstop, kdnas records who runs each trial
 (`worker`: host, pid, process start time) and when it last showed life (`alive_at`, updated at
 every phase and evaluation). A RUNNING trial is stale when its worker process is gone from this
 host, or, for a worker on another host, when it has been silent for `stale_after_s`.
@@ -44,16 +44,13 @@ def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> list[int]:
     """Mark the RUNNING trials of dead workers FAIL (reason recorded); returns their numbers.
 
     A worker on this host is dead when its process is gone: exact and immediate, on every storage.
-    A worker on another host is judged by silence only where Optuna has no heartbeat (journal
-    storage); on RDB storages the heartbeat's grace period decides for those.
+    A worker on another host is dead after `stale_after_s` of silence; on RDB storages Optuna's
+    heartbeat (grace 120 s) normally fails such a trial long before, and this rule is the backstop.
     """
     storage = study._storage  # optuna exposes no public way to change another trial's state
-    heartbeat = isinstance(storage, optuna.storages.RDBStorage) and storage.get_heartbeat_interval() is not None
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = trial.user_attrs.get("worker")
-        if heartbeat and (not worker or worker.get("host") != socket.gethostname()):
-            continue
         alive_at = trial.user_attrs.get("alive_at")
         if alive_at is None and trial.datetime_start is not None:
             alive_at = trial.datetime_start.timestamp()

@@ -5,6 +5,7 @@
     res.median_ms, res.p90_ms, res.cv, res.noisy, res.cached
 """
 
-from ._profile import LatencyResult, default_cache_dir, profile
+from ._profile import LatencyResult, cpu_model, default_cache_dir, library_versions, profile
+from ._worker import LATENCY_CORES_ENV, latency_cores
 
-__all__ = ["profile", "LatencyResult", "default_cache_dir"]
+__all__ = ["profile", "LatencyResult", "cpu_model", "default_cache_dir", "library_versions", "LATENCY_CORES_ENV", "latency_cores"]

@@ -57,6 +57,8 @@ class LatencyResult:
     attempts: int = 1
     fused: dict[str, int] = field(default_factory=dict)
     block_medians: list[float] = field(default_factory=list)
+    cores: list[int] = field(default_factory=list)  # the cores the timed runs were pinned to
+    window: list[float] = field(default_factory=list)  # [start, end] of the timed runs, seconds since the epoch
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -129,6 +131,7 @@ def profile(
         threads=threads, runtime=runtime, cpu=cpu, versions=versions, cached=False, key=key,
         target=resolved["label"], optimized=identity["optimized"], int8=identity["int8"], stable=stats["stable"],
         attempts=stats["attempts"], fused=stats["fused"], block_medians=stats["block_medians"],
+        cores=stats["cores"], window=stats["window"],
     )
     if use_cache and not result.noisy:  # a busy machine's figure must not outlive the load that made it
         _write_atomic(cache_file, json.dumps(result.to_dict(), indent=1))
@@ -179,8 +182,7 @@ def default_cache_dir() -> Path:
     return cache_root() / "latency"
 
 
-def cpu_name() -> str:
-    """CPU model, core count and the int8 dot-product extensions that decide INT8 speed."""
+def _cpuinfo() -> tuple[str, set[str]]:
     model, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -190,6 +192,17 @@ def cpu_name() -> str:
                 flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    return model, flags
+
+
+def cpu_model() -> str:
+    """The CPU model's name: latencies measured on two different models do not compare."""
+    return _cpuinfo()[0]
+
+
+def cpu_name() -> str:
+    """CPU model, core count and the int8 dot-product extensions that decide INT8 speed."""
+    model, flags = _cpuinfo()
     extensions = [f for f in ("avx512_vnni", "avx_vnni", "amx_int8") if f in flags]
     return f"{model} ({os.cpu_count()} cpus{', ' + ', '.join(extensions) if extensions else ''})"
 

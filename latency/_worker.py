@@ -11,11 +11,13 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from . import _stats
 
 EXIT_USER_ERROR = 3
+LATENCY_CORES_ENV = "KDNAS_LATENCY_CORES"  # set by `kdnas search --workers`: cores kept free of training
 
 
 def main() -> int:
@@ -34,11 +36,12 @@ def main() -> int:
 def run(request: dict) -> dict:
     threads = int(request["threads"])
     # Pin to `threads` cores: a runtime that sees more cores than it may use oversubscribes them.
-    cores = sorted(os.sched_getaffinity(0))[:threads]
+    cores = latency_cores(threads)
     os.sched_setaffinity(0, cores)
     rule = _stats.StopRule(**request.get("rule", {}))
     runner = _torch_runner if request["runtime"] == "torch" else _ort_runner
     run_once, fused, tmp = runner(request, threads)
+    started = time.time()  # the timed runs (what must not overlap another measurement) start here
     try:
         best, blocks, quiet = _stats.measure_blocks(run_once, rule, blocks=int(request.get("blocks", 1)),
                                                     retries=int(request["retries"]), max_cv=request["max_cv"])
@@ -46,7 +49,16 @@ def run(request: dict) -> dict:
         if tmp is not None:
             tmp.cleanup()
     return {**best.__dict__, "attempts": len(blocks), "block_medians": [round(b.median_ms, 4) for b in blocks],
-            "quiet": quiet, "cores": cores, "fused": fused}
+            "quiet": quiet, "cores": cores, "fused": fused, "window": [started, time.time()]}
+
+
+def latency_cores(threads: int) -> list[int]:
+    """The cores a measurement runs on: those `kdnas search --workers` kept free of training
+    (`KDNAS_LATENCY_CORES`), else the last `threads` cores this process may use."""
+    reserved = os.environ.get(LATENCY_CORES_ENV)
+    if reserved:
+        return [int(c) for c in reserved.split(",")][:threads]
+    return sorted(os.sched_getaffinity(0))[-threads:]
 
 
 def _inputs(request: dict):

@@ -190,6 +190,7 @@ def _start_workers(args: argparse.Namespace) -> int:
     import subprocess
 
     from core.errors import InputError
+    from latency import LATENCY_CORES_ENV
 
     if args.workers < 1:
         raise InputError(f"--workers {args.workers} is invalid: must be at least 1")
@@ -198,13 +199,15 @@ def _start_workers(args: argparse.Namespace) -> int:
                          "postgresql+psycopg://... or journal:PATH (SQLite is for one worker)")
     argv = _without_workers(args.argv)
     gpus = _gpu_count() if args.device != "cpu" else 0
+    measure_on, train_on = _split_cores(args.threads)
     children = []
     for i in range(args.workers):
-        env = dict(os.environ)
+        env = {**os.environ, LATENCY_CORES_ENV: ",".join(map(str, measure_on))}
         if gpus >= args.workers:
             env["CUDA_VISIBLE_DEVICES"] = str(i)  # one GPU per worker
         extra = [] if i == 0 else ["--no-progress"]  # one progress bar on the terminal
-        children.append(subprocess.Popen([sys.executable, "-m", "kdnas.cli", *argv, *extra], env=env))
+        pin = (lambda: os.sched_setaffinity(0, train_on)) if train_on else None
+        children.append(subprocess.Popen([sys.executable, "-m", "kdnas.cli", *argv, *extra], env=env, preexec_fn=pin))
     try:
         codes = [child.wait() for child in children]
     except KeyboardInterrupt:
@@ -212,6 +215,21 @@ def _start_workers(args: argparse.Namespace) -> int:
             child.terminate()
         raise
     return next((code for code in codes if code), 0)
+
+
+def _split_cores(threads: int) -> tuple[list[int], list[int]]:
+    """(latency cores, training cores) for local workers: measurements get the last `threads` cores,
+    training the others; on a host with no core to spare, training shares them (measurements are
+    still one at a time, by the host-wide lock in `latency`)."""
+    import os
+
+    from latency import latency_cores
+
+    measure_on = latency_cores(threads)
+    train_on = sorted(set(os.sched_getaffinity(0)) - set(measure_on))
+    where = f"training on cores {train_on}" if train_on else "training shares them (no core to spare)"
+    print(f"kdnas search: latency measured on cores {measure_on}, one at a time; {where}", file=sys.stderr)
+    return measure_on, train_on
 
 
 def _without_workers(argv: list[str]) -> list[str]:

@@ -156,15 +156,20 @@ class SearchConfig:
         # Optuna's pruners are single-objective only: the Pareto objective never prunes.
         return self.prune and self.objective == "reward"
 
-    def study_settings(self, space: SearchSpace, teacher_fingerprint: str, device: str = "cpu") -> dict[str, Any]:
+    def study_settings(self, space: SearchSpace, teacher_fingerprint: str, device: str = "cpu",
+                       latency_machine: dict[str, str] | None = None) -> dict[str, Any]:
         """The settings that define the study; compared on every resume. `device` is the resolved
-        training device type: proxy scores from CPU fp32 and CUDA bf16 runs must not mix."""
+        training device type: proxy scores from CPU fp32 and CUDA bf16 runs must not mix.
+        `latency_machine` (CPU model, runtime version) is where the budget and every latency were
+        measured: a worker elsewhere would time shapes against another machine's budget."""
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in RUN_ONLY}
         settings["prune"] = self.pruning
         settings["teacher_fingerprint"] = teacher_fingerprint
         settings["space"] = space.to_dict()
         settings["device"] = device
         settings["dtype"] = "bf16" if device == "cuda" else "fp32"
+        if latency_machine is not None:
+            settings["latency_machine"] = latency_machine
         return settings
 
 

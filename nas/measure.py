@@ -29,4 +29,6 @@ def latency_record(result: Any) -> dict[str, Any]:
         "cv": float(result.cv),
         "noisy": bool(result.noisy),
         "cached": bool(result.cached),
+        "cores": list(result.cores),
+        "window": list(result.window),
     }

@@ -1,11 +1,13 @@
-"""Resuming a study: find trials whose worker died, fail them, and queue their shapes again.
+"""Failed trials: find those whose worker died, retry every failure once, and bound the rest.
 
 On RDB storages Optuna's heartbeat does this first (nas.storage); for journal storage, which has none, and as a backstop, kdnas records who runs each trial
 (`worker`: host, pid, process start time) and when it last showed life (`alive_at`, updated at
 every phase and evaluation). A RUNNING trial is stale when its worker process is gone from this
 host, or, for a worker on another host, when it has been silent for `stale_after_s`.
-A stale or interrupted (Ctrl-C) trial is marked FAIL with the reason and its parameters are
-enqueued once, so the shape is retried and the study still reaches the asked trial count.
+A stale trial is marked FAIL with the reason. Every failed trial (stale, an error, or Ctrl-C) has
+its parameters enqueued once, so the shape is retried and the study still reaches the asked trial
+count; a retry that fails too is final (a Ctrl-C never counts against a shape): its shape is
+recorded as failed and settled at once whenever it is proposed again (`failed_shapes`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import optuna
 import psutil
 from optuna.trial import TrialState
 
-RETRYABLE = ("stale", "interrupted")
+RETRYABLE = ("stale", "interrupted", "error")
 
 
 def worker_identity() -> dict[str, Any]:
@@ -69,17 +71,46 @@ def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> list[int]:
     return failed
 
 
+def is_retry(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether `trial` retries an earlier failure (queued by kdnas, or by Optuna's heartbeat callback)."""
+    return "retry_of" in trial.user_attrs or "failed_trial" in trial.system_attrs
+
+
+def _final_failure(trial: optuna.trial.FrozenTrial) -> bool:
+    return trial.state == TrialState.FAIL and is_retry(trial) and trial.user_attrs.get("fail_kind") != "interrupted"
+
+
 def enqueue_retries(study: optuna.Study) -> list[int]:
-    """Queue once the parameters of every stale or interrupted trial not yet retried."""
+    """Queue once the parameters of every failed trial not yet retried; a failed retry is not
+    retried again (its shape has failed twice), except after a Ctrl-C."""
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get("retry_of") for t in trials}
     queued = []
     for trial in trials:
         if (trial.state == TrialState.FAIL and trial.user_attrs.get("fail_kind") in RETRYABLE
-                and trial.number not in retried and trial.params):
+                and trial.number not in retried and trial.params and not _final_failure(trial)):
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
             queued.append(trial.number)
     return queued
+
+
+def failed_shapes(study: optuna.Study) -> dict[str, str]:
+    """{shape: reason} of the shapes whose retry failed as well: they are not trained again."""
+    return {t.user_attrs["arch"]: str(t.user_attrs.get("reason") or "its worker died")
+            for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            if _final_failure(t) and "arch" in t.user_attrs}
+
+
+def repeated_failure(study: optuna.Study, last: int) -> str | None:
+    """The error of the study's `last` finished trials when they all failed with the same one
+    (trials settled without running, as rejected or copied shapes, are skipped)."""
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()
+                and t.user_attrs.get("status") != "rejected" and "duplicate_of" not in t.user_attrs][-last:]
+    reasons = {t.user_attrs.get("reason") for t in finished}
+    if (len(finished) == last and len(reasons) == 1 and None not in reasons
+            and all(t.state == TrialState.FAIL and t.user_attrs.get("fail_kind") == "error" for t in finished)):
+        return str(reasons.pop())
+    return None
 
 
 def heartbeat_retries(study: optuna.Study) -> dict[int, int]:
@@ -90,10 +121,6 @@ def heartbeat_retries(study: optuna.Study) -> dict[int, int]:
 
 def counted_trials(study: optuna.Study) -> int:
     """Trials that count towards `--trials`: finished ones; a retried failure counts via its retry."""
-    retried = heartbeat_retries(study).keys()
-    n = 0
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
-        if trial.state == TrialState.FAIL and (trial.user_attrs.get("fail_kind") in RETRYABLE or trial.number in retried):
-            continue
-        n += 1
-    return n
+    trials = study.get_trials(deepcopy=False)
+    retried = set(heartbeat_retries(study)) | {t.user_attrs.get("retry_of") for t in trials}
+    return sum(1 for t in trials if t.state.is_finished() and not (t.state == TrialState.FAIL and t.number in retried))

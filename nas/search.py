@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 
 from distill import TeacherCache, load_corpus, load_teacher
-from core.errors import InputError
+from core.errors import InputError, TrainingError
 from distill.trainer import resolve_device
 
 from ._io import ensure_writable_dir
@@ -29,13 +29,16 @@ from .pruning import TrainedMedianPruner
 from .records import best_row, trial_rows
 from .reference import evaluate_references
 from .report import write_outputs
-from .resume import counted_trials, enqueue_retries, fail_stale_trials
+from .resume import counted_trials, enqueue_retries, fail_stale_trials, repeated_failure
 from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
 from .trial import Objective, SearchContext, proxy_transfer_set
 
 TPE_STARTUP_TRIALS = 5
 NSGA2_POPULATION = 50  # Optuna's default, for long searches
 PRUNER_MIN_TRAINED = 3
+# This many finished trials in a row failing with one error is a broken set-up (a full disk, a bad
+# driver), not a bad shape: stop with that error instead of spending the budget on it.
+SAME_ERROR_STOPS = 3
 
 
 def search(config: SearchConfig) -> dict[str, Any]:
@@ -61,7 +64,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
         space = cfg.resolve_space(teacher.dims)
-        settings = cfg.study_settings(space, teacher.fingerprint, device)
+        settings = cfg.study_settings(space, teacher.fingerprint, device, latency_machine(cfg.runtime))
         existing = find_study(storage, cfg.study_name)
         if existing is not None:
             check_settings(existing, settings, url)
@@ -115,8 +118,20 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
     progress.best((best_row(trial_rows(study)) or {}).get("reward"))
     write_outputs(study, out)
     while counted_trials(study) < cfg.trials:
-        study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+        try:
+            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+        except ValueError as err:
+            # Another worker judged this one dead (a long pause) and failed its trial: Optuna then
+            # refuses our result. The trial is retried by the rules of nas.resume; go on.
+            if not str(err).startswith("Cannot tell a "):
+                raise
+            progress.note(f"a trial of this worker was failed by another worker meanwhile ({err}); going on")
         enqueue_retries(study)
+        error = repeated_failure(study, SAME_ERROR_STOPS)
+        if error is not None:
+            write_outputs(study, out)
+            raise TrainingError(f"the last {SAME_ERROR_STOPS} trials all failed with the same error, so the search "
+                                f"stops: {error}")
         progress.set_done(counted_trials(study))
         progress.best((best_row(trial_rows(study)) or {}).get("reward"))
         progress.phase("writing pages")
@@ -171,6 +186,9 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
 
     progress.phase("measuring teacher latency")
     teacher_latency = latency_record(measure(cfg.teacher, cfg))
+    if teacher_latency["noisy"]:
+        progress.note(f"the teacher's latency ({teacher_latency['median_ms']:.2f} ms) was NOISY: this machine is busy, "
+                      "so the budget may be off; a quiet machine gives a budget you can trust")
     layers, heads, hidden, ffn = space.fastest()
     spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **teacher.student_sizes())
     progress.phase(f"measuring fastest shape {spec.arch}")
@@ -183,6 +201,14 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
             f"{cfg.threads} threads); raise --budget-ms or allow smaller shapes"
         )
     return teacher_latency, fastest, float(budget_ms)
+
+
+def latency_machine(runtime: str) -> dict[str, str]:
+    """What a study's latencies depend on besides its settings: the CPU model and the runtime."""
+    from latency import cpu_model, library_versions
+
+    versions = library_versions(runtime)
+    return {"cpu": cpu_model(), "runtime": f"{runtime} {versions.get(runtime, versions['torch'])}"}
 
 
 def _directions(cfg: SearchConfig) -> list[str]:

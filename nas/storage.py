@@ -131,6 +131,12 @@ def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> Non
         )
     wanted = json.loads(json.dumps(wanted))  # the same normalisation the storage applies
     for key in sorted(set(stored) | set(wanted)):
+        if key == "latency_machine" and stored.get(key) != wanted.get(key):
+            raise InputError(
+                f"study {study.study_name!r} in {url} was timed on {_short(stored.get(key))}, this worker runs on "
+                f"{_short(wanted.get(key))}: its latencies would not compare with the study's budget; run it on "
+                "that CPU model and runtime, or start another --study-name"
+            )
         if stored.get(key) != wanted.get(key):
             raise InputError(
                 f"study {study.study_name!r} in {url} exists with {key}={_short(stored.get(key))}, "

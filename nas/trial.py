@@ -24,7 +24,7 @@ from core.errors import first_line
 from ._progress import Progress
 from .config import SearchConfig
 from .measure import latency_record, measure
-from .resume import worker_identity
+from .resume import failed_shapes, worker_identity
 from .reward import kdnas_reward
 from .space import SearchSpace
 
@@ -96,6 +96,17 @@ def _earlier_result(trial: optuna.Trial, arch: str) -> optuna.trial.FrozenTrial 
     return None
 
 
+def _stored_latency(trial: optuna.Trial, arch: str) -> dict | None:
+    """A quiet latency of the same shape that any worker of the study measured (pruned, failed or
+    running trials included): measured once per study, not once per worker."""
+    for other in trial.study.get_trials(deepcopy=False):
+        latency = other.user_attrs.get("latency")
+        if (other.number != trial.number and other.user_attrs.get("arch") == arch and latency
+                and not latency.get("noisy")):
+            return {**latency, "cached": True, "measured_in_trial": latency.get("measured_in_trial", other.number)}
+    return None
+
+
 class Objective:
     """The callable handed to `study.optimize`."""
 
@@ -143,12 +154,10 @@ class Objective:
             return self._repeat(trial, earlier)
         reason = ctx.space.reject_reason(layers, heads, hidden, ffn)
         if reason is not None:
-            # Rejected at once; recorded as infeasible so the sampler learns to avoid it.
-            trial.set_constraint("shape", 1.0)
-            trial.set_constraint("latency", 0.0)
-            trial.set_user_attr("status", "rejected")
-            trial.set_user_attr("reason", f"invalid shape: {reason}")
-            return self._untrained(2.0 * ctx.budget_ms)
+            return self._reject(trial, f"invalid shape: {reason}")
+        failed = failed_shapes(trial.study).get(arch)
+        if failed is not None:
+            return self._reject(trial, f"failed twice, not tried again: {failed}")
 
         spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **ctx.sizes)
         trial.set_user_attr("params", spec.num_parameters())
@@ -156,9 +165,8 @@ class Objective:
 
         self._phase(trial, "latency")
         t0 = time.perf_counter()
-        lat = measure(spec, cfg)
+        latency = _stored_latency(trial, arch) or latency_record(measure(spec, cfg))
         seconds["latency"] = time.perf_counter() - t0
-        latency = latency_record(lat)
         trial.set_user_attr("latency", latency)
         median = latency["median_ms"]
         trial.set_constraint("shape", 0.0)
@@ -219,6 +227,14 @@ class Objective:
         trial.set_user_attr("duplicate_of", earlier.number)
         values = earlier.values
         return values[0] if len(values) == 1 else tuple(values)
+
+    def _reject(self, trial: optuna.Trial, reason: str) -> float | tuple[float, float]:
+        # Settled at once; recorded as infeasible so the sampler learns to avoid the shape.
+        trial.set_constraint("shape", 1.0)
+        trial.set_constraint("latency", 0.0)
+        trial.set_user_attr("status", "rejected")
+        trial.set_user_attr("reason", reason)
+        return self._untrained(2.0 * self.ctx.budget_ms)
 
     def _untrained(self, latency_ms: float) -> float | tuple[float, float]:
         if self.ctx.config.objective == "reward":

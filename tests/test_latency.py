@@ -11,7 +11,7 @@ import pytest
 from core.errors import KdnasError
 from core.spec import StudentSpec
 import latency._profile as latency_profile
-from latency import LatencyResult, profile
+from latency import LatencyResult, latency_cores, profile
 from latency._stats import StopRule, measure, measure_blocks, summarize
 
 TINY = "2x2x64x128"  # measured in seconds; real onnxruntime, real export
@@ -123,7 +123,8 @@ def _noisy_worker(calls: list):
     def run(request, threads, timeout):
         calls.append(request["target"])
         return {"median_ms": 1.0, "p90_ms": 1.5, "min_ms": 0.8, "mean_ms": 1.1, "cv": 0.3, "runs": 20, "quiet": False,
-                "stable": False, "attempts": 5, "fused": {}, "block_medians": [1.0, 1.4]}
+                "stable": False, "attempts": 5, "fused": {}, "block_medians": [1.0, 1.4], "cores": [1],
+                "window": [0.0, 1.0]}
     return run
 
 
@@ -140,6 +141,7 @@ def test_noisy_measurements_are_not_cached(tmp_path, monkeypatch):
 
 def test_measure_then_cache_hit(tmp_path, monkeypatch):
     monkeypatch.setattr(latency_profile, "_run_worker", _worker_reporting(True, []))
+    started = time.time()
     first = profile(TINY, seq=32, cache_dir=tmp_path)
     assert not first.cached
     assert first.median_ms > 0 and first.min_ms <= first.median_ms <= first.p90_ms
@@ -147,6 +149,8 @@ def test_measure_then_cache_hit(tmp_path, monkeypatch):
     assert (first.batch, first.seq, first.threads, first.runtime) == (1, 32, 2, "onnxruntime")
     assert first.fused["Attention"] == 2  # the measured graph is the fused one
     assert "onnxruntime" in first.versions and first.cpu
+    # where and when the timed runs happened: the pinned cores, a window inside this test
+    assert first.cores == latency_cores(2) and started < first.window[0] < first.window[1] < time.time()
     # The same shape given as a spec is the same key: the search never measures it twice.
     second = profile(StudentSpec(2, 2, 64, 128), seq=32, cache_dir=tmp_path)
     assert second.cached and second.key == first.key

@@ -99,8 +99,10 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path):
     """`--workers 2` starts two copies at the same moment: one study (created once, however the
     race falls), trials from both, and one final stage."""
     out = tmp_path / "run"
+    # An empty cache: every latency is measured here, by these two workers, none read from a file.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "KDNAS_CACHE": str(tmp_path / "cache")}
     result = subprocess.run([sys.executable, "-m", "kdnas.cli", *_search_args(pg_url, out), "--workers", "2"], cwd=REPO,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=900)
+                            env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     study = optuna.load_study(study_name="two", storage=open_storage(pg_url))
@@ -111,6 +113,12 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path):
     assert (out / "best" / "export.json").is_file() and len(study.user_attrs["final"]) == 1
     # the other worker either saw the claim while the final ran, or found it done
     assert result.stderr.count("the final stage is run by another worker") <= 1
+    # Latency: one measurement at a time on this host, on the cores the launcher named.
+    assert "latency measured on cores" in result.stderr
+    windows = {tuple(t.user_attrs["latency"]["window"]) for t in study.trials
+               if t.user_attrs.get("latency") and not t.user_attrs["latency"]["cached"]}
+    windows = sorted(windows | {tuple(study.user_attrs[k]["window"]) for k in ("teacher_latency", "fastest")})
+    assert len(windows) >= 3 and all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows
 
 
 def test_workers_need_a_shared_storage(tmp_path):

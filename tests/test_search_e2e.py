@@ -352,6 +352,17 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
     blocker.write_text("")
     _refused(kdnas(*swap("--out", str(blocker / "sub"))), "not writable")
     assert digest(out / "study.db") == db
+    # A worker on another CPU model: its latencies would not compare with the study's budget.
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(out, elsewhere)
+    study = load(elsewhere)
+    settings = study.user_attrs["kdnas_settings"]
+    assert settings["latency_machine"]["cpu"] and settings["latency_machine"]["runtime"].startswith("onnxruntime ")
+    study.set_user_attr("kdnas_settings", {**settings, "latency_machine": {**settings["latency_machine"],
+                                                                           "cpu": "Some Other CPU 9000"}})
+    moved = digest(elsewhere / "study.db")
+    _refused(kdnas(*swap("--out", str(elsewhere))), "was timed on", "Some Other CPU 9000", "CPU model")
+    assert digest(elsewhere / "study.db") == moved
     # A budget under the fastest shape of the space names that shape and its latency; no study is created.
     fresh = tmp_path / "fresh"
     _refused(kdnas(*swap("--out", str(fresh)), *["--budget-ms", "0.001"]), "below the fastest", "1x4x96x256", "ms median")

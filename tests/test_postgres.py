@@ -95,7 +95,7 @@ def _search_args(pg_url: str, out: Path) -> list[str]:
             "--final-batch-size", "8", "--quality-sentences", "0", "--no-progress"]
 
 
-def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path):
+def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):
     """`--workers 2` starts two copies at the same moment: one study (created once, however the
     race falls), trials from both, and one final stage."""
     out = tmp_path / "run"
@@ -119,6 +119,14 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path):
                if t.user_attrs.get("latency") and not t.user_attrs["latency"]["cached"]}
     windows = sorted(windows | {tuple(study.user_attrs[k]["window"]) for k in ("teacher_latency", "fastest")})
     assert len(windows) >= 3 and all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows
+    # optuna-dashboard reads the finished study from the server: every trial, its shape and reward.
+    seen = dashboard(pg_url)["two"]["trials"]
+    assert [t["number"] for t in seen] == [t.number for t in study.trials]
+    for shown, trial in zip(seen, study.trials):
+        attrs = {a["key"]: a["value"] for a in shown["user_attrs"]}
+        assert attrs.get("arch") == trial.user_attrs.get("arch") and shown["state"].upper() == trial.state.name
+        if "reward" in trial.user_attrs:
+            assert float(attrs["reward"]) == pytest.approx(trial.user_attrs["reward"])
 
 
 def test_workers_need_a_shared_storage(tmp_path):

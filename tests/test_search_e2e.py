@@ -186,6 +186,30 @@ def _chromium() -> str:
     return path
 
 
+def _check_dashboard_view(seen: dict, study: optuna.Study) -> None:
+    """What optuna-dashboard's API shows of a kdnas study: every trial, with its shape, latency and reward."""
+    detail = seen[study.study_name]
+    assert [t["number"] for t in detail["trials"]] == [t.number for t in study.trials]
+    for shown, trial in zip(detail["trials"], study.trials):
+        attrs = {a["key"]: a["value"] for a in shown["user_attrs"]}
+        assert shown["state"].upper() == trial.state.name
+        assert attrs["arch"] == trial.user_attrs["arch"] and attrs["status"] == trial.user_attrs["status"]
+        if trial.user_attrs["status"] == "feasible":
+            assert float(attrs["reward"]) == pytest.approx(trial.user_attrs["reward"])
+            assert json.loads(attrs["latency"])["median_ms"] == trial.user_attrs["latency"]["median_ms"]
+    assert "teacher_latency" in {a["key"] for a in detail["user_attrs"]}
+
+
+def test_optuna_dashboard_shows_the_study_from_sqlite_and_journal(search_run, tmp_path, dashboard):
+    out = search_run["out"]
+    study = load(out)
+    _check_dashboard_view(dashboard(f"sqlite:///{out / 'study.db'}"), study)
+    journal = tmp_path / "journal.log"  # the same study in a journal file, as `--storage journal:PATH` writes it
+    optuna.copy_study(from_study_name="kdnas", from_storage=f"sqlite:///{out / 'study.db'}",
+                      to_storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal))))
+    _check_dashboard_view(dashboard(str(journal)), study)
+
+
 def test_report_page_renders_in_headless_chromium(search_run):
     """Open report.html in a real headless Chromium: plots drawn, no JS error; keep a screenshot."""
     out = search_run["out"]

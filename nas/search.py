@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from optuna.trial import TrialState
 
 from distill import TeacherCache, load_corpus, load_teacher
 from core.errors import InputError, TrainingError
@@ -39,6 +40,7 @@ PRUNER_MIN_TRAINED = 3
 # This many finished trials in a row failing with one error is a broken set-up (a full disk, a bad
 # driver), not a bad shape: stop with that error instead of spending the budget on it.
 SAME_ERROR_STOPS = 3
+WAIT_S = 2.0  # how often a worker with nothing left to start looks at the others' last trials
 
 
 def search(config: SearchConfig) -> dict[str, Any]:
@@ -81,8 +83,6 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
 
         study, facts = _open_study(cfg, storage, url, existing, facts, settings)
         write_pointer(out, url, cfg.study_name)
-        fail_stale_trials(study, cfg.stale_after_s)
-        enqueue_retries(study)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
                             budget_ms=facts["budget_ms"], progress=progress)
@@ -112,30 +112,53 @@ def _open_study(cfg: SearchConfig, storage, url: str, existing: optuna.Study | N
 
 
 def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, out: Path, progress: Progress) -> None:
-    """Trials until the study holds `cfg.trials` counted ones (other workers' included); the pages
-    are rewritten after each."""
-    progress.set_done(counted_trials(study))
-    progress.best((best_row(trial_rows(study)) or {}).get("reward"))
-    write_outputs(study, out)
-    while counted_trials(study) < cfg.trials:
-        try:
-            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
-        except ValueError as err:
-            # Another worker judged this one dead (a long pause) and failed its trial: Optuna then
-            # refuses our result. The trial is retried by the rules of nas.resume; go on.
-            if not str(err).startswith("Cannot tell a "):
-                raise
-            progress.note(f"a trial of this worker was failed by another worker meanwhile ({err}); going on")
-        enqueue_retries(study)
+    """Trials until the study holds exactly `cfg.trials` counted ones (other workers' included); the
+    pages are rewritten after each. While the trials still to do are all running on other workers,
+    this one waits for them (one of them may die and need its retry) instead of starting more."""
+    _show(study, out, progress)
+    while True:
+        _recover(study, cfg)
+        done = counted_trials(study)
+        if done >= cfg.trials:
+            return
+        if done + len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) >= cfg.trials:
+            progress.phase("waiting for other workers' last trials")
+            time.sleep(WAIT_S)
+            continue
+        _one_trial(study, objective, progress)
+        _recover(study, cfg)
         error = repeated_failure(study, SAME_ERROR_STOPS)
         if error is not None:
             write_outputs(study, out)
             raise TrainingError(f"the last {SAME_ERROR_STOPS} trials all failed with the same error, so the search "
                                 f"stops: {error}")
-        progress.set_done(counted_trials(study))
-        progress.best((best_row(trial_rows(study)) or {}).get("reward"))
         progress.phase("writing pages")
-        write_outputs(study, out)
+        _show(study, out, progress)
+
+
+def _one_trial(study: optuna.Study, objective: Objective, progress: Progress) -> None:
+    try:
+        study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+    except ValueError as err:
+        # Another worker judged this one dead (a long pause) and failed its trial: Optuna then
+        # refuses our result. The trial is retried by the rules of nas.resume; go on.
+        if not str(err).startswith("Cannot tell a "):
+            raise
+        progress.note(f"a trial of this worker was failed by another worker meanwhile ({err}); going on")
+
+
+def _recover(study: optuna.Study, cfg: SearchConfig) -> None:
+    """Fail the trials of dead workers (Optuna's heartbeat on RDB storages, which also queues their
+    retry; kdnas's pid and silence rules everywhere) and queue the retries that are due."""
+    optuna.storages.fail_stale_trials(study)  # does nothing on storages without a heartbeat
+    fail_stale_trials(study, cfg.stale_after_s)
+    enqueue_retries(study)
+
+
+def _show(study: optuna.Study, out: Path, progress: Progress) -> None:
+    progress.set_done(counted_trials(study))
+    progress.best((best_row(trial_rows(study)) or {}).get("reward"))
+    write_outputs(study, out)
 
 
 def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progress) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import warnings
 from typing import Any
 
 import optuna
@@ -124,3 +125,13 @@ def counted_trials(study: optuna.Study) -> int:
     trials = study.get_trials(deepcopy=False)
     retried = set(heartbeat_retries(study)) | {t.user_attrs.get("retry_of") for t in trials}
     return sum(1 for t in trials if t.state.is_finished() and not (t.state == TrialState.FAIL and t.number in retried))
+
+
+def recover(study: optuna.Study, stale_after_s: float) -> None:
+    """Fail the trials of dead workers (Optuna's heartbeat on RDB storages, which also queues their
+    retry; the pid and silence rules above everywhere) and queue the retries that are due."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # stable since Optuna 2.9
+        optuna.storages.fail_stale_trials(study)  # does nothing on storages without a heartbeat
+    fail_stale_trials(study, stale_after_s)
+    enqueue_retries(study)

@@ -30,7 +30,7 @@ from .pruning import TrainedMedianPruner
 from .records import best_row, trial_rows
 from .reference import evaluate_references
 from .report import write_outputs
-from .resume import counted_trials, enqueue_retries, fail_stale_trials, repeated_failure
+from .resume import counted_trials, recover, repeated_failure
 from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
 from .trial import Objective, SearchContext, proxy_transfer_set
 
@@ -117,7 +117,7 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
     this one waits for them (one of them may die and need its retry) instead of starting more."""
     _show(study, out, progress)
     while True:
-        _recover(study, cfg)
+        recover(study, cfg.stale_after_s)
         done = counted_trials(study)
         if done >= cfg.trials:
             return
@@ -126,7 +126,7 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
             time.sleep(WAIT_S)
             continue
         _one_trial(study, objective, progress)
-        _recover(study, cfg)
+        recover(study, cfg.stale_after_s)
         error = repeated_failure(study, SAME_ERROR_STOPS)
         if error is not None:
             write_outputs(study, out)
@@ -145,14 +145,6 @@ def _one_trial(study: optuna.Study, objective: Objective, progress: Progress) ->
         if not str(err).startswith("Cannot tell a "):
             raise
         progress.note(f"a trial of this worker was failed by another worker meanwhile ({err}); going on")
-
-
-def _recover(study: optuna.Study, cfg: SearchConfig) -> None:
-    """Fail the trials of dead workers (Optuna's heartbeat on RDB storages, which also queues their
-    retry; kdnas's pid and silence rules everywhere) and queue the retries that are due."""
-    optuna.storages.fail_stale_trials(study)  # does nothing on storages without a heartbeat
-    fail_stale_trials(study, cfg.stale_after_s)
-    enqueue_retries(study)
 
 
 def _show(study: optuna.Study, out: Path, progress: Progress) -> None:

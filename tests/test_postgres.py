@@ -4,12 +4,9 @@ and a final stage that runs exactly once."""
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,46 +17,15 @@ from optuna.trial import TrialState
 from nas.records import trial_rows
 from nas.resume import counted_trials
 from nas.storage import HEARTBEAT_S, open_storage
+from pgserver import temporary_server
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _server_binaries() -> Path:
-    found = shutil.which("pg_ctl") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))), None)
-    assert found, "PostgreSQL's server programs are missing: bash dev.sh setup installs Debian's postgresql"
-    return Path(found).resolve().parent
-
-
-def _as_server_user(argv: list[str], folder: Path) -> list[str]:
-    """PostgreSQL refuses to run as root: there it runs as the `postgres` user the package creates."""
-    if os.geteuid() != 0:
-        return argv
-    shutil.chown(folder, "postgres")
-    return ["runuser", "-u", "postgres", "--", *argv]
-
-
 @pytest.fixture(scope="module")
 def pg_url():
-    bin_dir = _server_binaries()
-    # Not under pytest's tmp folder: that one is private to this user, and the server user must enter.
-    root = Path(tempfile.mkdtemp(prefix="kdnas-pg-"))
-    data, sockets = root / "data", root / "sock"
-    data.mkdir()
-    sockets.mkdir()
-    os.chmod(root, 0o755)
-    _as_server_user([], sockets)  # the server writes its socket there
-    subprocess.run(_as_server_user([str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"], data),
-                   check=True, capture_output=True)
-    port = str(20000 + os.getpid() % 20000)
-    start = [str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-l", str(data / "log"),
-             "-o", f"-k {sockets} -p {port} -c listen_addresses=''", "start"]
-    subprocess.run(_as_server_user(start, data), check=True, capture_output=True)
-    try:
-        yield f"postgresql+psycopg://postgres@/postgres?host={sockets}&port={port}"
-    finally:
-        subprocess.run(_as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], data),
-                       capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+    with temporary_server() as url:
+        yield url
 
 
 def test_postgres_storage_has_optunas_heartbeat(pg_url):

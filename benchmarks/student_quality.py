@@ -98,6 +98,8 @@ def main() -> int:
     parser.add_argument("--teacher", default="minilm-l6")
     parser.add_argument("--corpus", default="news")
     parser.add_argument("--finetune", action="store_true", help="also fine-tune every row (3 seeds; slow on CPU)")
+    parser.add_argument("--finetune-train", type=int, default=None,
+                        help="fine-tuning examples per task (default: the whole training split)")
     parser.add_argument("--no-latency", action="store_true",
                         help="skip the latency column (when the machine is busy: figures would be noise)")
     parser.add_argument("--work", type=Path, default=Path("runs/student-quality"))
@@ -106,8 +108,8 @@ def main() -> int:
 
     baselines = build_baselines(args.students[0], args.teacher, args.corpus, args.work)
     measures = ("fidelity", "probe") + (("finetune",) if args.finetune else ())
-    # Fine-tuning with unfrozen embeddings on the full training splits, 3 epochs: the teacher's usual level.
-    config = FinetuneConfig(train_size=None, eval_size=None, freeze_embeddings=False, progress=False)
+    # Fine-tuning with unfrozen embeddings, 3 epochs, on the full training splits unless --finetune-train caps them.
+    config = FinetuneConfig(train_size=args.finetune_train, eval_size=None, freeze_embeddings=False, progress=False)
     models = [str(s) for s in args.students] + [str(p) for p in baselines.values()]
     report = evaluate(models, list(TASKS), config, teacher=args.teacher, measures=measures, latency=not args.no_latency,
                       quality=QualityConfig(corpus=args.corpus), log=lambda m: print(m, file=sys.stderr, flush=True))

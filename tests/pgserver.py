@@ -1,6 +1,6 @@
 """A throw-away PostgreSQL server for the tests and benchmarks: Debian's `postgresql` programs
-(installed by `bash dev.sh setup`), `initdb` into a temporary folder, a Unix socket there, trust
-authentication, stopped and removed on exit."""
+(installed by `bash dev.sh setup`), `initdb` into a temporary folder, a Unix socket there, password
+authentication (user `postgres`, password `PASSWORD`), stopped and removed on exit."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+PASSWORD = "kdnas-test"
 
 
 def server_binaries() -> Path | None:
@@ -39,14 +41,17 @@ def temporary_server() -> Iterator[str]:
     sockets.mkdir()
     os.chmod(root, 0o755)
     _as_server_user([], sockets)  # the server writes its socket there
-    subprocess.run(_as_server_user([str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"], data),
-                   check=True, capture_output=True)
+    secret = root / "pwfile"
+    secret.write_text(PASSWORD + "\n")
+    os.chmod(secret, 0o644)
+    initdb = [str(bin_dir / "initdb"), "-D", str(data), "-A", "scram-sha-256", "-U", "postgres", f"--pwfile={secret}"]
+    subprocess.run(_as_server_user(initdb, data), check=True, capture_output=True)
     port = str(20000 + os.getpid() % 20000)
     start = [str(bin_dir / "pg_ctl"), "-D", str(data), "-w", "-l", str(data / "log"),
              "-o", f"-k {sockets} -p {port} -c listen_addresses='' -c max_connections=200", "start"]
     subprocess.run(_as_server_user(start, data), check=True, capture_output=True)
     try:
-        yield f"postgresql+psycopg://postgres@/postgres?host={sockets}&port={port}"
+        yield f"postgresql+psycopg://postgres:{PASSWORD}@/postgres?host={sockets}&port={port}"
     finally:
         subprocess.run(_as_server_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], data),
                        capture_output=True)

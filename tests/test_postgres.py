@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from nas.records import trial_rows
 from nas.resume import counted_trials
 from nas.storage import HEARTBEAT_S, open_storage
-from pgserver import temporary_server
+from pgserver import PASSWORD, temporary_server
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,11 +95,30 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):
             assert float(attrs["reward"]) == pytest.approx(trial.user_attrs["reward"])
 
 
-def test_workers_need_a_shared_storage(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "kdnas.cli", "search", "--out", str(tmp_path / "x"), "--workers", "2"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and "needs a storage that many workers can share" in result.stderr
+def _refused(argv: list[str], *words: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "kdnas.cli", *argv], cwd=REPO, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    message = result.stderr.strip()
+    assert result.returncode == 2 and "\n" not in message and "Traceback" not in message, message
+    for word in words:
+        assert word in message, message
+
+
+def test_workers_need_a_shared_storage_and_a_count(tmp_path, pg_url):
+    _refused(["search", "--out", str(tmp_path / "x"), "--workers", "2"], "needs a storage that many workers can share")
+    _refused(["search", "--out", str(tmp_path / "x"), "--storage", pg_url, "--workers", "0"], "--workers 0",
+             "at least 1")
     assert not (tmp_path / "x").exists()
+
+
+def test_bad_servers_are_one_line_and_touch_nothing(tmp_path, pg_url):
+    wrong = pg_url.replace(f":{PASSWORD}@", ":not-the-password@")
+    _refused(["search", "--out", str(tmp_path / "x"), "--storage", wrong], "cannot be opened", "password")
+    unreachable = "postgresql+psycopg://postgres:pw@127.0.0.1:1/postgres"
+    _refused(["search", "--out", str(tmp_path / "x"), "--storage", unreachable], "cannot be opened")
+    no_driver = pg_url.replace("+psycopg:", "+pg8000:")  # a driver that is not installed
+    _refused(["search", "--out", str(tmp_path / "x"), "--storage", no_driver], "cannot be opened", "pg8000")
+    assert "kdnas" not in optuna.get_all_study_names(open_storage(pg_url))  # no study was created
 
 
 def _kill_args(storage: str, out: Path) -> list[str]:

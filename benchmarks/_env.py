@@ -9,26 +9,18 @@ import shlex
 import sys
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def environment() -> dict:
     import onnxruntime
+    import optuna
     import torch
     import transformers
+
+    from latency import cpu_model
 
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-        "onnxruntime": onnxruntime.__version__,
+        "onnxruntime": onnxruntime.__version__, "optuna": optuna.__version__,
         "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
     }

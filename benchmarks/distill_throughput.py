@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from distill import DistillConfig, Evaluator, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch  # noqa: E402
+from latency import cpu_model  # noqa: E402
 
 
 def main() -> None:
@@ -79,7 +80,7 @@ def main() -> None:
         "all_rounds": {k: [round(v, 1) for v in vals] for k, vals in rates.items()},
         "speedup_cached_vs_live": round(median["cached"] / median["live"], 2),
         "cache_fill_seconds": round(fill_seconds, 2), "cache_bytes": cache.nbytes(),
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
         "torch_threads": torch.get_num_threads(), "precision": "bf16 autocast" if device.type == "cuda" else "fp32",
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
     }
@@ -88,16 +89,6 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
 
 
 if __name__ == "__main__":

@@ -58,14 +58,14 @@ def search(config: SearchConfig) -> dict[str, Any]:
 
 def _search(cfg: SearchConfig) -> dict[str, Any]:
     device = resolve_device(cfg.device).type  # `--device cuda` without CUDA: one line, before anything
-    out = ensure_writable_dir(Path(cfg.out))
-    url = cfg.storage or default_storage_url(out)
-    storage = open_storage(url)
     progress = Progress(cfg.trials, 0, cfg.progress)
     try:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
-        space = cfg.resolve_space(teacher.dims)
+        space = cfg.resolve_space(teacher.dims)  # a space with no valid shape: refused before anything is written
+        out = ensure_writable_dir(Path(cfg.out))
+        url = cfg.storage or default_storage_url(out)
+        storage = open_storage(url)
         settings = cfg.study_settings(space, teacher.fingerprint, device, latency_machine(cfg.runtime))
         existing = find_study(storage, cfg.study_name)
         if existing is not None:

@@ -370,6 +370,8 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
     _refused(kdnas(*swap("--trials", "0")), "trial")
     _refused(kdnas(*swap("--trials", "-3")), "trial")
     _refused(kdnas(*swap("--heads", "5")), "no valid shape")
+    _refused(kdnas(*swap("--heads", "5"), "--out", str(tmp_path / "new")), "no valid shape")
+    assert not (tmp_path / "new").exists()  # refused before the folder or its study.db is made
     _refused(kdnas(*swap("--budget-ms", "-1")), "budget")
     _refused(kdnas(*args, "--storage", f"sqlite:///{tmp_path}/no/such/dir/x.db"), "storage")
     blocker = tmp_path / "a-file"

@@ -34,9 +34,8 @@ def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Pat
     """Save both untrained baselines of `student_dir` as loadable sentence-transformers folders."""
     from distill import StudentSpec, TeacherCache, load_corpus, load_teacher, make_transfer_set
     from core.assets import teacher_path
-    from distill.inherit import first_layers, inherit_student
     from export import write_sentence_transformers
-    from nas.baselines import first_layers_depth
+    from nas.baselines import untrained_baselines
 
     record = json.loads((student_dir / "distill.json").read_text())
     teacher = load_teacher(teacher_name)
@@ -45,13 +44,13 @@ def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Pat
     data = make_transfer_set(teacher.tokenizer, load_corpus(corpus), seq_len=data_info["seq_len"],
                              num_train=data_info["train"], num_eval=data_info["eval"], seed=config["seed"],
                              unit=data_info.get("unit", "window"))
-    importance = TeacherCache(teacher, data).importance()
-    inherited, plan = inherit_student(teacher, spec, importance, config["layer_rule"])
+    baselines, plan = untrained_baselines(teacher, spec, TeacherCache(teacher, data).importance(), config["layer_rule"],
+                                          seq=128)
     started = record["init"]
-    if started.get("teacher_layers") != [j + 1 for j in plan.layers]:
-        raise SystemExit(f"rebuilt start {plan.describe()} differs from the student's {started}")
-    k = first_layers_depth(teacher.dims, spec, 128)
-    models = {f"first-{k}-layers": first_layers(teacher, k, importance), f"inherited-{spec.arch}": inherited}
+    if plan is None or started.get("teacher_layers") != [j + 1 for j in plan.layers]:
+        raise SystemExit(f"rebuilt start {plan and plan.describe()} differs from the student's {started}")
+    models = {name.replace(" ", "-") + (f"-{spec.arch}" if name == "inherited" else ""): model
+              for name, model in baselines.items()}
     out = {}
     for name, model in models.items():
         folder = work / name

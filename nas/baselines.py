@@ -31,11 +31,23 @@ def first_layers_depth(teacher_dims: Any, spec: StudentSpec, seq: int) -> int:
     return max(cheaper, default=1)
 
 
+def untrained_baselines(teacher: Any, spec: StudentSpec, importance: Any, layer_rule: str,
+                        seq: int) -> tuple[dict[str, nn.Module], Any]:
+    """Both untrained baselines of `spec` by name — `first k layers`, and `inherited` when the
+    shape can inherit — and the inherited start's plan (None when it cannot)."""
+    from distill.inherit import first_layers, inherit_reason, inherit_student
+
+    k = first_layers_depth(teacher.dims, spec, seq)
+    models, plan = {f"first {k} layers": first_layers(teacher, k, importance)}, None
+    if inherit_reason(teacher, spec) is None:
+        models["inherited"], plan = inherit_student(teacher, spec, importance, layer_rule)
+    return models, plan
+
+
 def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any) -> dict[str, Any] | None:
     """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, or None
     when not asked for (0) or the corpus is too small to hold any out."""
     from distill.data import heldout_sentences
-    from distill.inherit import first_layers, inherit_reason, inherit_student
     from evaluation.quality import embedding_fidelity, sentence_embeddings
 
     cfg = ctx.config
@@ -47,11 +59,8 @@ def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any) 
         return {"skipped": str(err)}
     teacher, tokenizer, seq = ctx.teacher, ctx.teacher.tokenizer, cfg.latency_seq
     reference = sentence_embeddings(teacher, sentences, max_len=seq)
-    importance = cache.importance()
-    k = first_layers_depth(teacher.dims, spec, seq)
-    models = {"student": student, f"first {k} layers (untrained)": first_layers(teacher, k, importance)}
-    if inherit_reason(teacher, spec) is None:
-        models["inherited (untrained)"] = inherit_student(teacher, spec, importance, cfg.layer_rule)[0]
+    baselines, _ = untrained_baselines(teacher, spec, cache.importance(), cfg.layer_rule, seq)
+    models = {"student": student, **{f"{name} (untrained)": model for name, model in baselines.items()}}
     rows = {}
     for name, model in models.items():
         emb = sentence_embeddings((model.eval(), tokenizer), sentences, max_len=seq)

@@ -29,7 +29,8 @@ from _env import environment  # noqa: E402
 
 
 def main() -> int:
-    from distill import DistillConfig, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch
+    from distill import (DistillConfig, Evaluator, TeacherCache, distill, load_corpus, load_teacher,
+                         make_transfer_set, parse_arch)
     from distill.data import heldout_sentences
     from evaluation.quality import embedding_fidelity, sentence_embeddings
 
@@ -69,27 +70,15 @@ def main() -> int:
                                layer_rule=rule, embed_terms=terms or None, progress=False,
                                dropout=None if args.dropout < 0 else args.dropout,
                                eval_every=args.checkpoints)
-        seen: dict = {}
-        checkpoints = []
-        import distill.trainer as trainer
+        checkpoints: list[dict] = []
+        evaluator = _Scoring(Evaluator(cache, strategy=config.eval_layer_map), score)
 
         def on_eval(step: int, _metrics: dict) -> None:
-            if step < args.steps:
-                checkpoints.append({"step": step, **score(seen["student"])})
+            if step < args.steps:  # the last evaluation is the run's own result, scored below
+                checkpoints.append({"step": step, **evaluator.last})
 
-        original = trainer.initial_student
-
-        def keep(*a, **k):
-            student, info = original(*a, **k)
-            seen["student"] = student
-            return student, info
-
-        trainer.initial_student = keep
-        try:
-            started = time.perf_counter()
-            result = distill(spec, teacher, data, config, cache=cache, on_eval=on_eval)
-        finally:
-            trainer.initial_student = original
+        started = time.perf_counter()
+        result = distill(spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval)
         run = {"recipe": recipe, "arch": args.arch, "unit": args.unit, "train": data.num_train,
                "seq_len": args.seq_len, "steps": args.steps, "batch_size": args.batch_size, "dropout": args.dropout,
                "seconds": round(time.perf_counter() - started, 1), "l_hs_norm": round(result.metrics["l_hs_norm"], 4),
@@ -101,6 +90,17 @@ def main() -> int:
     args.out.write_text(json.dumps({"runs": previous + [{**r, "environment": environment()} for r in runs]},
                                    indent=2) + "\n")
     return 0
+
+
+class _Scoring:
+    """The run's own evaluator, plus embedding fidelity of the student at every evaluation."""
+
+    def __init__(self, evaluator, score) -> None:
+        self.evaluator, self.score, self.last = evaluator, score, {}
+
+    def __call__(self, student, rows=None) -> dict:
+        self.last = self.score(student)
+        return self.evaluator(student, rows)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Public API:
     SearchSpace, default_space           the (layers, heads, hidden, ffn) choices
     kdnas_reward                         the KD-NAS reward (docs/methods.md, App. C Eq. 12)
     reference_shapes                     the paper's Table 1 students scaled to a teacher
+    Scored                               one scored candidate (trial, reference shape or finalist)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from .config import SearchConfig
 from .reference import reference_shapes
 from .reward import kdnas_reward
+from .scored import Scored
 from .search import search
 from .space import SearchSpace, default_space
 
@@ -42,4 +44,4 @@ def write_report(out: str | Path, *, storage: str | None = None, study_name: str
     return write_outputs(study, out)
 
 
-__all__ = ["SearchConfig", "SearchSpace", "default_space", "kdnas_reward", "reference_shapes", "search", "write_report"]
+__all__ = ["Scored", "SearchConfig", "SearchSpace", "default_space", "kdnas_reward", "reference_shapes", "search", "write_report"]

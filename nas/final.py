@@ -202,15 +202,10 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     # The graphs as shipped (fused fp32, INT8), not a rebuild from config.json.
     latency = latency_record(measure(dest / "model.onnx", cfg))
     int8_latency = latency_record(measure(dest / "model.int8.onnx", cfg))
-    loss = float(res.metrics["l_hs_norm"])
     entry = {
-        "trial": row["number"], "arch": spec.arch, "dir": str(dest), "recipe": _recipe(cfg),
-        "steps": cfg.final_steps, "train": cfg.final_train, "train_rows": data.num_train, "init": res.init,
-        "params": spec.num_parameters(), "l_hs_norm": loss, "l_hs_raw": float(res.metrics["l_hs_raw"]),
-        "l_hs_se": float(res.metrics["l_hs_se"]),
-        "latency_ms": latency["median_ms"], "latency": latency, "latency_int8_onnx": int8_latency,
-        "reward": ctx.reward(loss, latency["median_ms"]), "within_budget": latency["median_ms"] <= ctx.budget_ms,
-        "proxy_reward": row["reward"], "quality": quality, **shipped,
+        "trial": row["number"], **ctx.score(spec, res.metrics, latency).record(), "dir": str(dest),
+        "recipe": _recipe(cfg), "steps": cfg.final_steps, "train": cfg.final_train, "train_rows": data.num_train,
+        "init": res.init, "latency_int8_onnx": int8_latency, "proxy_reward": row["reward"], "quality": quality, **shipped,
         "seconds": {"distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3), "export": round(t3 - t2, 3),
                     "latency": round(time.perf_counter() - t3, 3)},
     }

@@ -48,12 +48,6 @@ def evaluate_references(ctx: Any) -> list[dict[str, Any]]:
         ctx.progress.phase(f"reference {name} {spec.arch}: distill")
         res = ctx.proxy(spec)
         t2 = time.perf_counter()
-        loss = float(res.metrics["l_hs_norm"])
-        results.append({
-            "name": name, "arch": spec.arch, "params": spec.num_parameters(), "latency_ms": latency["median_ms"],
-            "latency": latency, "l_hs_norm": loss, "l_hs_raw": float(res.metrics["l_hs_raw"]),
-            "l_hs_se": float(res.metrics["l_hs_se"]),
-            "reward": ctx.reward(loss, latency["median_ms"]), "within_budget": latency["median_ms"] <= ctx.budget_ms,
-            "seconds": {"latency": round(t1 - t0, 3), "distill": round(t2 - t1, 3)},
-        })
+        results.append({"name": name, **ctx.score(spec, res.metrics, latency).record(),
+                        "seconds": {"latency": round(t1 - t0, 3), "distill": round(t2 - t1, 3)}})
     return results

@@ -26,6 +26,7 @@ from .config import SearchConfig
 from .measure import latency_record, measure
 from .resume import failed_shapes, worker_identity
 from .reward import kdnas_reward
+from .scored import Scored
 from .space import SearchSpace
 
 # Placeholder objective values for trials that were never trained (invalid or over budget). They
@@ -82,6 +83,13 @@ class SearchContext:
         the proxy benchmarks run, so a benchmark figure is a statement about the search."""
         return run_distill(spec, self.teacher, self.data, self.distill_config(self.config.proxy_steps),
                            cache=self.cache, on_eval=on_eval)
+
+    def score(self, spec: StudentSpec, metrics: dict[str, Any], latency: dict[str, Any]) -> Scored:
+        """A distilled shape's record: its held-out L_HS (with standard error), latency and reward."""
+        loss, median = float(metrics["l_hs_norm"]), float(latency["median_ms"])
+        return Scored(arch=spec.arch, params=spec.num_parameters(), latency=latency, l_hs_norm=loss,
+                      l_hs_raw=float(metrics["l_hs_raw"]), l_hs_se=float(metrics["l_hs_se"]),
+                      reward=self.reward(loss, median), within_budget=median <= self.budget_ms)
 
     def reward(self, loss: float, latency_ms: float) -> float:
         return kdnas_reward(loss, latency_ms, self.teacher_latency_ms, self.config.target_ratio,
@@ -175,13 +183,14 @@ class Objective:
             trial.set_user_attr("status", "infeasible")
             trial.set_user_attr("reason", f"latency {median:.2f} ms > budget {ctx.budget_ms:.2f} ms; not trained")
             return self._untrained(median)
-        return self._train(trial, spec, median, seconds)
+        return self._train(trial, spec, latency, seconds)
 
-    def _train(self, trial: optuna.Trial, spec: StudentSpec, median: float,
+    def _train(self, trial: optuna.Trial, spec: StudentSpec, latency: dict[str, Any],
                seconds: dict[str, float]) -> float | tuple[float, float]:
         """Proxy-distil a shape within the budget, reporting interim rewards to the pruner; its score."""
         ctx, cfg = self.ctx, self.ctx.config
         self._phase(trial, "distill")
+        median = latency["median_ms"]
         t0 = time.perf_counter()
 
         def on_eval(step: int, metrics: dict) -> None:
@@ -201,16 +210,13 @@ class Objective:
 
         result = ctx.proxy(spec, on_eval=on_eval)
         seconds["distill"] = time.perf_counter() - t0
-        loss = float(result.metrics["l_hs_norm"])
-        reward = ctx.reward(loss, median)
-        trial.set_user_attr("l_hs_norm", loss)
-        trial.set_user_attr("l_hs_raw", float(result.metrics["l_hs_raw"]))
-        trial.set_user_attr("l_hs_se", float(result.metrics["l_hs_se"]))
+        scored = ctx.score(spec, result.metrics, latency)
+        for key in ("l_hs_norm", "l_hs_raw", "l_hs_se", "reward"):  # shape and latency are stored already
+            trial.set_user_attr(key, getattr(scored, key))
         trial.set_user_attr("train_loss", float(result.metrics.get("train_loss", float("nan"))))
-        trial.set_user_attr("reward", reward)
         trial.set_user_attr("status", "feasible")
         self._phase(trial, "done")
-        return reward if cfg.objective == "reward" else (loss, median)
+        return scored.reward if cfg.objective == "reward" else (scored.l_hs_norm, median)
 
     def _repeat(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
         # Same shape, same data, same seed: training again would give the same numbers (and cost

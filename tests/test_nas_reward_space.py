@@ -128,3 +128,20 @@ def test_final_train_must_be_positive():
     with pytest.raises(KdnasError, match="final_train=0"):
         SearchConfig(final_train=0)
     assert SearchConfig().proxy_steps == 60 and SearchConfig().final_train == 4096
+
+
+def test_a_scored_candidate_is_one_record_for_every_stage():
+    from core.spec import StudentSpec
+    from nas import SearchConfig
+    from nas.trial import SearchContext
+
+    ctx = SearchContext(config=SearchConfig(), space=None, sizes={}, teacher=None, texts=None, data=None, cache=None,
+                        teacher_latency_ms=10.0, budget_ms=5.0, progress=None)
+    spec = StudentSpec(layers=3, heads=12, hidden=384, ffn=1024)
+    latency = {"median_ms": 4.0, "p90_ms": 4.2, "noisy": False}
+    scored = ctx.score(spec, {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "step": 60}, latency)
+    assert scored.reward == kdnas_reward(0.4, 4.0, 10.0, 0.6, -0.06) and scored.within_budget
+    assert scored.record() == {"arch": "3x12x384x1024", "params": spec.num_parameters(), "latency": latency,
+                               "l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "reward": scored.reward,
+                               "within_budget": True, "latency_ms": 4.0}
+    assert not ctx.score(spec, {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.0}, {"median_ms": 6.0}).within_budget

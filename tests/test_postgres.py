@@ -96,8 +96,8 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):
 
 
 def _refused(argv: list[str], *words: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "kdnas.cli", *argv], cwd=REPO, capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = subprocess.run([sys.executable, "-m", "kdnas.cli", *argv, "--no-progress"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     message = result.stderr.strip()
     assert result.returncode == 2 and "\n" not in message and "Traceback" not in message, message
     for word in words:

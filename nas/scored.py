@@ -1,0 +1,29 @@
+"""A scored candidate — a trial, a Table 1 reference shape or a finalist: one record type, so the
+three stages store the same facts under the same names."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A shape after its latency was measured and its distillation scored on the held-out rows."""
+
+    arch: str
+    params: int
+    latency: dict[str, Any]  # nas.measure.latency_record
+    l_hs_norm: float
+    l_hs_raw: float
+    l_hs_se: float
+    reward: float
+    within_budget: bool
+
+    @property
+    def latency_ms(self) -> float:
+        return float(self.latency["median_ms"])
+
+    def record(self) -> dict[str, Any]:
+        """The JSON facts, as the study, summary.json and the pages read them."""
+        return {**asdict(self), "latency_ms": self.latency_ms}

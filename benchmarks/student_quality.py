@@ -97,6 +97,7 @@ def main() -> int:
     parser.add_argument("--teacher", default="minilm-l6")
     parser.add_argument("--corpus", default="news")
     parser.add_argument("--finetune", action="store_true", help="also fine-tune every row (3 seeds; slow on CPU)")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="default: all three")
     parser.add_argument("--finetune-train", type=int, default=None,
                         help="fine-tuning examples per task (default: the whole training split)")
     parser.add_argument("--no-latency", action="store_true",
@@ -110,7 +111,7 @@ def main() -> int:
     # Fine-tuning with unfrozen embeddings, 3 epochs, on the full training splits unless --finetune-train caps them.
     config = FinetuneConfig(train_size=args.finetune_train, eval_size=None, freeze_embeddings=False, progress=False)
     models = [str(s) for s in args.students] + [str(p) for p in baselines.values()]
-    report = evaluate(models, list(TASKS), config, teacher=args.teacher, measures=measures, latency=not args.no_latency,
+    report = evaluate(models, args.tasks, config, teacher=args.teacher, measures=measures, latency=not args.no_latency,
                       quality=QualityConfig(corpus=args.corpus), log=lambda m: print(m, file=sys.stderr, flush=True))
     report["verdicts"] = verdicts(report, [str(s) for s in args.students], [str(p) for p in baselines.values()])
     report["environment"] = environment()

@@ -124,6 +124,10 @@ def profile(
         "max_cv": MAX_CV, "retries": RETRIES, "blocks": BLOCKS,
     }
     with _host_lock():
+        # Another process on this host may have measured the same thing while this one waited.
+        cached = _read_cache(cache_file) if use_cache else None
+        if cached is not None:
+            return cached
         stats = _run_worker(request, threads, timeout)
     result = LatencyResult(
         median_ms=stats["median_ms"], p90_ms=stats["p90_ms"], min_ms=stats["min_ms"], mean_ms=stats["mean_ms"],

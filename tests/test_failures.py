@@ -18,9 +18,10 @@ from nas.trial import SearchContext
 DIST = {"layers": optuna.distributions.IntDistribution(1, 6)}
 
 
-def _failed(study: optuna.Study, arch: str, reason: str, **attrs) -> optuna.Trial:
-    trial = study.ask(DIST) if not attrs else study.ask()
-    for key, value in {"arch": arch, "fail_kind": "error", "reason": reason, **attrs}.items():
+def _failed(study: optuna.Study, arch: str, reason: str) -> optuna.Trial:
+    """A trial of `arch` that failed with an error, recorded as the objective records it."""
+    trial = study.ask(DIST)
+    for key, value in {"arch": arch, "fail_kind": "error", "reason": reason}.items():
         trial.set_user_attr(key, value)
     study.tell(trial, state=TrialState.FAIL)
     return trial
@@ -112,6 +113,7 @@ def test_a_poison_shape_is_tried_twice_then_settled_and_the_search_finishes(tmp_
     assert any(t.user_attrs.get("status") == "feasible" for t in study.trials)
 
 
+@pytest.mark.slow  # the rule itself is tested above (test_repeated_failure_...); this is its wiring, 30-45 s
 def test_the_same_error_three_times_stops_the_search_with_that_error(tmp_path, proxy):
     proxy["fail"].add("*")
     with pytest.raises(TrainingError, match=r"last 3 trials all failed with the same error.*No space left"):
@@ -121,6 +123,7 @@ def test_the_same_error_three_times_stops_the_search_with_that_error(tmp_path, p
     assert (tmp_path / "run" / "trials.csv").is_file()  # the pages still show what happened
 
 
+@pytest.mark.slow  # a full search (15-30 s); kept out of the default run, which is held near 15 minutes
 def test_a_trial_failed_by_another_worker_does_not_stop_this_one(tmp_path, monkeypatch):
     real = SearchContext.proxy
     victims = []

@@ -239,14 +239,20 @@ def test_measurements_on_one_host_take_turns(tmp_path, monkeypatch):
         time.sleep(0.5)
         spans.append((start, time.monotonic()))
         return {"median_ms": 1.0, "p90_ms": 1.0, "min_ms": 1.0, "mean_ms": 1.0, "cv": 0.0, "runs": 1, "quiet": True,
-                "stable": True, "attempts": 1, "fused": {}, "block_medians": [1.0]}
+                "stable": True, "attempts": 1, "fused": {}, "block_medians": [1.0], "cores": [1],
+                "window": [time.time() - 0.5, time.time()]}
 
     monkeypatch.setattr(latency_profile, "_run_worker", slow_worker)
-    runs = [threading.Thread(target=profile, args=(TINY,), kwargs={"seq": 8 * (i + 1), "cache_dir": tmp_path})
-            for i in range(2)]
+    results = []
+
+    def measure_one(seq: int) -> None:
+        results.append(profile(TINY, seq=seq, cache_dir=tmp_path))
+
+    runs = [threading.Thread(target=measure_one, args=(8 * (i + 1),)) for i in range(2)]
     for run in runs:
         run.start()
     for run in runs:
         run.join()
+    assert len(results) == 2  # both measurements completed
     (a_start, a_end), (b_start, b_end) = sorted(spans)
     assert b_start >= a_end

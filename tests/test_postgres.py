@@ -112,10 +112,9 @@ def test_workers_need_a_shared_storage_and_a_count(tmp_path, pg_url):
 
 
 def test_bad_servers_are_one_line_and_touch_nothing(tmp_path, pg_url):
+    """Through the CLI; an unreachable server is refused the same way (tests/test_nas_storage.py)."""
     wrong = pg_url.replace(f":{PASSWORD}@", ":not-the-password@")
     _refused(["search", "--out", str(tmp_path / "x"), "--storage", wrong], "cannot be opened", "password")
-    unreachable = "postgresql+psycopg://postgres:pw@127.0.0.1:1/postgres"
-    _refused(["search", "--out", str(tmp_path / "x"), "--storage", unreachable], "cannot be opened")
     no_driver = pg_url.replace("+psycopg:", "+pg8000:")  # a driver that is not installed
     _refused(["search", "--out", str(tmp_path / "x"), "--storage", no_driver], "cannot be opened", "pg8000")
     assert "kdnas" not in optuna.get_all_study_names(open_storage(pg_url))  # no study was created

@@ -123,12 +123,11 @@ def profile(
         "optimized": identity["optimized"], "int8": identity["int8"], "vocab_size": resolved["vocab_size"],
         "max_cv": MAX_CV, "retries": RETRIES, "blocks": BLOCKS,
     }
-    with _host_lock():
-        # Another process on this host may have measured the same thing while this one waited.
+    with _host_lock():  # re-read: another process on this host may have measured it while this one waited
         cached = _read_cache(cache_file) if use_cache else None
-        if cached is not None:
-            return cached
-        stats = _run_worker(request, threads, timeout)
+        stats = _run_worker(request, threads, timeout) if cached is None else {}
+    if cached is not None:
+        return cached
     result = LatencyResult(
         median_ms=stats["median_ms"], p90_ms=stats["p90_ms"], min_ms=stats["min_ms"], mean_ms=stats["mean_ms"],
         cv=stats["cv"], runs=stats["runs"], noisy=not stats["quiet"], batch=batch, seq=seq,

@@ -85,7 +85,7 @@ def enqueue_retries(study: optuna.Study) -> list[int]:
     """Queue once the parameters of every failed trial not yet retried; a failed retry is not
     retried again (its shape has failed twice), except after a Ctrl-C."""
     trials = study.get_trials(deepcopy=False)
-    retried = {t.user_attrs.get("retry_of") for t in trials}
+    retried = _retried(trials)
     queued = []
     for trial in trials:
         if (trial.state == TrialState.FAIL and trial.user_attrs.get("fail_kind") in RETRYABLE
@@ -123,8 +123,14 @@ def heartbeat_retries(study: optuna.Study) -> dict[int, int]:
 def counted_trials(study: optuna.Study) -> int:
     """Trials that count towards `--trials`: finished ones; a retried failure counts via its retry."""
     trials = study.get_trials(deepcopy=False)
-    retried = set(heartbeat_retries(study)) | {t.user_attrs.get("retry_of") for t in trials}
+    retried = _retried(trials)
     return sum(1 for t in trials if t.state.is_finished() and not (t.state == TrialState.FAIL and t.number in retried))
+
+
+def _retried(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
+    """Numbers of the failed trials that have a retry, queued by kdnas or by the heartbeat callback."""
+    return ({t.user_attrs["retry_of"] for t in trials if "retry_of" in t.user_attrs}
+            | {t.system_attrs["failed_trial"] for t in trials if "failed_trial" in t.system_attrs})
 
 
 def recover(study: optuna.Study, stale_after_s: float) -> None:

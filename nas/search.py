@@ -125,8 +125,7 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
             progress.phase("waiting for other workers' last trials")
             time.sleep(WAIT_S)
             continue
-        _one_trial(study, objective, progress)
-        recover(study, cfg.stale_after_s)
+        _one_trial(study, objective, progress)  # the next loop's recover() queues its retry if it failed
         error = repeated_failure(study, SAME_ERROR_STOPS)
         if error is not None:
             write_outputs(study, out)

@@ -271,8 +271,10 @@ def _print_summary(summary: dict, out: Path) -> None:
         print(f"best trial #{best['number']}: {best['arch']}  reward {best['reward']:.4f}  "
               f"L_HS {best['l_hs_norm']:.4f}  {best['latency_median_ms']:.2f} ms")
     for s in summary.get("final_over_budget") or []:
-        print(f"not shipped: {s['arch']} (trial #{s['trial']}) measured {s['latency_ms']:.2f} ms {s['stage']}, over the "
-              f"budget of {s['budget_ms']:.2f} ms" + (f"; moved to {s['dir']}" if s.get("dir") else ""))
+        twice = " twice (" + " and ".join(f"{r:.2f}" for r in s["latency_readings_ms"]) + " ms)" \
+            if len(s.get("latency_readings_ms") or []) == 2 else ""
+        print(f"not shipped: {s['arch']} (trial #{s['trial']}) measured {s['latency_ms']:.2f} ms {s['stage']}{twice}, "
+              f"over the budget of {s['budget_ms']:.2f} ms" + (f"; moved to {s['dir']}" if s.get("dir") else ""))
     for f in summary.get("final") or []:
         method = (f.get("recipe") or {}).get("method", "")
         print(f"final {f['dir']}: {f['arch']} after {f['steps']} steps of {method}: {f['latency_ms']:.2f} ms; "

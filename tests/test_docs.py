@@ -61,12 +61,10 @@ CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 
 def _command_options() -> dict[str, set[str]]:
-    import argparse
-
+    from kdnas._reference import commands
     from kdnas.cli import build_parser
 
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: {o for a in p._actions for o in a.option_strings} for name, p in sub.choices.items()}
+    return {name: {o for a in p._actions for o in a.option_strings} for name, p in commands(build_parser()).items()}
 
 
 def _named_options(markdown: Path) -> set[str]:
@@ -112,16 +110,21 @@ def _same(stated: str, default: object) -> bool:
 
 
 def _command_defaults(command: str) -> dict[str, object]:
-    import argparse
-
+    from kdnas._reference import commands
     from kdnas.cli import build_parser
 
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     # An option without a parser default (None) takes it from elsewhere; its help says which.
     return {a.option_strings[0]: a.default if a.default is not None else _help_default(a.help or "")
-            for a in sub.choices[command]._actions if a.option_strings}
+            for a in commands(build_parser())[command]._actions if a.option_strings}
 
 
 def _help_default(text: str) -> str | None:
     found = re.search(r"\(default: ([^)]+)\)", " ".join(text.split()))
     return found.group(1) if found else None
+
+
+def test_the_cli_reference_is_what_the_parsers_print():
+    from kdnas._reference import render
+
+    assert (REPO / "docs" / "cli.md").read_text() == render(), \
+        "docs/cli.md is out of date: python -m kdnas._reference > docs/cli.md"

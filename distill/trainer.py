@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -33,9 +32,9 @@ from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method
-from .optim import adamw, autocast, optimizer_step
+from .loop import LossReader, Optimization, length_bucketed_batches, train_steps
 from core.spec import StudentSpec
-from .teachers import Teacher, activations, base_model, model_dims
+from .teachers import Teacher, activations, base_model
 
 OnEval = Callable[[int, dict], None]
 INITS: tuple[str, ...] = ("inherit", "svd", "random")
@@ -151,20 +150,8 @@ class DistillResult:
         return out
 
 
+# Losses are read back from the device (and checked finite) every this many steps and at evaluations.
 FINITE_CHECK_EVERY = 10
-
-
-def _finite_losses(pending: list[torch.Tensor], step: int, config: DistillConfig, bar: Any) -> list[float]:
-    """The losses of the steps up to `step` not read yet, as floats (one host sync); a non-finite one
-    stops the run naming the step it appeared at."""
-    losses = torch.stack(pending).float().cpu().tolist()
-    for offset, value in enumerate(losses):
-        if not math.isfinite(value):
-            bar.close()
-            at = step - len(losses) + 1 + offset
-            raise TrainingError(f"loss became {value} at step {at} (method {config.method}, lr {config.lr}); "
-                             "the run stopped — try a lower --lr")
-    return losses
 
 
 def check_device(name: object) -> None:
@@ -260,8 +247,9 @@ def _prepare_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache,
 
 
 class _Loop:
-    """The optimisation loop of one run: length-bucketed batches, teacher targets (cached or live),
-    the update, loss checks every FINITE_CHECK_EVERY steps, and evaluations every `eval_every`."""
+    """One run's steps: length-bucketed batches, teacher targets (cached or live), the shared
+    training loop (distill.loop), loss checks every FINITE_CHECK_EVERY steps, evaluations every
+    `eval_every`."""
 
     def __init__(self, student: nn.Module, method: nn.Module, teacher: Teacher, data: TransferSet,
                  config: DistillConfig, device: torch.device, cache: TeacherCache | None, evaluator: Evaluator,
@@ -270,56 +258,51 @@ class _Loop:
         self.device, self.cache, self.evaluator, self.on_eval, self.arch = device, cache, evaluator, on_eval, arch
         self.ids, self.mask = data.split("train")
         self.mlm = method.student_needs().logits
-        self.params = [p for p in list(student.parameters()) + list(method.parameters()) if p.requires_grad]
-        self.optimizer, self.schedule = adamw(self.params, lr=config.lr, steps=config.steps,
-                                              warmup_steps=int(config.warmup * config.steps),
-                                              weight_decay=config.weight_decay, betas=(0.9, 0.98))
         self.generator = torch.Generator().manual_seed(config.seed)
+        self.tokens = 0
 
     def run(self) -> tuple[dict, list[dict], float, float]:
         """Train for `config.steps`; returns (last metrics, history, seconds, training tokens/s)."""
         from tqdm.auto import tqdm
 
         config = self.config
-        batches: list[torch.Tensor] = []
+        params = [p for p in list(self.student.parameters()) + list(self.method.parameters()) if p.requires_grad]
+        optim = Optimization(lr=config.lr, steps=config.steps, warmup_steps=int(config.warmup * config.steps),
+                             weight_decay=config.weight_decay, betas=(0.9, 0.98))
+        reader = LossReader(f"method {config.method}, lr {config.lr}", "try a lower --lr")
+        batches = length_bucketed_batches(self.mask.sum(1), config.batch_size, self.generator)
         history: list[dict] = []
         running: list[float] = []  # losses since the last evaluation
-        pending: list[torch.Tensor] = []  # losses not read from the device yet
-        seen_tokens, metrics = 0, {}
-        bar = tqdm(total=config.steps, desc=f"distill {config.method} {self.arch}", disable=not config.progress,
-                   dynamic_ncols=True, leave=False)
+        metrics: dict = {}
         start, eval_seconds = time.perf_counter(), 0.0
-        for step in range(1, config.steps + 1):
-            if not batches:
-                batches = epoch_batches(self.mask.sum(1), config.batch_size, self.generator)
-            # Losses stay on the device and are read every FINITE_CHECK_EVERY steps and at evaluations:
-            # reading one every step would make the host wait for the GPU each step.
-            loss, tokens = self.step(batches.pop())
-            pending.append(loss)
-            seen_tokens += tokens
-            bar.update(1)
-            evaluate = (config.eval_every and step % config.eval_every == 0) or step == config.steps
-            if evaluate or step % FINITE_CHECK_EVERY == 0:
-                running += _finite_losses(pending, step, config, bar)
-                pending = []
-                bar.set_postfix(loss=f"{running[-1]:.4f}")
-            if evaluate:
-                eval_start = time.perf_counter()
-                rows = None if step == config.steps else config.interim_eval_rows
-                metrics = {"step": step, "train_loss": sum(running) / len(running), **self.evaluator(self.student, rows)}
-                history.append(metrics)
-                running = []
-                bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")
-                eval_seconds += time.perf_counter() - eval_start
-                if self.on_eval is not None:
-                    self.on_eval(step, metrics)
-        bar.close()
+        with tqdm(total=config.steps, desc=f"distill {config.method} {self.arch}", disable=not config.progress,
+                  dynamic_ncols=True, leave=False) as bar:
+            for step, loss in train_steps(params, batches, self.loss, optim, self.device):
+                reader.add(loss)
+                bar.update(1)
+                evaluate = (config.eval_every and step % config.eval_every == 0) or step == config.steps
+                if evaluate or step % FINITE_CHECK_EVERY == 0:
+                    running += reader.read(step)
+                    bar.set_postfix(loss=f"{running[-1]:.4f}")
+                if evaluate:
+                    eval_start = time.perf_counter()
+                    metrics = self.evaluate(step, running)
+                    history.append(metrics)
+                    running = []
+                    bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")
+                    eval_seconds += time.perf_counter() - eval_start
+                    if self.on_eval is not None:
+                        self.on_eval(step, metrics)
         seconds = time.perf_counter() - start
         # throughput counts training steps, not evaluations
-        return metrics, history, seconds, seen_tokens / max(seconds - eval_seconds, 1e-9)
+        return metrics, history, seconds, self.tokens / max(seconds - eval_seconds, 1e-9)
 
-    def step(self, index: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """One update on the rows `index`; returns the loss (still on the device) and the real tokens."""
+    def evaluate(self, step: int, running: list[float]) -> dict:
+        rows = None if step == self.config.steps else self.config.interim_eval_rows
+        return {"step": step, "train_loss": sum(running) / len(running), **self.evaluator(self.student, rows)}
+
+    def loss(self, index: torch.Tensor) -> torch.Tensor:
+        """The method's loss on the rows `index` (under the loop's autocast); counts their real tokens."""
         # Rows are left-aligned, so the batch is cut to its longest row: short rows (sentences) cost less.
         width = int(self.mask[index].sum(1).max())
         ids, mask = self.ids[index, :width].to(self.device), self.mask[index, :width].to(self.device)
@@ -327,35 +310,13 @@ class _Loop:
         if self.mlm:
             ids, loss_mask = _mask_tokens(ids, mask, self.teacher.tokenizer, self.config.mask_prob, self.generator)
         needs = self.method.teacher_needs()
-        with autocast(self.device):
-            if self.cache is None:
-                t_acts = self.teacher.activations(ids, mask, needs)
-            else:
-                t_acts = self.cache.batch("train", index, needs, width=width).to(self.device)
-            s_acts = activations(self.student, ids, mask, self.method.student_needs())
-            loss = self.method(s_acts, _as_float(t_acts), loss_mask)
-        optimizer_step(loss, self.params, self.optimizer, self.schedule)
-        return loss.detach(), int(self.mask[index, :width].sum())  # host-side mask: no device sync
-
-
-def epoch_batches(lengths: torch.Tensor, batch_size: int, generator: torch.Generator,
-                  pool_batches: int = 16) -> list[torch.Tensor]:
-    """One epoch of row indices, one tensor per batch (taken from the end of the list).
-
-    Rows are shuffled, then sorted by length within pools of `pool_batches` batches, so a batch holds
-    rows of similar length and costs little padding (about half the compute on sentence rows);
-    the batches are shuffled again. A set smaller than one batch is one batch.
-    """
-    order = torch.randperm(len(lengths), generator=generator)
-    if len(order) < batch_size:
-        return [order]
-    batches: list[torch.Tensor] = []
-    pool = batch_size * pool_batches
-    for start in range(0, len(order) - batch_size + 1, pool):
-        chunk = order[start : start + pool]
-        chunk = chunk[torch.argsort(lengths[chunk], stable=True)]
-        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk) - batch_size + 1, batch_size)]
-    return [batches[i] for i in torch.randperm(len(batches), generator=generator)]
+        if self.cache is None:
+            t_acts = self.teacher.activations(ids, mask, needs)
+        else:
+            t_acts = self.cache.batch("train", index, needs, width=width).to(self.device)
+        s_acts = activations(self.student, ids, mask, self.method.student_needs())
+        self.tokens += int(self.mask[index, :width].sum())  # host-side mask: no device sync
+        return self.method(s_acts, _as_float(t_acts), loss_mask)
 
 
 def initial_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache,
@@ -433,8 +394,3 @@ def _mask_tokens(ids: torch.Tensor, mask: torch.Tensor, tokenizer, prob: float, 
     masked[swap] = random_ids[swap]
     return masked, chosen.long()
 
-
-def model_summary(model: nn.Module) -> dict:
-    dims = model_dims(model)
-    return {"layers": dims.layers, "hidden": dims.hidden, "heads": dims.heads, "ffn": dims.ffn,
-            "parameters": sum(p.numel() for p in model.parameters())}

@@ -33,7 +33,7 @@ from distill.data import pad_rows
 from core.errors import InputError, first_line
 from distill.losses import mean_pool
 from .tasks import Split, Task
-from distill.optim import adamw, autocast, optimizer_step
+from distill.loop import LossReader, Optimization, autocast, shuffled_batches, train_steps
 
 if TYPE_CHECKING:
     from .quality import QualityConfig
@@ -193,40 +193,30 @@ def train_classifier(
     pad_id: int,
     config: FinetuneConfig,
     seed: int,
-    loss_fn=None,
     bar=None,
 ) -> None:
-    """Cross-entropy fine-tuning of every trainable parameter (AdamW, warm-up + linear decay).
-
-    `loss_fn(logits, index)` replaces CE when given (task-transfer stages use soft targets).
-    """
+    """Cross-entropy fine-tuning of every trainable parameter (AdamW, warm-up + linear decay)."""
     device = next(model.parameters()).device
     torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
-    steps_per_epoch = math.ceil(len(rows) / config.batch_size)
-    total = steps_per_epoch * config.epochs
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer, schedule = adamw(params, lr=config.lr, steps=total, warmup_steps=int(config.warmup * total),
-                                weight_decay=config.weight_decay)
+    total = math.ceil(len(rows) / config.batch_size) * config.epochs
+    optim = Optimization(lr=config.lr, steps=total, warmup_steps=int(config.warmup * total),
+                         weight_decay=config.weight_decay)
+    batches = shuffled_batches(len(rows), config.batch_size, torch.Generator().manual_seed(seed), drop_last=False)
+    reader = LossReader(f"fine-tuning, lr {config.lr}", "try a lower --lr")
     target = torch.tensor(labels, dtype=torch.long)
+
+    def loss_of(index: torch.Tensor) -> torch.Tensor:
+        ids, mask = pad_rows([rows[i] for i in index], pad_id)
+        logits = model(ids.to(device), mask.to(device)).float()
+        return nn.functional.cross_entropy(logits, target[index].to(device))
+
     model.train()
-    for _ in range(config.epochs):
-        order = torch.randperm(len(rows), generator=generator)
-        for start in range(0, len(rows), config.batch_size):
-            index = order[start : start + config.batch_size]
-            ids, mask = pad_rows([rows[i] for i in index], pad_id)
-            with autocast(device):
-                logits = model(ids.to(device), mask.to(device)).float()
-            if loss_fn is None:
-                loss = nn.functional.cross_entropy(logits, target[index].to(device))
-            else:
-                loss = loss_fn(logits, index)
-            if not torch.isfinite(loss):
-                raise InputError(f"fine-tuning loss became {loss.item()} (lr {config.lr}); try a lower --lr")
-            optimizer_step(loss, params, optimizer, schedule)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
+    for step, loss in train_steps([p for p in model.parameters() if p.requires_grad], batches, loss_of, optim, device):
+        reader.add(loss)
+        value = reader.read(step)[0]  # every step: the bar shows it, and the runs are CPU-sized
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{value:.3f}")
 
 
 @torch.inference_mode()

@@ -48,7 +48,7 @@ from distill.losses import od_loss
 from core.spec import parse_arch
 from .tasks import Task, load_task
 from distill.teachers import teacher_from_model
-from distill.optim import adamw, autocast, optimizer_step
+from distill.loop import LossReader, Optimization, shuffled_batches, train_steps
 from distill.trainer import DistillConfig, distill
 
 LOGIT_LOSSES = ("mse", "od")
@@ -195,36 +195,30 @@ def run_stage(
 
     `batches(index)` returns (ids, mask, targets) for example indices; order reshuffles each pass.
     """
-    from tqdm.auto import tqdm
-
     set_trainable(student, stage, freeze_embeddings=config.teacher_finetune.freeze_embeddings)
     params = [p for p in student.parameters() if p.requires_grad]
     device = next(student.parameters()).device
     if budget.steps == 0:
         return {"stage": stage.name, "steps": 0, "loss": None, "seconds": 0.0}
-    optimizer, schedule = adamw(params, lr=budget.lr, steps=budget.steps, warmup_steps=budget.steps // 10,
-                                weight_decay=0.01)
+    optim = Optimization(lr=budget.lr, steps=budget.steps, warmup_steps=budget.steps // 10, weight_decay=0.01)
     generator = torch.Generator().manual_seed(config.seed + STAGES.index(stage))
-    order, cursor = torch.randperm(num_examples, generator=generator), 0
-    student.train()
-    losses = []
-    start = time.perf_counter()
-    bar = tqdm(range(budget.steps), desc=f"stage {STAGES.index(stage) + 1} {stage.name}",
-               disable=not config.progress, dynamic_ncols=True, leave=False)
-    for _ in bar:
-        if cursor + config.batch_size > num_examples:
-            order, cursor = torch.randperm(num_examples, generator=generator), 0
-        index = order[cursor : cursor + config.batch_size]
-        cursor += config.batch_size
+    reader = LossReader(f"stage {stage.name}, lr {budget.lr}", "lower that stage's lr")
+
+    def loss_of(index: torch.Tensor) -> torch.Tensor:
         ids, mask, targets = batches(index)
-        with autocast(device):
-            logits = student(ids.to(device), mask.to(device)).float()
-        loss = loss_fn(logits, targets.to(device))
-        if not torch.isfinite(loss):
-            raise InputError(f"stage {stage.name}: loss became {loss.item()} (lr {budget.lr}); lower that stage's lr")
-        optimizer_step(loss, params, optimizer, schedule)
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{loss.item():.4f}")
+        logits = student(ids.to(device), mask.to(device)).float()
+        return loss_fn(logits, targets.to(device))
+
+    student.train()
+    losses: list[float] = []
+    start = time.perf_counter()
+    with _bar(config, budget.steps, f"stage {STAGES.index(stage) + 1} {stage.name}") as bar:
+        for step, loss in train_steps(params, shuffled_batches(num_examples, config.batch_size, generator,
+                                                               drop_last=True), loss_of, optim, device):
+            reader.add(loss)
+            losses += reader.read(step)
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}")
     tail = losses[-max(1, len(losses) // 10):]
     return {"stage": stage.name, "steps": budget.steps, "lr": budget.lr, "loss_first": losses[0],
             "loss_last": sum(tail) / len(tail), "seconds": round(time.perf_counter() - start, 2)}

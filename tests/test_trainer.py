@@ -98,7 +98,7 @@ def test_bad_config_values(bad, message):
 def test_epoch_batches_hold_rows_of_similar_length_and_cover_the_epoch():
     import torch
 
-    from distill.trainer import epoch_batches
+    from distill.loop import epoch_batches
 
     lengths = torch.randint(5, 64, (1000,), generator=torch.Generator().manual_seed(1))
     batches = epoch_batches(lengths, 32, torch.Generator().manual_seed(0))

@@ -1,0 +1,128 @@
+"""The training loop every trainer in kdnas runs — distillation, fine-tuning and task transfer:
+AdamW with linear warm-up then linear decay to zero, bf16 autocast on CUDA, one update step with
+gradient clipping, shuffled batches, and losses read back from the device in groups with a check
+that they stay finite. Written once so the three trainers cannot drift apart; each one only says
+what a batch is and what its loss is (`train_steps`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+from torch import nn
+
+from core.errors import TrainingError
+
+Batch = TypeVar("Batch")
+
+
+@dataclass(frozen=True)
+class Optimization:
+    """AdamW over `steps` updates: warm-up for `warmup_steps`, then linear decay to zero."""
+
+    lr: float
+    steps: int
+    warmup_steps: int
+    weight_decay: float
+    betas: tuple[float, float] = (0.9, 0.999)
+    max_grad_norm: float = 1.0
+
+
+def warmup_linear_decay(steps: int, warmup_steps: int):
+    """LR factor at step s: (s+1)/warm up to `warmup_steps`, then linear decay to 0 at `steps`."""
+    warm = max(1, warmup_steps)
+    return lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm)))
+
+
+def adamw(params: list[nn.Parameter], optim: Optimization
+          ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW and its warm-up/decay schedule."""
+    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear_decay(optim.steps, optim.warmup_steps))
+
+
+def autocast(device: torch.device) -> AbstractContextManager:
+    """bf16 autocast on CUDA (no loss scaling needed); plain fp32 on CPU."""
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+
+
+def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: Callable[[Batch], torch.Tensor],
+                optim: Optimization, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
+    """Run `optim.steps` updates, one per batch: the loss under autocast, backward, gradient clipping,
+    the optimizer and LR-schedule steps. Yields (step from 1, the loss still on the device) after
+    each update, so the caller logs, evaluates or stops without the loop knowing how."""
+    optimizer, schedule = adamw(params, optim)
+    for step, batch in zip(range(1, optim.steps + 1), batches):
+        with autocast(device):
+            loss = loss_of(batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm)
+        optimizer.step()
+        schedule.step()
+        yield step, loss.detach()
+
+
+class LossReader:
+    """Losses kept on the device and read back in groups — one host sync per group, since reading
+    one every step makes the host wait for the GPU each step. A non-finite loss stops the run,
+    naming the step it appeared at, `context` (method, lr) and `advice`."""
+
+    def __init__(self, context: str, advice: str) -> None:
+        self.context, self.advice = context, advice
+        self.pending: list[torch.Tensor] = []
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.pending.append(loss)
+
+    def read(self, step: int) -> list[float]:
+        """The losses added since the last read (the last one is `step`'s), as floats."""
+        values = torch.stack(self.pending).float().cpu().tolist() if self.pending else []
+        self.pending = []
+        for offset, value in enumerate(values):
+            if not math.isfinite(value):
+                at = step - len(values) + 1 + offset
+                raise TrainingError(f"loss became {value} at step {at} ({self.context}); the run stopped — {self.advice}")
+        return values
+
+
+def shuffled_batches(n: int, batch_size: int, generator: torch.Generator, *,
+                     drop_last: bool) -> Iterator[torch.Tensor]:
+    """Row indices in batches, reshuffled every pass over the `n` rows, without end. With `drop_last`
+    a pass ends when fewer than `batch_size` rows are left (a set smaller than one batch is one batch)."""
+    while True:
+        order = torch.randperm(n, generator=generator)
+        full = n - n % batch_size if drop_last and n >= batch_size else n
+        for start in range(0, full, batch_size):
+            yield order[start : start + batch_size]
+
+
+def length_bucketed_batches(lengths: torch.Tensor, batch_size: int, generator: torch.Generator
+                            ) -> Iterator[torch.Tensor]:
+    """`epoch_batches`, epoch after epoch, without end."""
+    while True:
+        yield from reversed(epoch_batches(lengths, batch_size, generator))
+
+
+def epoch_batches(lengths: torch.Tensor, batch_size: int, generator: torch.Generator,
+                  pool_batches: int = 16) -> list[torch.Tensor]:
+    """One epoch of row indices, one tensor per batch.
+
+    Rows are shuffled, then sorted by length within pools of `pool_batches` batches, so a batch holds
+    rows of similar length and costs little padding (about half the compute on sentence rows);
+    the batches are shuffled again. A set smaller than one batch is one batch.
+    """
+    order = torch.randperm(len(lengths), generator=generator)
+    if len(order) < batch_size:
+        return [order]
+    batches: list[torch.Tensor] = []
+    pool = batch_size * pool_batches
+    for start in range(0, len(order) - batch_size + 1, pool):
+        chunk = order[start : start + pool]
+        chunk = chunk[torch.argsort(lengths[chunk], stable=True)]
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk) - batch_size + 1, batch_size)]
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator)]

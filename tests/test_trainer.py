@@ -109,6 +109,41 @@ def test_epoch_batches_hold_rows_of_similar_length_and_cover_the_epoch():
     assert [len(b) for b in epoch_batches(lengths[:5], 32, torch.Generator().manual_seed(0))] == [5]
 
 
+def test_shuffled_batches_cover_every_row_once_per_pass():
+    import itertools
+
+    import torch
+
+    from distill.loop import shuffled_batches
+
+    def first_pass(n, size, drop_last):
+        batches = shuffled_batches(n, size, torch.Generator().manual_seed(0), drop_last=drop_last)
+        per_pass = n // size if drop_last and n >= size else -(-n // size)
+        return [b.tolist() for b in itertools.islice(batches, per_pass)], next(batches)
+
+    rows, after = first_pass(10, 4, drop_last=False)  # fine-tuning: the last batch is short
+    assert [len(b) for b in rows] == [4, 4, 2] and sorted(sum(rows, [])) == list(range(10)) and len(after) == 4
+    rows, _ = first_pass(10, 4, drop_last=True)  # task transfer: whole batches only
+    assert [len(b) for b in rows] == [4, 4] and len(set(sum(rows, []))) == 8
+    rows, _ = first_pass(3, 4, drop_last=True)
+    assert sorted(rows[0]) == [0, 1, 2]
+
+
+def test_a_non_finite_loss_stops_the_loop_naming_its_step():
+    import torch
+
+    from core.errors import TrainingError
+    from distill.loop import LossReader
+
+    reader = LossReader("stage hs, lr 0.1", "lower that stage's lr")
+    for value in (1.0, 0.5, float("nan")):
+        reader.add(torch.tensor(value))
+    with pytest.raises(TrainingError, match=r"loss became nan at step 7 \(stage hs, lr 0.1\).*lower that stage's lr"):
+        reader.read(7)
+    reader.add(torch.tensor(0.25))
+    assert reader.read(8) == [0.25]
+
+
 def test_held_out_l_hs_is_cross_fitted_and_not_biased_against_a_narrow_student(teacher, news_texts):
     from distill import make_transfer_set
     from distill.trainer import initial_student

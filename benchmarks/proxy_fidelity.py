@@ -12,6 +12,8 @@ bootstrap 95 % intervals over shapes between
   (b) each proxy length's L_HS and the final student's fidelity (negated: lower loss, higher rho).
 
     python benchmarks/proxy_fidelity.py                       # 12 shapes, 20/60/150 steps, final 300 steps
+    python benchmarks/proxy_fidelity.py --method embed --lr 3e-4 --proxy-steps 60 \
+        --final-from benchmarks/results/proxy_fidelity.json --out /tmp/embed_proxy.json  # another proxy, same finals
 Writes benchmarks/results/proxy_fidelity.json and prints a Markdown table.
 """
 
@@ -95,10 +97,18 @@ def main() -> int:
     parser.add_argument("--proxy-steps", type=int, nargs="+", default=[20, 60, 150])
     parser.add_argument("--final-steps", type=int, default=300)
     parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--method", default=SearchConfig.method, help="the proxy's distillation method")
+    parser.add_argument("--lr", type=float, default=SearchConfig.lr, help="the proxy's learning rate")
+    parser.add_argument("--final-from", type=Path, default=None,
+                        help="take each shape's final fidelity from this earlier result instead of training it again")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "proxy_fidelity.json")
     args = parser.parse_args()
 
-    base = SearchConfig(final_steps=args.final_steps)
+    base = SearchConfig(final_steps=args.final_steps, method=args.method, lr=args.lr)
+    earlier = {r["arch"]: r["final"] for r in json.loads(args.final_from.read_text())["rows"]} if args.final_from else {}
+    missing = sorted(set(args.archs) - set(earlier)) if args.final_from else []
+    if missing or (earlier and next(iter(earlier.values()))["steps"] != args.final_steps):
+        parser.error(f"--final-from {args.final_from} lacks {missing or 'final runs of --final-steps'}")
     teacher, texts = load_teacher(base.teacher), load_corpus(base.corpus)
     data = proxy_transfer_set(base, teacher, texts)
     final_data = make_transfer_set(teacher.tokenizer, texts, seq_len=base.seq_len, num_train=base.final_train,
@@ -123,13 +133,16 @@ def main() -> int:
             result = context(base.replace(proxy_steps=steps)).proxy(spec)
             row["proxy"][str(steps)] = {"l_hs_norm": round(result.metrics["l_hs_norm"], 4),
                                         "seconds": round(time.perf_counter() - started, 1)}
-        started = time.perf_counter()
-        final = run_distill(spec, teacher, final_data, context(base).final_config(), cache=caches["final"])
-        emb = sentence_embeddings((final.student.eval(), teacher.tokenizer), sentences, max_len=base.latency_seq)
-        fidelity = embedding_fidelity(reference, emb, pairs=PAIRS, seed=base.seed)
-        row["final"] = {"steps": args.final_steps, "spearman": round(fidelity["spearman"], 4),
-                        "mean_cosine": round(fidelity["mean_cosine"], 4),
-                        "seconds": round(time.perf_counter() - started, 1)}
+        if arch in earlier:
+            row["final"] = {**earlier[arch], "from": str(args.final_from)}
+        else:
+            started = time.perf_counter()
+            final = run_distill(spec, teacher, final_data, context(base).final_config(), cache=caches["final"])
+            emb = sentence_embeddings((final.student.eval(), teacher.tokenizer), sentences, max_len=base.latency_seq)
+            fidelity = embedding_fidelity(reference, emb, pairs=PAIRS, seed=base.seed)
+            row["final"] = {"steps": args.final_steps, "spearman": round(fidelity["spearman"], 4),
+                            "mean_cosine": round(fidelity["mean_cosine"], 4),
+                            "seconds": round(time.perf_counter() - started, 1)}
         print(json.dumps(row), flush=True)
         rows.append(row)
 

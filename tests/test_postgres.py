@@ -95,6 +95,37 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):
             assert float(attrs["reward"]) == pytest.approx(trial.user_attrs["reward"])
 
 
+# One worker's start: find the study (none yet), then — at the same instant as the others — create it
+# or, when another got there first, open it; exactly the code `kdnas search` runs (nas.search._open_study).
+_START = """
+import sys, time
+from nas import SearchConfig
+from nas.search import _open_study
+from nas.storage import SETTINGS_ATTR, find_study, open_storage
+url, at = sys.argv[1], float(sys.argv[2])
+cfg = SearchConfig(out="unused", storage=url, study_name="race")
+storage = open_storage(url)
+settings = {"teacher": "minilm-l6", "trials": 6}
+existing = find_study(storage, "race")
+time.sleep(max(0.0, at - time.time()))
+study, facts = _open_study(cfg, storage, url, existing, {"budget_ms": 8.0, SETTINGS_ATTR: settings}, settings)
+print(study._study_id, facts["budget_ms"], existing is None, flush=True)
+"""
+
+
+def test_three_workers_started_in_the_same_second_create_one_study(pg_url):
+    at = time.time() + 8  # after every process has imported optuna and connected
+    workers = [subprocess.Popen([sys.executable, "-c", _START, pg_url, str(at)], cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+               for _ in range(3)]
+    results = [w.communicate(timeout=120) for w in workers]
+    assert [w.returncode for w in workers] == [0, 0, 0], [err[-2000:] for _, err in results]
+    assert not any("Traceback" in err for _, err in results)
+    ids = {out.split()[0] for out, _ in results}
+    assert len(ids) == 1 and all(out.split()[1:] == ["8.0", "True"] for out, _ in results), results  # all raced
+    assert optuna.get_all_study_names(storage=open_storage(pg_url)).count("race") == 1
+
+
 def _refused(argv: list[str], *words: str) -> None:
     result = subprocess.run([sys.executable, "-m", "kdnas.cli", *argv, "--no-progress"], cwd=REPO, capture_output=True,
                             text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -18,7 +18,7 @@ from typing import Any
 from distill.data import UNITS
 from core.errors import InputError
 from distill.inherit import LAYER_RULES
-from distill.methods import METHODS
+from distill.methods import METHODS, method_options
 from distill.trainer import INITS
 
 from .space import SearchSpace, default_space, override_space
@@ -136,7 +136,14 @@ class SearchConfig:
         _one_of("init", self.init, INITS)
         _one_of("layer rule", self.layer_rule, LAYER_RULES)
         _one_of("final unit", self.final_unit, UNITS)
+        # od needs the teacher's masked-LM head, which the bundled sentence-embedding teachers lack.
+        _one_of("method", self.method, tuple(m for m in METHODS if m != "od"))
         _one_of("final method", self.final_method, tuple(m for m in METHODS if m != "od"))
+        if self.layer_map != SearchConfig.layer_map and not any("layer_map" in method_options(m)
+                                                                for m in (self.method, self.final_method)):
+            takers = ", ".join(m for m in METHODS if "layer_map" in method_options(m))
+            raise InputError(f"layer map {self.layer_map!r} applies to the methods {takers}; "
+                             f"method {self.method!r} and final method {self.final_method!r} have none")
         if not isinstance(self.quality_sentences, int) or self.quality_sentences < 0:
             raise InputError(f"quality_sentences={self.quality_sentences!r} must be 0 (not measured) or more")
         if not self.study_name or not str(self.study_name).strip():
@@ -175,7 +182,7 @@ class SearchConfig:
 
 def _one_of(what: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise InputError(f"{what} {value!r} is unknown; choose one of {', '.join(allowed)}")
+        raise InputError(f"{what} {value!r} is not supported; choose one of {', '.join(allowed)}")
 
 
 def _positive_int(config: SearchConfig, name: str, why: str) -> None:

@@ -39,3 +39,25 @@ def test_study_settings_are_the_fields_that_change_what_a_trial_measures():
     assert {"proxy_steps", "lr", "budget_ratio", "teacher", "threads", "prune", "space", "device"} <= settings.keys()
     assert not settings.keys() & (RUN_ONLY - {"space", "device"})
     assert settings["dtype"] == "fp32" and settings["teacher_fingerprint"] == "fingerprint"
+
+
+def test_each_method_gets_only_the_options_it_takes():
+    import pytest
+
+    from core.errors import InputError
+    from nas.trial import SearchContext
+
+    def configs(**changes):
+        ctx = SearchContext(config=SearchConfig(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
+                            cache=None, teacher_latency_ms=1.0, budget_ms=1.0, progress=None)
+        return ctx.distill_config(60).method_options(), ctx.final_config().method_options()
+
+    # The default layer map reaches the methods that take one, and not embed (which would refuse it).
+    assert configs() == ({"layer_map": "uniform"}, {})
+    assert configs(method="embed") == ({}, {})
+    assert configs(method="embed", final_method="hs", layer_map="last") == ({}, {"layer_map": "last"})
+    assert configs(method="pkd", final_method="hs", layer_map="last") == ({"layer_map": "last"}, {"layer_map": "last"})
+    with pytest.raises(InputError, match=r"layer map 'last' applies to the methods hs, pkd; method 'embed' and final method 'embed' have none"):
+        SearchConfig(method="embed", layer_map="last")
+    with pytest.raises(InputError, match=r"method 'od' is not supported; choose one of hs, "):
+        SearchConfig(method="od")

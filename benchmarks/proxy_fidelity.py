@@ -1,19 +1,20 @@
 """Does the search's proxy rank shapes the way the shipped students turn out?
 
 For >= 12 shapes spread over the default (inherited, head-size-kept) search space, every run goes
-through the search's own code: `nas.trial.proxy_transfer_set` and `SearchContext.proxy` with the
-`SearchConfig` defaults (inherited start, hs, cross-fitted held-out L_HS on 256 rows) at proxy
-lengths --proxy-steps (default 20, 60, 150), and the search's final recipe (`SearchContext.final_config`:
-embed on one sentence per row) for --final-steps on the final transfer set, scored by what users get
-from the shipped student: embedding fidelity (Spearman rho of pairwise cosines vs the teacher,
-`nas.baselines.fidelity_table`'s measure, on held-out sentences). Reports Kendall's tau-b with
-bootstrap 95 % intervals over shapes between
-  (a) each proxy length's L_HS and the longest proxy's L_HS (does the short proxy agree with a longer one?),
-  (b) each proxy length's L_HS and the final student's fidelity (negated: lower loss, higher rho).
+through the search's own code (`nas.trial.proxy_transfer_set`, `SearchContext.proxy`, `nas.proxy.proxy_loss`
+with the `SearchConfig` defaults) for both proxies of `kdnas search --proxy`:
+  fidelity (default): the final recipe for --fidelity-steps (default 30, 60), scored by embedding
+    fidelity on the search's held-out probe sentences (loss = 1 - rho);
+  hs (the paper's): hs for --hs-steps (default 20, 60, 150), scored by cross-fitted held-out L_HS;
+and the search's final recipe (`SearchContext.final_config`: embed on one sentence per row) for
+--final-steps on the final transfer set, scored by what users get from the shipped student:
+embedding fidelity on --sentences held-out sentences (disjoint from the probe's). Reports Kendall's
+tau-b with bootstrap 95 % intervals over shapes between
+  (a) each proxy length's loss and the same proxy's longest run (does the short proxy agree with a longer one?),
+  (b) each proxy length's loss and the final student's fidelity (negated: lower loss, higher rho).
 
-    python benchmarks/proxy_fidelity.py                       # 12 shapes, 20/60/150 steps, final 300 steps
-    python benchmarks/proxy_fidelity.py --method embed --lr 3e-4 --proxy-steps 60 \
-        --final-from benchmarks/results/proxy_fidelity.json --out /tmp/embed_proxy.json  # another proxy, same finals
+    python benchmarks/proxy_fidelity.py        # 12 shapes; both proxies; final 300 steps
+    python benchmarks/proxy_fidelity.py --reuse benchmarks/results/proxy_fidelity.json   # only what it lacks
 Writes benchmarks/results/proxy_fidelity.json and prints a Markdown table.
 """
 
@@ -83,90 +84,134 @@ def tau_with_interval(x: list[float], y: list[float]) -> dict:
 
 
 def main() -> int:
-    from types import SimpleNamespace
-
-    from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set, parse_arch
-    from distill.data import heldout_sentences
-    from evaluation.quality import embedding_fidelity, sentence_embeddings
     from nas import SearchConfig
-    from nas.baselines import PAIRS
-    from nas.trial import SearchContext, proxy_transfer_set
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archs", nargs="+", default=list(DEFAULT_ARCHS))
-    parser.add_argument("--proxy-steps", type=int, nargs="+", default=[20, 60, 150])
+    parser.add_argument("--fidelity-steps", type=int, nargs="*", default=[30, 60])
+    parser.add_argument("--hs-steps", type=int, nargs="*", default=[20, 60, 150])
     parser.add_argument("--final-steps", type=int, default=300)
     parser.add_argument("--sentences", type=int, default=1000)
-    parser.add_argument("--method", default=SearchConfig.method, help="the proxy's distillation method")
-    parser.add_argument("--lr", type=float, default=SearchConfig.lr, help="the proxy's learning rate")
-    parser.add_argument("--final-from", type=Path, default=None,
-                        help="take each shape's final fidelity from this earlier result instead of training it again")
+    parser.add_argument("--reuse", type=Path, default=None,
+                        help="take every proxy run and final run this earlier result holds instead of running it again")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "proxy_fidelity.json")
     args = parser.parse_args()
-
-    base = SearchConfig(final_steps=args.final_steps, method=args.method, lr=args.lr)
-    earlier = {r["arch"]: r["final"] for r in json.loads(args.final_from.read_text())["rows"]} if args.final_from else {}
-    missing = sorted(set(args.archs) - set(earlier)) if args.final_from else []
-    if missing or (earlier and next(iter(earlier.values()))["steps"] != args.final_steps):
-        parser.error(f"--final-from {args.final_from} lacks {missing or 'final runs of --final-steps'}")
-    teacher, texts = load_teacher(base.teacher), load_corpus(base.corpus)
-    data = proxy_transfer_set(base, teacher, texts)
-    final_data = make_transfer_set(teacher.tokenizer, texts, seq_len=base.seq_len, num_train=base.final_train,
-                                   num_eval=base.proxy_eval, seed=base.seed, unit=base.final_unit)
-    caches = {"proxy": TeacherCache(teacher, data), "final": TeacherCache(teacher, final_data)}
-    sentences = heldout_sentences(texts, args.sentences, seed=base.seed)
-    reference = sentence_embeddings(teacher, sentences, max_len=base.latency_seq)
-
-    def context(cfg: SearchConfig) -> SearchContext:
-        return SearchContext(config=cfg, space=None, sizes=teacher.student_sizes(), teacher=teacher, texts=texts,
-                             data=data, cache=caches["proxy"], teacher_latency_ms=1.0, budget_ms=1.0,
-                             progress=SimpleNamespace(phase=lambda *_: None))
-
-    from distill import distill as run_distill
-
-    rows = []
-    for arch in args.archs:
-        spec = parse_arch(arch, **teacher.student_sizes())
-        row: dict = {"arch": arch, "proxy": {}}
-        for steps in args.proxy_steps:
-            started = time.perf_counter()
-            result = context(base.replace(proxy_steps=steps)).proxy(spec)
-            row["proxy"][str(steps)] = {"l_hs_norm": round(result.metrics["l_hs_norm"], 4),
-                                        "seconds": round(time.perf_counter() - started, 1)}
-        if arch in earlier:
-            row["final"] = {**earlier[arch], "from": str(args.final_from)}
-        else:
-            started = time.perf_counter()
-            final = run_distill(spec, teacher, final_data, context(base).final_config(), cache=caches["final"])
-            emb = sentence_embeddings((final.student.eval(), teacher.tokenizer), sentences, max_len=base.latency_seq)
-            fidelity = embedding_fidelity(reference, emb, pairs=PAIRS, seed=base.seed)
-            row["final"] = {"steps": args.final_steps, "spearman": round(fidelity["spearman"], 4),
-                            "mean_cosine": round(fidelity["mean_cosine"], 4),
-                            "seconds": round(time.perf_counter() - started, 1)}
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-
-    longest = str(max(args.proxy_steps))
-    rho = [r["final"]["spearman"] for r in rows]
-    taus = {}
-    for steps in map(str, args.proxy_steps):
-        loss = [r["proxy"][steps]["l_hs_norm"] for r in rows]
-        taus[steps] = {"vs_longest_proxy": tau_with_interval(loss, [r["proxy"][longest]["l_hs_norm"] for r in rows]),
-                       "vs_final_fidelity": tau_with_interval([-v for v in loss], rho)}
-    result = {"proxy": {"method": base.method, "init": base.init, "train": base.proxy_train, "eval": base.proxy_eval,
-                        "lr": base.lr, "batch_size": base.batch_size, "steps": args.proxy_steps},
-              "final": {"method": base.final_method, "unit": base.final_unit, "train": base.final_train,
-                        "steps": args.final_steps, "sentences": len(sentences), "pairs": PAIRS},
-              "taus": taus, "rows": rows, "environment": environment()}
+    steps = {"fidelity": args.fidelity_steps, "hs": args.hs_steps}
+    earlier = _earlier_rows(args.reuse, args.final_steps) if args.reuse else {}
+    rows = Runner(args.final_steps, args.sentences).rows(args.archs, steps, earlier)
+    taus = {kind: _taus(rows, kind, lengths) for kind, lengths in steps.items() if lengths}
+    d = SearchConfig()
+    result = {"proxies": {kind: _proxy_facts(SearchConfig(proxy=kind), steps[kind]) for kind in steps},
+              "final": {"method": d.final_method, "unit": d.final_unit, "train": d.final_train,
+                        "steps": args.final_steps, "sentences": args.sentences},
+              "taus": taus, "rows": rows, "environment": environment(),
+              # runs taken from an earlier result (same code path and settings) rather than run again
+              "reused_from": str(args.reuse) if args.reuse else None}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print("| proxy steps | tau vs longest proxy [95 % CI] | tau vs final fidelity [95 % CI] |\n|---|---|---|")
-    for steps, t in taus.items():
-        a, b = t["vs_longest_proxy"], t["vs_final_fidelity"]
-        print(f"| {steps} | {a['tau']:+.2f} [{a['ci95'][0]:+.2f}, {a['ci95'][1]:+.2f}] "
-              f"| {b['tau']:+.2f} [{b['ci95'][0]:+.2f}, {b['ci95'][1]:+.2f}] |")
+    print("| proxy | steps | tau vs the same proxy's longest [95 % CI] | tau vs final fidelity [95 % CI] |\n|---|---|---|---|")
+    for kind, by_steps in taus.items():
+        for n, t in by_steps.items():
+            a, b = t["vs_longest_proxy"], t["vs_final_fidelity"]
+            print(f"| {kind} | {n} | {a['tau']:+.2f} [{a['ci95'][0]:+.2f}, {a['ci95'][1]:+.2f}] "
+                  f"| {b['tau']:+.2f} [{b['ci95'][0]:+.2f}, {b['ci95'][1]:+.2f}] |")
     return 0
 
+
+class Runner:
+    """Proxy runs of each kind and the final runs, through the search's own code."""
+
+    def __init__(self, final_steps: int, sentences: int) -> None:
+        from types import SimpleNamespace
+
+        from distill import TeacherCache, load_corpus, load_teacher
+        from distill.data import heldout_sentences
+        from evaluation.quality import sentence_embeddings
+        from nas import SearchConfig
+        from nas.trial import SearchContext, final_transfer_set, proxy_transfer_set
+
+        base = SearchConfig(final_steps=final_steps, quality_sentences=sentences)
+        self.teacher, texts = load_teacher(base.teacher), load_corpus(base.corpus)
+        self.contexts = {}
+        for kind in ("fidelity", "hs"):
+            cfg = base.replace(proxy=kind)
+            data = proxy_transfer_set(cfg, self.teacher, texts)
+            self.contexts[kind] = SearchContext(config=cfg, space=None, sizes=self.teacher.student_sizes(),
+                                                teacher=self.teacher, texts=texts, data=data,
+                                                cache=TeacherCache(self.teacher, data), teacher_latency_ms=1.0,
+                                                budget_ms=1.0, progress=SimpleNamespace(phase=lambda *_: None))
+        self.final_cache = TeacherCache(self.teacher, final_transfer_set(base, self.teacher, texts))
+        self.sentences = heldout_sentences(texts, sentences, seed=base.seed)  # the probe's come after these
+        self.reference = sentence_embeddings(self.teacher, self.sentences, max_len=base.latency_seq)
+
+    def rows(self, archs: list[str], steps: dict[str, list[int]], earlier: dict[str, dict]) -> list[dict]:
+        rows = []
+        for arch in archs:
+            old = earlier.get(arch, {})
+            row = {"arch": arch, "proxies": {kind: {str(n): old.get("proxies", {}).get(kind, {}).get(str(n))
+                                                    or self.proxy(kind, arch, n) for n in lengths}
+                                             for kind, lengths in steps.items()},
+                   "final": old.get("final") or self.final(arch)}
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+        return rows
+
+    def proxy(self, kind: str, arch: str, steps: int) -> dict:
+        from distill import parse_arch
+        from nas.proxy import proxy_loss
+
+        ctx = self.contexts[kind]
+        ctx.config = ctx.config.replace(proxy_steps=steps)
+        started = time.perf_counter()
+        metrics = ctx.proxy(parse_arch(arch, **self.teacher.student_sizes())).metrics
+        loss, se = proxy_loss(ctx.config, metrics)
+        return {"loss": round(loss, 4), "loss_se": round(se, 4), "l_hs_norm": round(metrics["l_hs_norm"], 4),
+                "seconds": round(time.perf_counter() - started, 1)}
+
+    def final(self, arch: str) -> dict:
+        from distill import distill as run_distill
+        from distill import parse_arch
+        from evaluation.quality import embedding_fidelity, sentence_embeddings
+        from nas.baselines import PAIRS
+
+        ctx = self.contexts["hs"]
+        started = time.perf_counter()
+        final = run_distill(parse_arch(arch, **self.teacher.student_sizes()), self.teacher, self.final_cache.data,
+                            ctx.final_config(), cache=self.final_cache)
+        emb = sentence_embeddings((final.student.eval(), self.teacher.tokenizer), self.sentences,
+                                  max_len=ctx.config.latency_seq)
+        fidelity = embedding_fidelity(self.reference, emb, pairs=PAIRS, seed=ctx.config.seed)
+        return {"steps": ctx.config.final_steps, "spearman": round(fidelity["spearman"], 4),
+                "mean_cosine": round(fidelity["mean_cosine"], 4), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _earlier_rows(path: Path, final_steps: int) -> dict[str, dict]:
+    """Rows of an earlier result by shape; a result from before both proxies were measured held the hs one as `proxy`."""
+    rows = {}
+    for row in json.loads(path.read_text())["rows"]:
+        proxies = row.get("proxies") or {"hs": {n: {"loss": r["l_hs_norm"], **r} for n, r in row["proxy"].items()}}
+        final = row["final"] if row["final"]["steps"] == final_steps else None
+        rows[row["arch"]] = {"proxies": proxies, "final": final}
+    return rows
+
+
+def _taus(rows: list[dict], kind: str, lengths: list[int]) -> dict:
+    longest = str(max(lengths))
+    rho = [r["final"]["spearman"] for r in rows]
+    out = {}
+    for n in map(str, lengths):
+        loss = [r["proxies"][kind][n]["loss"] for r in rows]
+        out[n] = {"vs_longest_proxy": tau_with_interval(loss, [r["proxies"][kind][longest]["loss"] for r in rows]),
+                  "vs_final_fidelity": tau_with_interval([-v for v in loss], rho)}
+    return out
+
+
+def _proxy_facts(cfg, steps: list[int]) -> dict:
+    if cfg.proxy == "fidelity":
+        return {"recipe": cfg.final_method, "unit": cfg.final_unit, "train": cfg.final_train, "lr": cfg.final_lr,
+                "batch_size": cfg.final_batch_size, "sentences": cfg.proxy_sentences, "steps": steps}
+    return {"method": cfg.method, "init": cfg.init, "train": cfg.proxy_train, "eval": cfg.proxy_eval,
+            "lr": cfg.lr, "batch_size": cfg.batch_size, "steps": steps}
 
 if __name__ == "__main__":
     sys.exit(main())

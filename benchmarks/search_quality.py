@@ -73,7 +73,8 @@ def summarize(summary: dict, seconds: float) -> dict:
         "rejected_before_training_share": summary["rejected_before_training_share"],
         "counts": summary["counts"],
         "pareto_front": [{"number": r["number"], "arch": r["arch"], "latency_ms": r["latency_median_ms"],
-                          "l_hs_norm": r["l_hs_norm"], "l_hs_se": r.get("l_hs_se")} for r in pareto_front(rows)],
+                          "loss": r["loss"], "loss_se": r.get("loss_se"), "l_hs_norm": r["l_hs_norm"]}
+                         for r in pareto_front(rows)],
     }
 
 
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=30)
     p.add_argument("--seeds", type=int, default=3, help="searches per sampler, seeds 0..N-1 (default: %(default)s)")
     p.add_argument("--budget-ms", type=float, default=None, help="default: the search default (ratio of teacher latency)")
-    p.add_argument("--proxy-steps", type=int, default=d.proxy_steps)
+    p.add_argument("--proxy", default=d.proxy, help="the search's --proxy (default: %(default)s)")
+    p.add_argument("--proxy-steps", type=int, default=None, help="default: the search's for --proxy")
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default=str(REPO / "runs" / "bench-search"))
     p.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "search_quality.json"))
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     base = SearchConfig(teacher=args.teacher, corpus=args.corpus, trials=args.trials, budget_ms=args.budget_ms,
-                        proxy_steps=args.proxy_steps, device=args.device, final_steps=0,
+                        proxy=args.proxy, proxy_steps=args.proxy_steps, device=args.device, final_steps=0,
                         progress=sys.stderr.isatty())
     results: dict = {"teacher": args.teacher, "corpus": args.corpus, "trials": args.trials, "seeds": args.seeds,
                      "device": args.device, "environment": environment(), "runs": {}}
@@ -149,13 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     fronts = {"tpe": pareto_front(rows_of["tpe/seed0"]), "either": pareto_front(union_rows)}
     table = []
     for ref in results.get("reference") or []:
-        entry = {k: ref[k] for k in ("name", "arch", "latency_ms", "l_hs_norm", "reward", "within_budget")}
-        entry["l_hs_se"] = ref.get("l_hs_se")
+        entry = {k: ref[k] for k in ("name", "arch", "latency_ms", "loss", "loss_se", "reward", "within_budget")}
         for label, front in fronts.items():
-            hit = dominates_point(front, ref["latency_ms"], ref["l_hs_norm"])
+            hit = dominates_point(front, ref["latency_ms"], ref["loss"])
             entry[f"dominated_by_{label}"] = None if hit is None else {
-                "number": hit["number"], "arch": hit["arch"], "latency_ms": hit["latency_median_ms"],
-                "l_hs_norm": hit["l_hs_norm"]}
+                "number": hit["number"], "arch": hit["arch"], "latency_ms": hit["latency_median_ms"], "loss": hit["loss"]}
         table.append(entry)
     results["reference_dominance"] = table
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -186,12 +186,12 @@ def markdown(r: dict) -> str:
         lines.append(f"| {label} | {s['best_arch']} | {f(s['best_reward'])} | {s['trials_to_99pct_own_best']} / "
                      f"{s['trials_to_99pct_overall_best']} | {s['seconds_wall']} | {s['counts'].get('pruned', 0)} | "
                      f"{f(100 * s['rejected_before_training_share'], '.0f')} % |")
-    lines += ["", "| reference (Table 1, scaled) | shape | latency ms | L_HS norm | reward | within budget | dominated by TPE seed 0 | by any search |",
+    lines += ["", "| reference (Table 1, scaled) | shape | latency ms | proxy loss | reward | within budget | dominated by TPE seed 0 | by any search |",
               "|---|---|---|---|---|---|---|---|"]
     for e in r["reference_dominance"]:
         def dom(x):
-            return "no" if x is None else f"yes: #{x['number']} {x['arch']} ({x['latency_ms']:.2f} ms, {x['l_hs_norm']:.4f})"
-        lines.append(f"| {e['name']} | {e['arch']} | {f(e['latency_ms'], '.2f')} | {f(e['l_hs_norm'])} | {f(e['reward'])} | "
+            return "no" if x is None else f"yes: #{x['number']} {x['arch']} ({x['latency_ms']:.2f} ms, {x['loss']:.4f})"
+        lines.append(f"| {e['name']} | {e['arch']} | {f(e['latency_ms'], '.2f')} | {f(e['loss'])} | {f(e['reward'])} | "
                      f"{'yes' if e['within_budget'] else 'no'} | {dom(e['dominated_by_tpe'])} | {dom(e['dominated_by_either'])} |")
     return "\n".join(lines)
 

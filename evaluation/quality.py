@@ -188,14 +188,32 @@ def embedding_fidelity(teacher_emb: torch.Tensor, student_emb: torch.Tensor, *, 
     t, s = teacher_emb.double(), student_emb.double()
     i, k = sample_pairs(n, pairs, seed)
     tn, sn = nn.functional.normalize(t, dim=-1), nn.functional.normalize(s, dim=-1)
-    rho = spearman((tn[i] * tn[k]).sum(-1), (sn[i] * sn[k]).sum(-1))
+    t_cos, s_cos = (tn[i] * tn[k]).sum(-1), (sn[i] * sn[k]).sum(-1)
+    rho = spearman(t_cos, s_cos)
     if t.shape[1] == s.shape[1]:
         cosine, via, scored = float((tn * sn).sum(-1).mean()), "identity", n
     else:
         cosine, scored = _projected_cosine(t, s)
         via = "fitted projection"
-    return {"spearman": rho, "mean_cosine": cosine, "cosine_via": via, "pairs": len(i), "sentences": n,
-            "cosine_sentences": scored}
+    return {"spearman": rho, "spearman_se": _jackknife_se(t_cos, s_cos, i, k, n), "mean_cosine": cosine,
+            "cosine_via": via, "pairs": len(i), "sentences": n, "cosine_sentences": scored}
+
+
+def _jackknife_se(t_cos: torch.Tensor, s_cos: torch.Tensor, i: torch.Tensor, k: torch.Tensor, n: int,
+                  groups: int = 10) -> float:
+    """Standard error of ρ by the delete-a-group jackknife over sentences: pairs share sentences, so
+    they are not independent draws, and leaving out every pair of one sentence group at a time
+    respects that. SE² = (G−1)/G · Σ_g (ρ_(g) − ρ̄)²."""
+    group = torch.arange(n) % groups
+    estimates = []
+    for g in range(groups):
+        keep = (group[i] != g) & (group[k] != g)
+        if int(keep.sum()) >= 2:
+            estimates.append(spearman(t_cos[keep], s_cos[keep]))
+    if len(estimates) < 2:
+        return float("nan")
+    mean = sum(estimates) / len(estimates)
+    return math.sqrt((len(estimates) - 1) / len(estimates) * sum((e - mean) ** 2 for e in estimates))
 
 
 def _projected_cosine(t: torch.Tensor, s: torch.Tensor) -> tuple[float, int]:

@@ -17,15 +17,18 @@ how a trial runs:
      every combination valid; override per dimension, e.g. --layers 2-6 --hidden 128-384:64 --heads 4,8);
   2. latency first: the shape is built with random weights, exported and timed on CPU (cached per
      shape); over --budget-ms it is infeasible and never trained;
-  3. brief distillation (--proxy-steps of --method hs on a fixed --proxy-train set, cached teacher
-     targets), held-out normalized L_HS reported every --eval-every steps to a median pruner;
-  4. score: KD-NAS reward (1 - L_HS) * (lat(S) / (0.6 lat(T)))^-0.06, teacher latency measured once.
+  3. brief distillation, by --proxy:
+     fidelity (default): the final recipe (--final-method on the final transfer set) for --proxy-steps,
+       scored by embedding fidelity rho on --proxy-sentences held-out sentences: loss = 1 - rho;
+     hs (the paper's): --method hs on a fixed --proxy-train set, held-out normalized L_HS reported
+       every --eval-every steps to a median pruner: loss = L_HS;
+  4. score: KD-NAS reward (1 - loss) * (lat(S) / (0.6 lat(T)))^-0.06, teacher latency measured once.
   Then the best feasible trial (--final-top-k of them) is distilled for --final-steps, exported
   (ONNX, fused, INT8, parity-checked) and profiled into OUT/best/.
 
 objectives:
   reward   maximize the KD-NAS reward (default; single objective, so the pruner can stop bad trials)
-  pareto   minimize normalized L_HS and latency together (Pareto front; NO pruning: Optuna's
+  pareto   minimize the proxy's loss and latency together (Pareto front; NO pruning: Optuna's
            pruners are single-objective only); the winner is the front member with the best reward
 
 outputs in OUT: best/ (HF folder, model.onnx, model.int8.onnx, export.json), pareto.html, report.html,
@@ -104,23 +107,35 @@ def _proxy_flags(p: argparse.ArgumentParser, d) -> None:
     from distill.inherit import LAYER_RULES
     from distill.trainer import INITS
 
+    from .config import PROXIES
+
     proxy = p.add_argument_group("proxy distillation (identical for every trial)")
-    proxy.add_argument("--method", default=d.method, help="distillation method (default: %(default)s, as in the paper's KD-NAS)")
-    proxy.add_argument("--layer-map", default=d.layer_map, help="default: %(default)s")
+    proxy.add_argument("--proxy", default=d.proxy, choices=list(PROXIES),
+                       help="fidelity: the final recipe, shortened, scored by embedding fidelity on held-out "
+                            "sentences; hs: the paper's KD-NAS proxy, scored by held-out L_HS (default: %(default)s)")
+    proxy.add_argument("--proxy-sentences", type=int, default=d.proxy_sentences,
+                       help="held-out sentences for the fidelity proxy's rho (default: %(default)s)")
+    proxy.add_argument("--method", default=d.method, help="hs proxy: distillation method (default: %(default)s, as in "
+                                                          "the paper's KD-NAS)")
+    proxy.add_argument("--layer-map", default=d.layer_map, help="hs proxy (default: %(default)s)")
     proxy.add_argument("--init", default=d.init, choices=list(INITS),
                        help="how students start, proxy and final: inherit (the teacher's own layers, heads, neurons, "
                             "channels; svd where a shape cannot), svd of the teacher's word embeddings, or random "
                             "(default: %(default)s)")
     proxy.add_argument("--layer-rule", default=d.layer_rule, choices=list(LAYER_RULES),
                        help="which teacher layers an inherited student keeps (default: %(default)s)")
-    proxy.add_argument("--proxy-steps", type=int, default=d.proxy_steps, help="default: %(default)s")
-    proxy.add_argument("--proxy-train", type=int, default=d.proxy_train, help="training sequences (default: %(default)s)")
+    proxy.add_argument("--proxy-steps", type=int, default=d.proxy_steps,
+                       help="default: 30 with --proxy fidelity, 60 with --proxy hs")
+    proxy.add_argument("--proxy-train", type=int, default=d.proxy_train,
+                       help="hs proxy: training sequences (default: %(default)s)")
     proxy.add_argument("--proxy-eval", type=int, default=d.proxy_eval, help="held-out sequences for L_HS (default: %(default)s)")
     proxy.add_argument("--seq-len", type=int, default=d.seq_len, help="training tokens per sequence (default: %(default)s)")
-    proxy.add_argument("--batch-size", type=int, default=d.batch_size, help="default: %(default)s")
-    proxy.add_argument("--lr", type=float, default=d.lr, help="peak learning rate, proxy and final (default: %(default)s)")
-    proxy.add_argument("--eval-every", type=int, default=d.eval_every, help="pruner report interval in steps (default: %(default)s)")
-    proxy.add_argument("--no-prune", action="store_true", help="never prune (reward objective)")
+    proxy.add_argument("--batch-size", type=int, default=d.batch_size, help="hs proxy (default: %(default)s)")
+    proxy.add_argument("--lr", type=float, default=d.lr, help="hs proxy: peak learning rate (default: %(default)s)")
+    proxy.add_argument("--eval-every", type=int, default=d.eval_every,
+                       help="hs proxy: pruner report interval in steps (default: %(default)s)")
+    proxy.add_argument("--no-prune", action="store_true",
+                       help="never prune (the hs proxy with the reward objective prunes; the fidelity proxy never does)")
 
 
 def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
@@ -263,13 +278,15 @@ def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
 
 
 def _print_summary(summary: dict, out: Path) -> None:
+    from .records import loss_of
+
     best = summary.get("best_trial")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
     print(f"trials: {summary['trials']} ({counts}); budget {summary['budget_ms']:.2f} ms, "
           f"teacher {summary['teacher_latency']['median_ms']:.2f} ms")
     if best:
         print(f"best trial #{best['number']}: {best['arch']}  reward {best['reward']:.4f}  "
-              f"L_HS {best['l_hs_norm']:.4f}  {best['latency_median_ms']:.2f} ms")
+              f"proxy loss {best['loss']:.4f}  {best['latency_median_ms']:.2f} ms")
     for s in summary.get("final_over_budget") or []:
         twice = " twice (" + " and ".join(f"{r:.2f}" for r in s["latency_readings_ms"]) + " ms)" \
             if len(s.get("latency_readings_ms") or []) == 2 else ""
@@ -278,7 +295,7 @@ def _print_summary(summary: dict, out: Path) -> None:
     for f in summary.get("final") or []:
         method = (f.get("recipe") or {}).get("method", "")
         print(f"final {f['dir']}: {f['arch']} after {f['steps']} steps of {method}: {f['latency_ms']:.2f} ms; "
-              f"held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
+              f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
               + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
         quality = f.get("quality") or {}
         if "fidelity" in quality:

@@ -24,6 +24,7 @@ from distill.trainer import INITS
 from .space import SearchSpace, default_space, override_space
 
 OBJECTIVES = ("reward", "pareto")
+PROXIES = ("fidelity", "hs")
 # Fields that may differ between runs of one study (how much is done, where it goes, how it is
 # shown); every other field defines the study. `space` and `device` enter the settings resolved.
 RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_overrides", "final_steps",
@@ -52,13 +53,21 @@ class SearchConfig:
     space: SearchSpace | None = None  # None: derived from the teacher (nas.space.default_space)
     # Per-dimension overrides applied on top of `space` (values as nas.space.parse_choices reads them).
     space_overrides: Mapping[str, Any] | tuple = ()
-    # Proxy distillation, identical for every trial (and for the benchmark's reference shapes).
+    # The proxy every trial (and every reference shape) is scored by (nas/proxy.py):
+    # "fidelity": the final recipe, shortened to `proxy_steps`, on the final transfer set, scored by
+    #   the embedding fidelity rho on `proxy_sentences` held-out sentences; the reward's loss is 1 - rho.
+    # "hs": the paper's KD-NAS proxy: `method` (hs) on `proxy_train` windows, scored by held-out L_HS.
+    # Measured on MiniLM, 12 shapes (benchmarks/results/proxy_fidelity.json): Kendall's tau against
+    # the final student's fidelity +0.97 for "fidelity" at 30 steps, +0.76 for "hs" at 60.
+    proxy: str = "fidelity"
+    proxy_sentences: int = 300
+    # The options below, to `proxy_train`, shape the "hs" proxy only.
     method: str = "hs"
     layer_map: str = "uniform"
-    # 60, not 20: Kendall's tau between this proxy's loss and a 10x longer run's was +0.86 at 60 steps
-    # vs +0.36 / +0.50 at 20 (two runs, 8 MiniLM shapes, random init: the former proxy_fidelity.py). Re-measured
-    # on inherited starts (12 shapes): tau vs the final student's fidelity +0.76 at 60, +0.70 at 20, +0.67 at 150.
-    proxy_steps: int = 60
+    # None: 30 for "fidelity" (tau +0.97 at 30 and at 60 steps), 60 for "hs" (60, not 20: tau vs a
+    # 10x longer run +0.86 at 60 vs +0.36 at 20 on random starts; on inherited starts, tau vs the final
+    # student's fidelity +0.76 at 60, +0.70 at 20, +0.67 at 150).
+    proxy_steps: int | None = None
     proxy_train: int = 96
     # Held-out rows for L_HS: the ridge map (up to 385x384 per layer pair) is cross-fitted on halves,
     # and 16 rows (~1k tokens) per half let wide students over-fit it (a 1-layer student scored
@@ -113,7 +122,10 @@ class SearchConfig:
         overrides = dict(self.space_overrides or ())
         object.__setattr__(self, "space_overrides", tuple(sorted(overrides.items())))
         _positive_int(self, "trials", "must be at least 1")
-        for name in ("proxy_steps", "proxy_train", "proxy_eval", "seq_len", "batch_size", "eval_every",
+        _one_of("proxy", self.proxy, PROXIES)
+        if self.proxy_steps is None:
+            object.__setattr__(self, "proxy_steps", 30 if self.proxy == "fidelity" else 60)
+        for name in ("proxy_steps", "proxy_train", "proxy_sentences", "proxy_eval", "seq_len", "batch_size", "eval_every",
                      "latency_batch", "latency_seq", "threads", "final_top_k", "final_batch_size"):
             _positive_int(self, name, "must be a positive integer")
         if not isinstance(self.final_steps, int) or self.final_steps < 0:
@@ -150,6 +162,8 @@ class SearchConfig:
             raise InputError("study name must not be empty")
 
     def replace(self, **changes: Any) -> "SearchConfig":
+        if "proxy" in changes and "proxy_steps" not in changes:
+            changes["proxy_steps"] = None  # derived again for the other proxy
         return dataclasses.replace(self, **changes)
 
     def resolve_space(self, teacher_dims: Any) -> SearchSpace:
@@ -160,8 +174,9 @@ class SearchConfig:
 
     @property
     def pruning(self) -> bool:
-        # Optuna's pruners are single-objective only: the Pareto objective never prunes.
-        return self.prune and self.objective == "reward"
+        # Optuna's pruners are single-objective only: the Pareto objective never prunes. The fidelity
+        # proxy is scored once, at its end (a rho on the way would cost as much as its steps).
+        return self.prune and self.objective == "reward" and self.proxy == "hs"
 
     def study_settings(self, space: SearchSpace, teacher_fingerprint: str, device: str = "cpu",
                        latency_machine: dict[str, str] | None = None) -> dict[str, Any]:

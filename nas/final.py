@@ -28,6 +28,7 @@ from ._io import atomic_write_text
 from .measure import budget_latency, latency_record, measure
 from .records import pareto_front, trial_rows
 from .resume import worker_alive, worker_identity
+from .trial import final_transfer_set
 
 
 # A finalist over the budget is not shipped; the next one is trained instead, up to this many extra.
@@ -100,7 +101,7 @@ def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], cfg: Any
 def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Distill, ship and profile the best `final_top_k` candidates of `pool` whose shipped model.onnx
     is within the budget; a finalist over it is moved to `over-budget/` and the next one is tried."""
-    from distill import TeacherCache, make_transfer_set
+    from distill import TeacherCache
     from core.assets import teacher_path
     from export import read_sentence_pipeline
     from export._graph import check_pooling
@@ -110,10 +111,11 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     teacher_dir = teacher_path(cfg.teacher)
     pipeline = read_sentence_pipeline(teacher_dir)
     check_pooling(pipeline["pooling"])
-    ctx.progress.phase(f"final: transfer set of {cfg.final_train} {cfg.final_unit}s, teacher targets")
-    data = make_transfer_set(ctx.teacher.tokenizer, ctx.texts, seq_len=cfg.seq_len, num_train=cfg.final_train,
-                             num_eval=cfg.proxy_eval, seed=cfg.seed, unit=cfg.final_unit)
-    cache = TeacherCache(ctx.teacher, data)
+    if cfg.proxy == "fidelity" and ctx.cache is not None:
+        cache = ctx.cache  # the fidelity proxy trained on this transfer set: its teacher targets are computed
+    else:
+        ctx.progress.phase(f"final: transfer set of {cfg.final_train} {cfg.final_unit}s, teacher targets")
+        cache = TeacherCache(ctx.teacher, final_transfer_set(cfg, ctx.teacher, ctx.texts))
     results: list[dict[str, Any]] = []
     over = _over_budget(study, cfg)
     for row in pool:
@@ -217,7 +219,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     latency = latency_record(shipped_latency)
     int8_latency = latency_record(measure(dest / "model.int8.onnx", cfg))
     entry = {
-        "trial": row["number"], **ctx.score(spec, res.metrics, latency).record(), "dir": str(dest),
+        "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
         "recipe": _recipe(cfg), "steps": cfg.final_steps, "train": cfg.final_train, "train_rows": data.num_train,
         "init": res.init, "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
         "proxy_reward": row["reward"], "quality": quality, **shipped,

@@ -15,7 +15,7 @@ from optuna.trial import TrialState, create_trial
 
 from core.errors import first_line
 
-from .records import pareto_front
+from .records import loss_of, pareto_front
 from .trial import UNTRAINED_LOSS
 
 _STYLE = {  # status -> (legend name, marker)
@@ -42,6 +42,7 @@ def _hover(r: dict[str, Any]) -> str:
         f"latency median {_fmt(r['latency_median_ms'], '.2f')} ms, p90 {_fmt(r['latency_p90_ms'], '.2f')}, "
         f"min {_fmt(r['latency_min_ms'], '.2f')}, cv {_fmt(r['latency_cv'], '.3f')}"
         + (" (noisy)" if r["latency_noisy"] else ""),
+        f"loss {_fmt(r.get('loss'), '.4f')} ± {_fmt(r.get('loss_se'), '.4f')} (SE); fidelity ρ {_fmt(r.get('fidelity'), '.4f')}",
         f"L_HS norm {_fmt(r['l_hs_norm'], '.4f')} ± {_fmt(r.get('l_hs_se'), '.4f')} (SE), raw {_fmt(r['l_hs_raw'], '.4f')}",
         f"reward {_fmt(r['reward'], '.4f')}",
         *([r["reason"][:120]] if r["reason"] else []),
@@ -54,7 +55,7 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
         group = [r for r in rows if r["status"] == status and r["latency_median_ms"] is not None]
         if not group:
             continue
-        y = [r["l_hs_norm"] if r["l_hs_norm"] is not None else UNTRAINED_LOSS for r in group]
+        y = [r["loss"] if r["loss"] is not None else UNTRAINED_LOSS for r in group]
         fig.add_trace(go.Scatter(
             x=[r["latency_median_ms"] for r in group], y=y, mode="markers", name=f"{name} ({len(group)})",
             marker=marker, text=[_hover(r) for r in group], hoverinfo="text",
@@ -63,13 +64,13 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
                          arrayminus=[r["latency_median_ms"] - r["latency_min_ms"]
                                      if r["latency_min_ms"] is not None else 0 for r in group],
                          thickness=1, width=0, color=marker["color"]),
-            error_y=dict(type="data", array=[2 * (r.get("l_hs_se") or 0) for r in group],
+            error_y=dict(type="data", array=[2 * (r.get("loss_se") or 0) for r in group],
                          thickness=1, width=3, color=marker["color"]),
         ))
     front = pareto_front(rows)
     if front:
         fig.add_trace(go.Scatter(
-            x=[r["latency_median_ms"] for r in front], y=[r["l_hs_norm"] for r in front],
+            x=[r["latency_median_ms"] for r in front], y=[r["loss"] for r in front],
             mode="lines+markers", line=dict(shape="hv", color="#2ca02c", width=2), name=f"Pareto front ({len(front)})",
             marker=dict(symbol="circle-open", size=15, color="#2ca02c", line=dict(width=2)),
             hoverinfo="skip",
@@ -89,9 +90,9 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
     _add_references(fig, facts)
     _add_finals(fig, facts)
     fig.update_layout(
-        title="Latency vs held-out normalized L_HS (lower-left is better)",
+        title="Latency vs the proxy's loss (lower-left is better)",
         xaxis_title=f"CPU latency, median ms ({_latency_setting(facts)}); bars: min..p90",
-        yaxis_title="normalized held-out L_HS (1 = predicting the mean); bars: ±2 SE",
+        yaxis_title=f"{_loss_label(facts)}; bars: ±2 SE",
         hovermode="closest", legend=dict(orientation="h", y=-0.25), height=620, template="plotly_white",
     )
     return fig
@@ -100,14 +101,14 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
 
 def _add_references(fig: go.Figure, facts: dict[str, Any]) -> None:
     """The paper's Table 1 shapes, proxy-distilled like every trial (`--reference`)."""
-    refs = [r for r in facts.get("reference") or [] if r.get("latency_ms") is not None and r.get("l_hs_norm") is not None]
+    refs = [r for r in facts.get("reference") or [] if r.get("latency_ms") is not None and loss_of(r) is not None]
     if refs:
         fig.add_trace(go.Scatter(
-            x=[r["latency_ms"] for r in refs], y=[r["l_hs_norm"] for r in refs], mode="markers+text",
+            x=[r["latency_ms"] for r in refs], y=[loss_of(r) for r in refs], mode="markers+text",
             name="paper shapes, Table 1 scaled (proxy-distilled)", text=[r["name"] for r in refs],
             textposition="bottom right", marker=dict(symbol="square-open", size=12, color="#17becf", line=dict(width=2)),
             hovertext=[f"{r['name']}: {r['arch']}<br>latency {r['latency_ms']:.2f} ms<br>"
-                       f"L_HS norm {r['l_hs_norm']:.4f}<br>reward {_fmt(r.get('reward'), '.4f')}" for r in refs],
+                       f"loss {loss_of(r):.4f}<br>reward {_fmt(r.get('reward'), '.4f')}" for r in refs],
             hoverinfo="text",
         ))
 
@@ -117,12 +118,18 @@ def _add_finals(fig: go.Figure, facts: dict[str, Any]) -> None:
     finals = [f for f in facts.get("final") or [] if f.get("latency_ms") is not None]
     if finals:
         fig.add_trace(go.Scatter(
-            x=[f["latency_ms"] for f in finals], y=[f["l_hs_norm"] for f in finals], mode="markers",
+            x=[f["latency_ms"] for f in finals], y=[loss_of(f) for f in finals], mode="markers",
             name="finalist after --final-steps", marker=dict(symbol="star-diamond", size=14, color="#e377c2"),
             hovertext=[f"final {f['arch']} (trial {f['trial']}, {f['steps']} steps)<br>latency {f['latency_ms']:.2f} ms"
-                       f"<br>L_HS norm {f['l_hs_norm']:.4f}<br>reward {f['reward']:.4f}" for f in finals],
+                       f"<br>loss {loss_of(f):.4f}<br>reward {f['reward']:.4f}" for f in finals],
             hoverinfo="text",
         ))
+
+def _loss_label(facts: dict[str, Any]) -> str:
+    if (facts.get("settings") or {}).get("proxy") == "fidelity":
+        return "1 − embedding fidelity ρ on held-out sentences (0 = the teacher's similarities)"
+    return "normalized held-out L_HS (1 = predicting the mean)"
+
 
 def _latency_setting(facts: dict[str, Any]) -> str:
     s = facts.get("settings") or {}

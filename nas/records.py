@@ -17,7 +17,7 @@ from .storage import SETTINGS_ATTR
 COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
     "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
-    "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
+    "loss", "loss_se", "fidelity", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
     "seconds_latency", "seconds_distill", "seconds_export", "seconds_total", "datetime_start",
 )
 
@@ -47,6 +47,8 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
     if loss_norm is None and trial.state == TrialState.PRUNED and last:
         # the held-out loss when it was stopped (on the interim rows)
         loss_norm, loss_raw, loss_se = last["l_hs_norm"], last["l_hs_raw"], last.get("l_hs_se")
+    # The reward's loss (nas.proxy); a study of the hs proxy from before it was stored scores by L_HS.
+    loss = attrs.get("loss", loss_norm if "fidelity" not in attrs else None)
     return {
         "number": trial.number,
         "state": trial.state.name,
@@ -61,6 +63,9 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "latency_cv": latency.get("cv"),
         "latency_noisy": latency.get("noisy"),
         "latency_cached": latency.get("cached"),
+        "loss": loss,
+        "loss_se": attrs.get("loss_se", loss_se if loss == loss_norm else None),
+        "fidelity": attrs.get("fidelity"),
         "l_hs_raw": loss_raw,
         "l_hs_norm": loss_norm,
         "l_hs_se": loss_se,
@@ -76,24 +81,29 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
 
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Feasible trained trials not dominated in (latency, normalized loss), sorted by latency."""
-    points = [r for r in rows if r["status"] == "feasible" and r["l_hs_norm"] is not None
+    """Feasible trained trials not dominated in (latency, the proxy's loss), sorted by latency."""
+    points = [r for r in rows if r["status"] == "feasible" and r["loss"] is not None
               and r["latency_median_ms"] is not None]
-    points.sort(key=lambda r: (r["latency_median_ms"], r["l_hs_norm"]))
+    points.sort(key=lambda r: (r["latency_median_ms"], r["loss"]))
     front, best_loss = [], float("inf")
     for r in points:
-        if r["l_hs_norm"] < best_loss:
+        if r["loss"] < best_loss:
             front.append(r)
-            best_loss = r["l_hs_norm"]
+            best_loss = r["loss"]
     return front
 
 
 def dominates_point(front: list[dict[str, Any]], latency_ms: float, loss: float) -> dict[str, Any] | None:
     """A front member with lower loss at equal or lower latency than the given point, if any."""
     for r in front:
-        if r["latency_median_ms"] <= latency_ms and r["l_hs_norm"] < loss:
+        if r["latency_median_ms"] <= latency_ms and r["loss"] < loss:
             return r
     return None
+
+
+def loss_of(record: dict[str, Any]) -> float | None:
+    """The reward's loss of a reference or finalist record; records from before it was stored: L_HS."""
+    return record.get("loss", record.get("l_hs_norm"))
 
 
 def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:

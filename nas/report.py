@@ -18,12 +18,13 @@ import plotly.io as pio
 
 from ._io import atomic_write_text
 from .plots import history_figure, importance_figure, importances, pareto_figure
-from .records import COLUMNS, study_facts, trial_rows
+from .records import COLUMNS, loss_of, study_facts, trial_rows
 
 _TABLE_COLUMNS = (
     ("number", "#"), ("status", "status"), ("arch", "L×A×H×F"), ("params", "params (M)"),
     ("flops", "GFLOPs"), ("latency_median_ms", "latency ms"), ("latency_p90_ms", "p90 ms"),
-    ("latency_cv", "cv"), ("l_hs_norm", "L_HS norm"), ("l_hs_se", "± SE"), ("l_hs_raw", "L_HS raw"), ("reward", "reward"),
+    ("latency_cv", "cv"), ("loss", "proxy loss"), ("loss_se", "± SE"), ("fidelity", "fidelity ρ"),
+    ("l_hs_norm", "L_HS norm"), ("reward", "reward"),
     ("seconds_total", "time s"), ("reason", "reason"),
 )
 
@@ -66,6 +67,14 @@ def _cell(key: str, value: Any) -> str:
     return html.escape(str(value))
 
 
+def _proxy(settings: dict[str, Any]) -> str:
+    """How trials were scored, in words (settings of studies from before `proxy` existed: hs)."""
+    if settings.get("proxy") == "fidelity":
+        return (f"proxy: the final recipe for {settings.get('proxy_steps')} steps, scored by embedding fidelity on "
+                f"{settings.get('proxy_sentences')} held-out sentences (loss = 1 − ρ)")
+    return f"proxy: {settings.get('method')} for {settings.get('proxy_steps')} steps, scored by held-out L_HS"
+
+
 def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: list) -> str:
     divs = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False})
             for i, fig in enumerate(figures)]
@@ -75,17 +84,16 @@ def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: lis
     counts = ", ".join(f"{k} {v}" for k, v in sorted(facts["counts"].items()))
     lines = [
         f"teacher <b>{html.escape(str(s.get('teacher')))}</b>, corpus {html.escape(str(s.get('corpus')))}, "
-        f"objective {s.get('objective')}, sampler {s.get('sampler')}, proxy {s.get('method')} "
-        f"{s.get('proxy_steps')} steps",
+        f"objective {s.get('objective')}, sampler {s.get('sampler')}, {html.escape(_proxy(s))}",
         f"budget <b>{_cell('latency', facts.get('budget_ms'))} ms</b>; teacher latency "
         f"{_cell('latency', teacher.get('median_ms'))} ms ({html.escape(_setting(s))})",
         f"trials {facts['trials']}: {html.escape(counts)}; rejected before training: "
         f"{facts['rejected_before_training']}",
         "best trial: " + (f"#{best['number']} {best['arch']}, reward {best['reward']:.4f}, "
-                          f"L_HS {best['l_hs_norm']:.4f}, {best['latency_median_ms']:.2f} ms" if best else "none yet"),
+                          f"proxy loss {best['loss']:.4f}, {best['latency_median_ms']:.2f} ms" if best else "none yet"),
     ]
     for f in facts.get("final") or []:
-        lines.append(f"final {html.escape(f['dir'])}: {f['arch']} after {f['steps']} steps, L_HS {f['l_hs_norm']:.4f}, "
+        lines.append(f"final {html.escape(f['dir'])}: {f['arch']} after {f['steps']} steps, loss {loss_of(f):.4f}, "
                      f"{f['latency_ms']:.2f} ms, reward {f['reward']:.4f}")
     split = facts["seconds_per_trial"]
     lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}" for k, v in split.items()))

@@ -21,10 +21,12 @@ def kdnas_reward(
     target_ratio: float = 0.6,
     exponent: float = -0.06,
 ) -> float:
-    """KD-NAS reward from the normalized held-out hidden-state loss and two measured latencies.
+    """KD-NAS reward from the proxy's loss and two measured latencies.
 
-    `loss` is the normalized L_HS (1.0 = predicting the mean); latencies are in the same unit and
-    were measured with the same runtime, threads, batch and sequence length.
+    `loss` is the paper's normalized L_HS (1.0 = predicting the mean) with `--proxy hs`, or 1 − the
+    embedding fidelity ρ with the default fidelity proxy (nas/proxy.py); 0 is the teacher itself.
+    Latencies are in the same unit and were measured with the same runtime, threads, batch and
+    sequence length.
     """
     for name, value in (("student_latency", student_latency), ("teacher_latency", teacher_latency),
                         ("target_ratio", target_ratio)):

@@ -14,7 +14,10 @@ class Scored:
     arch: str
     params: int
     latency: dict[str, Any]  # nas.measure.latency_record
-    l_hs_norm: float
+    loss: float  # what the reward uses (nas.proxy.proxy_loss): 1 − fidelity ρ, or normalized L_HS
+    loss_se: float
+    fidelity: float | None  # the proxy's embedding fidelity ρ (None with the hs proxy)
+    l_hs_norm: float  # held-out L_HS, measured whichever the proxy
     l_hs_raw: float
     l_hs_se: float
     reward: float

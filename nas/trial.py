@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import optuna
@@ -24,6 +25,7 @@ from core.errors import first_line
 from ._progress import Progress
 from .config import SearchConfig
 from .measure import latency_record, measure
+from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .resume import failed_shapes, worker_identity
 from .reward import kdnas_reward
 from .scored import Scored
@@ -36,12 +38,23 @@ UNTRAINED_LOSS = 1.0  # the normalized loss of predicting the teacher's mean
 # Interim (pruner) L_HS estimates score the first held-out rows only: an evaluation every few steps
 # on all of them would cost more than the training it watches. The last evaluation uses every row.
 INTERIM_EVAL_ROWS = 32
+# The scores a trained trial stores (nas.scored.Scored's fields of the same names).
+SCORE_ATTRS = ("loss", "loss_se", "fidelity", "l_hs_norm", "l_hs_raw", "l_hs_se", "reward")
 
 
 def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
-    """The proxy's transfer set: `proxy_train` training rows and `proxy_eval` held-out rows."""
+    """The proxy's transfer set: the final run's (`final_train` rows of `final_unit`) for the fidelity
+    proxy — it is the final recipe, shortened —, `proxy_train` windows for hs; `proxy_eval` held-out rows."""
+    if cfg.proxy == "fidelity":
+        return final_transfer_set(cfg, teacher, texts)
     return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=cfg.proxy_train,
                              num_eval=cfg.proxy_eval, seed=cfg.seed)
+
+
+def final_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
+    """The winner's transfer set: `final_train` rows of `final_unit`, the proxy's `proxy_eval` held-out rows."""
+    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=cfg.final_train,
+                             num_eval=cfg.proxy_eval, seed=cfg.seed, unit=cfg.final_unit)
 
 
 @dataclass
@@ -59,9 +72,17 @@ class SearchContext:
     budget_ms: float
     progress: Progress
 
+    @cached_property
+    def probe(self) -> FidelityProbe:
+        """The fidelity proxy's held-out sentences and the teacher's embeddings of them (once per search)."""
+        return fidelity_probe(self.config, self.teacher, self.texts)
+
     def distill_config(self, steps: int, eval_every: int | None = None) -> DistillConfig:
-        """The proxy's recipe (every trial, and the reference shapes)."""
+        """The proxy's recipe (every trial, and the reference shapes): the final recipe shortened to
+        `steps` and evaluated at its end (fidelity proxy), or the paper's hs proxy."""
         cfg = self.config
+        if cfg.proxy == "fidelity":
+            return self.final_recipe(steps, eval_every or steps)
         extra = {} if cfg.lr is None else {"lr": cfg.lr}
         return DistillConfig(method=cfg.method, steps=steps, batch_size=cfg.batch_size,
                              eval_every=cfg.eval_every if eval_every is None else eval_every,
@@ -71,22 +92,37 @@ class SearchContext:
 
     def final_config(self) -> DistillConfig:
         """The winner's recipe: `final_method` for `final_steps`, evaluated five times on the way."""
+        return self.final_recipe(self.config.final_steps, max(1, self.config.final_steps // 5))
+
+    def final_recipe(self, steps: int, eval_every: int) -> DistillConfig:
+        """`final_method` with the final run's batch, learning rate and start, for `steps`."""
         cfg = self.config
-        return DistillConfig(method=cfg.final_method, steps=cfg.final_steps, batch_size=cfg.final_batch_size,
-                             lr=cfg.final_lr, eval_every=max(1, cfg.final_steps // 5), init=cfg.init,
+        return DistillConfig(method=cfg.final_method, steps=steps, batch_size=cfg.final_batch_size,
+                             lr=cfg.final_lr, eval_every=eval_every, init=cfg.init,
                              interim_eval_rows=INTERIM_EVAL_ROWS, layer_map=cfg.layer_map, layer_rule=cfg.layer_rule,
                              seed=cfg.seed, device=cfg.device, progress=False).for_method(cfg.final_method)
 
     def proxy(self, spec: StudentSpec, on_eval: Any = None) -> Any:
         """The search's proxy distillation of one shape: what every trial, the reference shapes and
         the proxy benchmarks run, so a benchmark figure is a statement about the search."""
-        return run_distill(spec, self.teacher, self.data, self.distill_config(self.config.proxy_steps),
-                           cache=self.cache, on_eval=on_eval)
+        result = run_distill(spec, self.teacher, self.data, self.distill_config(self.config.proxy_steps),
+                             cache=self.cache, on_eval=on_eval)
+        result.metrics = self.measured(result)
+        return result
+
+    def measured(self, result: Any) -> dict[str, Any]:
+        """A distillation's metrics, with the fidelity proxy's ρ of its student when that is the proxy."""
+        if self.config.proxy != "fidelity":
+            return result.metrics
+        return {**result.metrics, **self.probe.score(result.student, self.teacher.tokenizer)}
 
     def score(self, spec: StudentSpec, metrics: dict[str, Any], latency: dict[str, Any]) -> Scored:
-        """A distilled shape's record: its held-out L_HS (with standard error), latency and reward."""
-        loss, median = float(metrics["l_hs_norm"]), float(latency["median_ms"])
-        return Scored(arch=spec.arch, params=spec.num_parameters(), latency=latency, l_hs_norm=loss,
+        """A distilled shape's record: the proxy's loss (with standard error), its held-out L_HS and
+        fidelity, latency and reward."""
+        (loss, loss_se), median = proxy_loss(self.config, metrics), float(latency["median_ms"])
+        fidelity = metrics.get("fidelity")
+        return Scored(arch=spec.arch, params=spec.num_parameters(), latency=latency, loss=loss, loss_se=loss_se,
+                      fidelity=None if fidelity is None else float(fidelity), l_hs_norm=float(metrics["l_hs_norm"]),
                       l_hs_raw=float(metrics["l_hs_raw"]), l_hs_se=float(metrics["l_hs_se"]),
                       reward=self.reward(loss, median), within_budget=median <= self.budget_ms)
 
@@ -197,8 +233,8 @@ class Objective:
             self._phase(trial, "distill", f"distill {step}/{cfg.proxy_steps} L_HS {loss:.3f}")
             trial.set_user_attr("last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": float(metrics["l_hs_raw"]),
                                                "l_hs_se": float(metrics["l_hs_se"])})
-            if cfg.objective != "reward":
-                return  # Optuna reports/pruning are single-objective only
+            if cfg.objective != "reward" or cfg.proxy != "hs":
+                return  # Optuna reports/pruning are single-objective only; the fidelity proxy is scored at its end
             interim = ctx.reward(loss, median)
             trial.report(interim, step)
             if cfg.pruning and step < cfg.proxy_steps and trial.should_prune():
@@ -210,20 +246,19 @@ class Objective:
         result = ctx.proxy(spec, on_eval=on_eval)
         seconds["distill"] = time.perf_counter() - t0
         scored = ctx.score(spec, result.metrics, latency)
-        for key in ("l_hs_norm", "l_hs_raw", "l_hs_se", "reward"):  # shape and latency are stored already
+        for key in SCORE_ATTRS:  # shape and latency are stored already
             trial.set_user_attr(key, getattr(scored, key))
         trial.set_user_attr("train_loss", float(result.metrics.get("train_loss", float("nan"))))
         trial.set_user_attr("status", "feasible")
         self._phase(trial, "done")
-        return scored.reward if cfg.objective == "reward" else (scored.l_hs_norm, median)
+        return scored.reward if cfg.objective == "reward" else (scored.loss, median)
 
     def _repeat(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
         # Same shape, same data, same seed: training again would give the same numbers (and cost
         # minutes). Copy the result, say so, and let the sampler move on.
         for key, value in earlier.constraints.items():
             trial.set_constraint(key, value)
-        for key in ("status", "reason", "params", "flops", "latency", "l_hs_norm", "l_hs_raw", "l_hs_se", "train_loss",
-                    "reward", "last_eval"):
+        for key in ("status", "reason", "params", "flops", "latency", *SCORE_ATTRS, "train_loss", "last_eval"):
             if key in earlier.user_attrs:
                 trial.set_user_attr(key, earlier.user_attrs[key])
         note = f"same shape as trial {earlier.number}: result copied, not retrained"

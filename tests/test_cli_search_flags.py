@@ -21,7 +21,7 @@ def test_every_field_has_a_flag_with_the_dataclass_default():
         if field.name in NOT_FLAGS:
             continue
         assert hasattr(args, field.name), f"SearchConfig.{field.name} has no --{field.name.replace('_', '-')}"
-        if field.name != "budget_ms":
+        if field.name not in ("budget_ms", "proxy_steps"):  # None on the command line: derived by the config
             assert getattr(args, field.name) == getattr(defaults, field.name), field.name
     assert config_from_args(args, {}) == defaults
 
@@ -53,10 +53,12 @@ def test_each_method_gets_only_the_options_it_takes():
         return ctx.distill_config(60).method_options(), ctx.final_config().method_options()
 
     # The default layer map reaches the methods that take one, and not embed (which would refuse it).
-    assert configs() == ({"layer_map": "uniform"}, {})
-    assert configs(method="embed") == ({}, {})
-    assert configs(method="embed", final_method="hs", layer_map="last") == ({}, {"layer_map": "last"})
-    assert configs(method="pkd", final_method="hs", layer_map="last") == ({"layer_map": "last"}, {"layer_map": "last"})
+    assert configs() == ({}, {})  # the fidelity proxy is the final recipe (embed), shortened
+    assert configs(proxy="hs") == ({"layer_map": "uniform"}, {})
+    assert configs(proxy="hs", method="embed") == ({}, {})
+    assert configs(proxy="hs", method="embed", final_method="hs", layer_map="last") == ({}, {"layer_map": "last"})
+    assert configs(proxy="hs", method="pkd", final_method="hs", layer_map="last") == ({"layer_map": "last"},
+                                                                                      {"layer_map": "last"})
     with pytest.raises(InputError, match=r"layer map 'last' applies to the methods hs, pkd; method 'embed' and final method 'embed' have none"):
         SearchConfig(method="embed", layer_map="last")
     with pytest.raises(InputError, match=r"method 'od' is not supported; choose one of hs, "):

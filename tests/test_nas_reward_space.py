@@ -127,7 +127,8 @@ def test_final_train_must_be_positive():
 
     with pytest.raises(KdnasError, match="final_train=0"):
         SearchConfig(final_train=0)
-    assert SearchConfig().proxy_steps == 60 and SearchConfig().final_train == 4096
+    assert SearchConfig().proxy_steps == 30 and SearchConfig(proxy="hs").proxy_steps == 60
+    assert SearchConfig().replace(proxy="hs").proxy_steps == 60 and SearchConfig().final_train == 4096
 
 
 def test_a_scored_candidate_is_one_record_for_every_stage():
@@ -135,13 +136,23 @@ def test_a_scored_candidate_is_one_record_for_every_stage():
     from nas import SearchConfig
     from nas.trial import SearchContext
 
-    ctx = SearchContext(config=SearchConfig(), space=None, sizes={}, teacher=None, texts=None, data=None, cache=None,
-                        teacher_latency_ms=10.0, budget_ms=5.0, progress=None)
+    def context(**changes):
+        return SearchContext(config=SearchConfig(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
+                             cache=None, teacher_latency_ms=10.0, budget_ms=5.0, progress=None)
+
     spec = StudentSpec(layers=3, heads=12, hidden=384, ffn=1024)
     latency = {"median_ms": 4.0, "p90_ms": 4.2, "noisy": False}
-    scored = ctx.score(spec, {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "step": 60}, latency)
+    l_hs = {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "step": 60}
+    # The paper's proxy: the reward's loss is L_HS.
+    scored = context(proxy="hs").score(spec, l_hs, latency)
     assert scored.reward == kdnas_reward(0.4, 4.0, 10.0, 0.6, -0.06) and scored.within_budget
     assert scored.record() == {"arch": "3x12x384x1024", "params": spec.num_parameters(), "latency": latency,
+                               "loss": 0.4, "loss_se": 0.003, "fidelity": None,
                                "l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "reward": scored.reward,
                                "within_budget": True, "latency_ms": 4.0}
-    assert not ctx.score(spec, {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.0}, {"median_ms": 6.0}).within_budget
+    # The fidelity proxy (default): the loss is 1 - rho; L_HS is kept beside it.
+    scored = context().score(spec, {**l_hs, "fidelity": 0.75, "fidelity_se": 0.01}, latency)
+    assert (scored.loss, scored.loss_se, scored.fidelity, scored.l_hs_norm) == (0.25, 0.01, 0.75, 0.4)
+    assert scored.reward == kdnas_reward(0.25, 4.0, 10.0, 0.6, -0.06)
+    assert not context(proxy="hs").score(spec, {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.0},
+                                         {"median_ms": 6.0}).within_budget

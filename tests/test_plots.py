@@ -1,4 +1,4 @@
-"""The Pareto page's figure: every trained trial carries its latency spread and its L_HS error bar."""
+"""The Pareto page's figure: every trained trial carries its latency spread and its loss's error bar."""
 
 from __future__ import annotations
 
@@ -8,16 +8,22 @@ from nas.plots import pareto_figure
 def _row(number: int, latency: float, loss: float, se: float | None) -> dict:
     return {"number": number, "status": "feasible", "arch": "2x4x64x128", "params": 1_000_000,
             "latency_median_ms": latency, "latency_p90_ms": latency * 1.1, "latency_min_ms": latency * 0.9,
-            "latency_cv": 0.05, "latency_noisy": False, "l_hs_norm": loss, "l_hs_raw": loss, "l_hs_se": se,
-            "reward": 1 - loss, "reason": ""}
+            "latency_cv": 0.05, "latency_noisy": False, "loss": loss, "loss_se": se, "fidelity": 1 - loss,
+            "l_hs_norm": 0.7, "l_hs_raw": 0.7, "l_hs_se": 0.003, "reward": 1 - loss, "reason": ""}
 
 
 def test_trials_are_drawn_with_two_standard_errors_and_the_hover_says_so():
-    facts = {"teacher_latency": {"median_ms": 10.0}, "settings": {"teacher": "t"}, "budget_ms": 5.0,
-             "reference": [{"name": "3L", "arch": "3x12x192x512", "latency_ms": 2.0, "l_hs_norm": 0.6, "reward": 0.4}],
+    facts = {"teacher_latency": {"median_ms": 10.0}, "settings": {"teacher": "t", "proxy": "fidelity"}, "budget_ms": 5.0,
+             "reference": [{"name": "3L", "arch": "3x12x192x512", "latency_ms": 2.0, "loss": 0.3, "l_hs_norm": 0.6,
+                            "reward": 0.4}],
+             # a finalist recorded before the loss was stored: drawn at its L_HS
              "final": [{"latency_ms": 1.0, "l_hs_norm": 0.4, "arch": "2x4x64x128", "trial": 0, "steps": 5, "reward": 0.6}]}
     fig = pareto_figure([_row(0, 1.0, 0.5, 0.01), _row(1, 2.0, 0.45, None)], facts)
     trials = fig.data[0]
-    assert list(trials.error_y.array) == [0.02, 0]  # a row without an estimate draws no bar
-    assert "± 0.0100 (SE)" in trials.text[0]
+    assert list(trials.y) == [0.5, 0.45] and list(trials.error_y.array) == [0.02, 0]  # no estimate, no bar
+    assert "loss 0.5000 ± 0.0100 (SE); fidelity ρ 0.5000" in trials.text[0] and "L_HS norm 0.7000" in trials.text[0]
+    assert fig.layout.yaxis.title.text.startswith("1 − embedding fidelity ρ")
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["paper shapes, Table 1 scaled (proxy-distilled)"].y) == [0.3]
+    assert list(by_name["finalist after --final-steps"].y) == [0.4]
     assert {t.name for t in fig.data} >= {"paper shapes, Table 1 scaled (proxy-distilled)", "finalist after --final-steps"}

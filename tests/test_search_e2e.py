@@ -122,9 +122,12 @@ def test_trials_table_and_reward(search_run):
     for r in rows:
         assert r["arch"] and r["params"] and r["latency_median_ms"] and r["latency_p90_ms"]
         if r["status"] == "feasible":
-            expected = kdnas_reward(float(r["l_hs_norm"]), float(r["latency_median_ms"]), teacher_ms)
+            # The default fidelity proxy: the reward's loss is 1 - rho on held-out sentences.
+            assert float(r["loss"]) == pytest.approx(1 - float(r["fidelity"]), abs=1e-12)
+            expected = kdnas_reward(float(r["loss"]), float(r["latency_median_ms"]), teacher_ms)
             assert float(r["reward"]) == pytest.approx(expected, rel=1e-9)
-            assert 0 < float(r["l_hs_se"]) < 0.2 * float(r["l_hs_norm"]), r  # every scored trial has its error bar
+            assert 0 < float(r["loss_se"]) < 0.2 * float(r["loss"]), r  # every scored trial has its error bar
+            assert 0 < float(r["l_hs_se"]) < 0.2 * float(r["l_hs_norm"]), r  # and L_HS beside it
         else:
             assert r["reason"], r
     assert any("result copied" in r["reason"] for r in rows), "the repeated shape must not be retrained"
@@ -141,7 +144,9 @@ def test_over_budget_trials_never_train(search_run, budget_ms):
         assert "last_eval" not in t.user_attrs and "l_hs_norm" not in t.user_attrs
         assert t.user_attrs["seconds"]["distill"] == 0.0
     within = [t for t in study.trials if t.user_attrs.get("status") == "feasible" and "duplicate_of" not in t.user_attrs]
-    assert within and all(t.intermediate_values and t.constraints["latency"] <= 0 for t in within)
+    # trained and scored once at the end (the fidelity proxy reports no curve to a pruner)
+    assert within and all("last_eval" in t.user_attrs and "fidelity" in t.user_attrs and not t.intermediate_values
+                          and t.constraints["latency"] <= 0 for t in within)
     assert study.best_trial.user_attrs["status"] == "feasible"
 
 
@@ -269,8 +274,8 @@ def _wait_for(out: Path, predicate, timeout: float, proc: subprocess.Popen | Non
 def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, budget_ms):
     out = tmp_path / "killed"
     args = ["search", "--out", str(out), "--trials", "3", "--layers", "1-2", "--heads", "4", "--hidden", "96",
-            "--ffn", "256,512", "--budget-ms", "1000", "--proxy-steps", "40", "--eval-every", "5",
-            "--final-steps", "4", *TINY]
+            "--ffn", "256,512", "--budget-ms", "1000", "--proxy", "hs", "--proxy-steps", "40", "--eval-every", "5",
+            "--final-steps", "4", *TINY]  # hs: its pruner reports show a trial mid-distillation
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     log = tmp_path / "killed.stderr"
     with log.open("w") as stderr:

@@ -1,0 +1,67 @@
+"""What a trial's proxy distillation is scored by, besides its held-out L_HS.
+
+With `proxy="fidelity"` (the default) a trial runs the final recipe, shortened, and is scored the
+way the shipped student is judged: the embedding fidelity ρ — Spearman's ρ between the teacher's
+and the student's pairwise cosine similarities (evaluation.quality.embedding_fidelity) — on
+`proxy_sentences` held-out sentences. These are drawn after the `quality_sentences` that judge the
+shipped student, so the search never picks a shape by the sentences it is finally measured on.
+The reward's loss is then 1 − ρ: the KD-NAS reward (1 − loss)·(lat(S)/(0.6·lat(T)))^−0.06 with
+the paper's L_HS replaced by what a sentence-embedding user keeps of the teacher. Why: on MiniLM,
+across 12 shapes, this proxy orders shapes as their final students turn out with Kendall's τ +0.97,
+the paper's hs/L_HS proxy with +0.76 (docs/benchmarks.md, proxy fidelity).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.errors import InputError
+
+# Random sentence pairs for the proxy's ρ; fewer than the shipped student's 4,000, since every trial pays for them.
+PROXY_PAIRS = 2000
+MIN_PROXY_SENTENCES = 50
+
+
+@dataclass(frozen=True)
+class FidelityProbe:
+    """Held-out sentences and the teacher's embeddings of them, computed once per search."""
+
+    sentences: list[str]
+    reference: torch.Tensor
+    max_len: int
+    seed: int
+
+    def score(self, student: Any, tokenizer: Any) -> dict[str, float]:
+        """The student's fidelity ρ (with its jackknife standard error) on the probe's sentences."""
+        from evaluation.quality import embedding_fidelity, sentence_embeddings
+
+        was_training = student.training
+        emb = sentence_embeddings((student.eval(), tokenizer), self.sentences, max_len=self.max_len)
+        student.train(was_training)
+        fidelity = embedding_fidelity(self.reference, emb, pairs=PROXY_PAIRS, seed=self.seed)
+        return {"fidelity": float(fidelity["spearman"]), "fidelity_se": float(fidelity["spearman_se"])}
+
+
+def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe:
+    """The probe of one search: `proxy_sentences` held-out sentences after the `quality_sentences`."""
+    from distill.data import heldout_sentences
+    from evaluation.quality import sentence_embeddings
+
+    skip = config.quality_sentences
+    sentences = heldout_sentences(texts, skip + config.proxy_sentences, seed=config.seed)[skip:]
+    if len(sentences) < MIN_PROXY_SENTENCES:
+        raise InputError(f"corpus {config.corpus!r} holds out {len(sentences)} sentences beyond the "
+                         f"{skip} that judge the shipped student; the fidelity proxy needs at least "
+                         f"{MIN_PROXY_SENTENCES}: give a larger corpus, lower --quality-sentences, or use --proxy hs")
+    reference = sentence_embeddings(teacher, sentences, max_len=config.latency_seq)
+    return FidelityProbe(sentences=sentences, reference=reference, max_len=config.latency_seq, seed=config.seed)
+
+
+def proxy_loss(config: Any, metrics: dict[str, Any]) -> tuple[float, float]:
+    """The loss the reward uses, with its standard error: 1 − ρ (fidelity) or normalized L_HS (hs)."""
+    if config.proxy == "fidelity":
+        return 1.0 - float(metrics["fidelity"]), float(metrics["fidelity_se"])
+    return float(metrics["l_hs_norm"]), float(metrics["l_hs_se"])

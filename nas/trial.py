@@ -24,7 +24,7 @@ from core.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig
-from .measure import latency_record, measure
+from .measure import budget_latency, latency_record
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .resume import failed_shapes, worker_identity
 from .reward import kdnas_reward
@@ -208,7 +208,10 @@ class Objective:
 
         self._phase(trial, "latency")
         t0 = time.perf_counter()
-        latency = _stored_latency(trial, arch) or latency_record(measure(spec, cfg))
+        latency = _stored_latency(trial, arch)
+        if latency is None:
+            result, readings = budget_latency(spec, cfg, ctx.budget_ms, marginal_only=True)
+            latency = {**latency_record(result), **({"readings_ms": readings} if readings else {})}
         seconds["latency"] = time.perf_counter() - t0
         trial.set_user_attr("latency", latency)
         median = latency["median_ms"]

@@ -257,15 +257,21 @@ def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():
 
         def measure_once(target, config, use_cache=True):
             calls.append(use_cache)
-            return SimpleNamespace(median_ms=medians[len(calls) - 1])
+            median = medians[len(calls) - 1]
+            return SimpleNamespace(median_ms=median, min_ms=median - 0.5)
         return measure_once, calls
 
     once, calls = readings(7.9)
-    result, seen = budget_latency("m.onnx", None, 8.0, once)
+    result, seen = budget_latency("m.onnx", None, 8.0, measure_once=once)
     assert (result.median_ms, seen, calls) == (7.9, [], [True]), "within the budget: one reading"
     once, calls = readings(8.6, 6.9)  # a busy spell, then a quiet reading: ships
-    result, seen = budget_latency("m.onnx", None, 8.0, once)
+    result, seen = budget_latency("m.onnx", None, 8.0, measure_once=once)
     assert (result.median_ms, seen, calls) == (6.9, [8.6, 6.9], [True, False]), "the second reading is fresh"
     once, calls = readings(8.6, 8.7)  # over on both: over
-    result, seen = budget_latency("m.onnx", None, 8.0, once)
+    result, seen = budget_latency("m.onnx", None, 8.0, measure_once=once)
     assert (result.median_ms, seen) == (8.6, [8.6, 8.7])
+    # A search trial measures again only when the budget lies inside the reading's spread.
+    once, calls = readings(8.3, 7.9)  # fastest run 7.8 <= 8.0
+    assert budget_latency("m.onnx", None, 8.0, marginal_only=True, measure_once=once)[1] == [8.3, 7.9]
+    once, calls = readings(9.5)  # fastest run 9.0 > 8.0: far over, one reading
+    assert budget_latency("m.onnx", None, 8.0, marginal_only=True, measure_once=once)[1] == [] and calls == [True]

@@ -54,7 +54,7 @@ def test_search_on_the_gpu_trains_there_and_ships_a_cpu_export(tmp_path):
     args = ["search", "--out", str(out), "--device", "cuda", "--trials", "2", "--layers", "1-2", "--hidden", "96",
             "--ffn", "256", "--budget-ms", "1000", "--proxy-steps", "6", "--eval-every", "3", "--final-steps", "6",
             "--proxy-train", "32", "--proxy-eval", "16", "--seq-len", "32", "--batch-size", "4",
-            "--final-train", "48", "--final-batch-size", "8", "--quality-sentences", "48", "--no-progress"]
+            "--final-train", "48", "--final-batch-size", "8", "--quality-sentences", "48", "--proxy-sentences", "60", "--no-progress"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "-m", "kdnas.cli", *args], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=900)

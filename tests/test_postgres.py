@@ -58,7 +58,7 @@ def _search_args(pg_url: str, out: Path) -> list[str]:
             "--sampler", "random", "--layers", "1", "--heads", "4", "--hidden", "96", "--ffn", "256,512",
             "--budget-ms", "1000", "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "4",
             "--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--final-train", "48",
-            "--final-batch-size", "8", "--quality-sentences", "0", "--no-progress"]
+            "--final-batch-size", "8", "--quality-sentences", "0", "--proxy-sentences", "60", "--no-progress"]
 
 
 def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):

@@ -30,7 +30,7 @@ from nas import kdnas_reward
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 TINY = ["--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--final-train", "48",
-        "--final-batch-size", "8", "--quality-sentences", "48", "--no-progress"]
+        "--final-batch-size", "8", "--quality-sentences", "48", "--proxy-sentences", "60", "--no-progress"]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -363,6 +363,8 @@ def _refused(result: subprocess.CompletedProcess, *words: str) -> None:
 
 
 def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
     out = search_run["out"]
     db = digest(out / "study.db")
     args = list(search_run["args"])
@@ -372,17 +374,8 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         changed[changed.index(flag) + 1] = value
         return changed
 
-    _refused(kdnas(*swap("--trials", "0")), "trial")
-    _refused(kdnas(*swap("--trials", "-3")), "trial")
-    _refused(kdnas(*swap("--heads", "5")), "no valid shape")
-    _refused(kdnas(*swap("--heads", "5"), "--out", str(tmp_path / "new")), "no valid shape")
-    assert not (tmp_path / "new").exists()  # refused before the folder or its study.db is made
-    _refused(kdnas(*swap("--budget-ms", "-1")), "budget")
-    _refused(kdnas(*args, "--storage", f"sqlite:///{tmp_path}/no/such/dir/x.db"), "storage")
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    _refused(kdnas(*swap("--out", str(blocker / "sub"))), "not writable")
-    assert digest(out / "study.db") == db
     # A worker on another CPU model: its latencies would not compare with the study's budget.
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(out, elsewhere)
@@ -392,9 +385,23 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
     study.set_user_attr("kdnas_settings", {**settings, "latency_machine": {**settings["latency_machine"],
                                                                            "cpu": "Some Other CPU 9000"}})
     moved = digest(elsewhere / "study.db")
-    _refused(kdnas(*swap("--out", str(elsewhere))), "was timed on", "Some Other CPU 9000", "CPU model")
-    assert digest(elsewhere / "study.db") == moved
-    # A budget under the fastest shape of the space names that shape and its latency; no study is created.
     fresh = tmp_path / "fresh"
-    _refused(kdnas(*swap("--out", str(fresh)), *["--budget-ms", "0.001"]), "below the fastest", "1x4x96x256", "ms median")
-    assert optuna.get_all_study_names(f"sqlite:///{fresh / 'study.db'}") == []
+    cases = [  # (command line, words the one-line refusal names); independent, so run two at a time
+        (swap("--trials", "0"), ("trial",)),
+        (swap("--trials", "-3"), ("trial",)),
+        (swap("--heads", "5"), ("no valid shape",)),
+        ([*swap("--heads", "5"), "--out", str(tmp_path / "new")], ("no valid shape",)),
+        (swap("--budget-ms", "-1"), ("budget",)),
+        ([*args, "--storage", f"sqlite:///{tmp_path}/no/such/dir/x.db"], ("storage",)),
+        (swap("--out", str(blocker / "sub")), ("not writable",)),
+        (swap("--out", str(elsewhere)), ("was timed on", "Some Other CPU 9000", "CPU model")),
+        # A budget under the fastest shape of the space names that shape and its latency.
+        ([*swap("--out", str(fresh)), "--budget-ms", "0.001"], ("below the fastest", "1x4x96x256", "ms median")),
+    ]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda case: kdnas(*case[0]), cases))
+    for (_, words), result in zip(cases, results):
+        _refused(result, *words)
+    assert not (tmp_path / "new").exists()  # refused before the folder or its study.db is made
+    assert digest(out / "study.db") == db and digest(elsewhere / "study.db") == moved
+    assert optuna.get_all_study_names(f"sqlite:///{fresh / 'study.db'}") == []  # no study is created

@@ -179,7 +179,7 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
 
     out = tmp_path / "run"
     config = SearchConfig(out=str(out), final_steps=2, final_train=16, proxy_eval=8, seq_len=32, batch_size=4,
-                          latency_seq=16, threads=1, seed=3, quality_sentences=0)
+                          latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     ctx = SearchContext(config=config, space=None, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
                         data=None, cache=None, teacher_latency_ms=10.0, budget_ms=100.0,
                         progress=SimpleNamespace(phase=lambda *_: None))
@@ -227,7 +227,7 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
 
     out = tmp_path / "run"
     config = SearchConfig(out=str(out), final_steps=1, final_train=16, proxy_eval=8, seq_len=32, batch_size=4,
-                          latency_seq=16, threads=1, seed=3, quality_sentences=0)
+                          latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     # A budget no model meets: each finalist's shipped graph is timed before training and refused.
     ctx = SearchContext(config=config, space=None, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
                         data=None, cache=None, teacher_latency_ms=10.0, budget_ms=1e-6,

@@ -156,3 +156,22 @@ def test_a_scored_candidate_is_one_record_for_every_stage():
     assert scored.reward == kdnas_reward(0.25, 4.0, 10.0, 0.6, -0.06)
     assert not context(proxy="hs").score(spec, {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.0},
                                          {"median_ms": 6.0}).within_budget
+
+
+def test_pareto_finalists_are_front_members_best_reward_first():
+    from optuna.distributions import IntDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from nas.final import finalists
+
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    # (loss, latency ms, reward, status): 1 and 2 form the front; 0 is dominated by 1; 3 was over budget.
+    for number, (loss, ms, reward, status) in enumerate([(0.5, 5.0, 0.50, "feasible"), (0.3, 4.0, 0.70, "feasible"),
+                                                         (0.6, 1.0, 0.45, "feasible"), (1.0, 9.0, 0.0, "infeasible")]):
+        study.add_trial(create_trial(
+            state=TrialState.COMPLETE, values=[loss, ms], params={"layers": number + 1},
+            distributions={"layers": IntDistribution(1, 6)},
+            user_attrs={"arch": f"{number + 1}x4x96x256", "status": status, "loss": loss, "reward": reward,
+                        "latency": {"median_ms": ms}}))
+    assert [r["number"] for r in finalists(study, "pareto")] == [1, 2]  # front only, best reward first
+    assert [r["number"] for r in finalists(study, "reward")] == [1, 0, 2]  # every trained trial

@@ -329,6 +329,7 @@ def test_an_unknown_device_is_refused_before_anything(tmp_path, device):
     assert not out.exists()
 
 
+@pytest.mark.slow  # 80 s; the Pareto finalist rule is unit-tested in the default run (test_nas_reward_space.py)
 def test_pareto_objective_with_nsga2_end_to_end(tmp_path, budget_ms):
     out = tmp_path / "pareto"
     # No --heads: the inherited default keeps the teacher's head size (32), so heads = 96 / 32 = 3

@@ -3,7 +3,8 @@
 Same teacher, corpus, proxy budget, latency settings, budget and trial count for every search:
   - TPE and random search on seeds 0..N-1: trials needed to reach 99 % of the best reward that any
     search found, mean ± std over the seeds, and each search's best;
-  - TPE on seed 0 without the pruner: does pruning change the best shape, and what does it save;
+  - TPE on seed 0 without the pruner (when the proxy prunes: `--proxy hs`): does pruning change the
+    best shape, and what does it save;
   - the paper's Table 1 students scaled to the teacher, distilled with the same proxy budget, and
     whether the searched Pareto front dominates each (lower loss at equal or lower latency);
   - per-trial wall time split into latency / distillation / export, and the share of trials
@@ -78,6 +79,17 @@ def summarize(summary: dict, seconds: float) -> dict:
     }
 
 
+def _pruning(pruned: dict, unpruned: dict) -> dict:
+    """TPE seed 0 with and without the pruner: the same best shape, and what pruning saved."""
+    return {"best_arch_with": pruned["best_arch"], "best_arch_without": unpruned["best_arch"],
+            "distill_seconds_with": pruned["seconds_distill_sum"],
+            "distill_seconds_without": unpruned["seconds_distill_sum"],
+            "same_best_shape": pruned["best_arch"] == unpruned["best_arch"],
+            "best_reward_with": pruned["best_reward"], "best_reward_without": unpruned["best_reward"],
+            "seconds_with": pruned["seconds_wall"], "seconds_without": unpruned["seconds_wall"],
+            "pruned_trials": pruned["counts"].get("pruned", 0)}
+
+
 def mean_std(values: list[float | None]) -> dict:
     """Mean ± std over seeds; a run that never reached the target counts as trials + 1 (said in `never`)."""
     got = [v for v in values if v is not None]
@@ -113,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"teacher": args.teacher, "corpus": args.corpus, "trials": args.trials, "seeds": args.seeds,
                      "device": args.device, "environment": environment(), "runs": {}}
     budget = args.budget_ms
-    # (label, sampler, seed, pruning): both samplers on every seed; TPE without pruning on seed 0
+    # (label, sampler, seed, pruning): both samplers on every seed; TPE without pruning on seed 0 when
+    # the proxy prunes at all (the fidelity proxy never does: that run would repeat tpe/seed0)
     plan = [(f"{sampler}/seed{seed}", sampler, seed, True) for seed in range(args.seeds) for sampler in ("tpe", "random")]
-    plan.append(("tpe-no-pruning/seed0", "tpe", 0, False))
+    if base.pruning:
+        plan.append(("tpe-no-pruning/seed0", "tpe", 0, False))
     for label, sampler, seed, prune in plan:
         config = base.replace(sampler=sampler, seed=seed, prune=prune, out=str(out / label.replace("/", "-")),
                               budget_ms=budget, reference=(label == "tpe/seed0"))
@@ -138,14 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         sampler: {key: mean_std([runs[f"{sampler}/seed{s}"][key] for s in range(args.seeds)])
                   for key in ("trials_to_99pct_overall_best", "best_reward", "seconds_wall")}
         for sampler in ("tpe", "random")}
-    pruned, unpruned = runs["tpe/seed0"], runs["tpe-no-pruning/seed0"]
-    results["pruning"] = {"best_arch_with": pruned["best_arch"], "best_arch_without": unpruned["best_arch"],
-                          "distill_seconds_with": pruned["seconds_distill_sum"],
-                          "distill_seconds_without": unpruned["seconds_distill_sum"],
-                          "same_best_shape": pruned["best_arch"] == unpruned["best_arch"],
-                          "best_reward_with": pruned["best_reward"], "best_reward_without": unpruned["best_reward"],
-                          "seconds_with": pruned["seconds_wall"], "seconds_without": unpruned["seconds_wall"],
-                          "pruned_trials": pruned["counts"].get("pruned", 0)}
+    if "tpe-no-pruning/seed0" in runs:
+        results["pruning"] = _pruning(runs["tpe/seed0"], runs["tpe-no-pruning/seed0"])
     rows_of = {label: r.pop("_rows") for label, r in runs.items()}
     union_rows = [row for label, rows in rows_of.items() if label != "tpe-no-pruning/seed0" for row in rows]
     fronts = {"tpe": pareto_front(rows_of["tpe/seed0"]), "either": pareto_front(union_rows)}

@@ -125,6 +125,7 @@ def _add_finals(fig: go.Figure, facts: dict[str, Any]) -> None:
             hoverinfo="text",
         ))
 
+
 def _loss_label(facts: dict[str, Any]) -> str:
     if (facts.get("settings") or {}).get("proxy") == "fidelity":
         return "1 − embedding fidelity ρ on held-out sentences (0 = the teacher's similarities)"

@@ -47,8 +47,9 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
     if loss_norm is None and trial.state == TrialState.PRUNED and last:
         # the held-out loss when it was stopped (on the interim rows)
         loss_norm, loss_raw, loss_se = last["l_hs_norm"], last["l_hs_raw"], last.get("l_hs_se")
-    # The reward's loss (nas.proxy); a study of the hs proxy from before it was stored scores by L_HS.
-    loss = attrs.get("loss", loss_norm if "fidelity" not in attrs else None)
+    # The reward's loss (nas.proxy); a pruned trial, or one stored before the loss was, scores by L_HS
+    # (only the hs proxy prunes, and it was the only proxy then).
+    loss = attrs.get("loss", loss_norm)
     return {
         "number": trial.number,
         "state": trial.state.name,
@@ -64,7 +65,7 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "latency_noisy": latency.get("noisy"),
         "latency_cached": latency.get("cached"),
         "loss": loss,
-        "loss_se": attrs.get("loss_se", loss_se if loss == loss_norm else None),
+        "loss_se": attrs.get("loss_se", loss_se),
         "fidelity": attrs.get("fidelity"),
         "l_hs_raw": loss_raw,
         "l_hs_norm": loss_norm,

@@ -21,6 +21,7 @@ from distill.inherit import LAYER_RULES
 from distill.methods import METHODS, method_options
 from distill.trainer import INITS
 
+from .proxy import MIN_PROXY_SENTENCES
 from .space import SearchSpace, default_space, override_space
 
 OBJECTIVES = ("reward", "pareto")
@@ -126,6 +127,10 @@ class SearchConfig:
         object.__setattr__(self, "space_overrides", tuple(sorted(overrides.items())))
         _positive_int(self, "trials", "must be at least 1")
         _one_of("proxy", self.proxy, PROXIES)
+        few = isinstance(self.proxy_sentences, int) and self.proxy_sentences < MIN_PROXY_SENTENCES
+        if self.proxy == "fidelity" and few:
+            raise InputError(f"proxy_sentences={self.proxy_sentences!r}: the fidelity proxy's rho needs at least "
+                             f"{MIN_PROXY_SENTENCES} held-out sentences")
         if self.proxy_steps is None:
             object.__setattr__(self, "proxy_steps", 30 if self.proxy == "fidelity" else 60)
         for name in ("proxy_steps", "proxy_train", "proxy_sentences", "proxy_eval", "seq_len", "batch_size", "eval_every",

@@ -45,10 +45,10 @@ class FidelityProbe:
         return {"fidelity": float(fidelity["spearman"]), "fidelity_se": float(fidelity["spearman_se"])}
 
 
-def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe:
-    """The probe of one search: `proxy_sentences` held-out sentences after the `quality_sentences`."""
+def probe_sentences(config: Any, texts: list[str]) -> list[str]:
+    """`proxy_sentences` held-out sentences after the `quality_sentences`; a corpus too small for
+    them is refused in one line (`nas.search` asks before it creates the study)."""
     from distill.data import heldout_sentences
-    from evaluation.quality import sentence_embeddings
 
     skip = config.quality_sentences
     sentences = heldout_sentences(texts, skip + config.proxy_sentences, seed=config.seed)[skip:]
@@ -56,6 +56,14 @@ def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe
         raise InputError(f"corpus {config.corpus!r} holds out {len(sentences)} sentences beyond the "
                          f"{skip} that judge the shipped student; the fidelity proxy needs at least "
                          f"{MIN_PROXY_SENTENCES}: give a larger corpus, lower --quality-sentences, or use --proxy hs")
+    return sentences
+
+
+def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe:
+    """The probe of one search: its sentences and the teacher's embeddings of them."""
+    from evaluation.quality import sentence_embeddings
+
+    sentences = probe_sentences(config, texts)
     reference = sentence_embeddings(teacher, sentences, max_len=config.latency_seq)
     return FidelityProbe(sentences=sentences, reference=reference, max_len=config.latency_seq, seed=config.seed)
 

@@ -26,6 +26,7 @@ from ._progress import Progress
 from .config import SearchConfig
 from .final import claim_final, finalists, is_done, run_final
 from .measure import latency_record, measure
+from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_rows
 from .reference import evaluate_references
@@ -78,6 +79,8 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
 
         progress.phase("preparing transfer set")
         texts = load_corpus(cfg.corpus)
+        if cfg.proxy == "fidelity":
+            probe_sentences(cfg, texts)  # a corpus too small for the probe: refused before the study exists
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data)
 

@@ -398,6 +398,9 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         (swap("--out", str(elsewhere)), ("was timed on", "Some Other CPU 9000", "CPU model")),
         # A budget under the fastest shape of the space names that shape and its latency.
         ([*swap("--out", str(fresh)), "--budget-ms", "0.001"], ("below the fastest", "1x4x96x256", "ms median")),
+        (swap("--proxy-sentences", "5"), ("proxy_sentences=5", "at least 50")),
+        # Every held-out sentence taken by --quality-sentences: none left for the fidelity proxy's probe.
+        (swap("--quality-sentences", "100000"), ("holds out 0 sentences", "--proxy hs")),
     ]
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda case: kdnas(*case[0]), cases))

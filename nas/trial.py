@@ -12,7 +12,7 @@ the storage alone (`kdnas report`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
 
@@ -38,8 +38,9 @@ UNTRAINED_LOSS = 1.0  # the normalized loss of predicting the teacher's mean
 # Interim (pruner) L_HS estimates score the first held-out rows only: an evaluation every few steps
 # on all of them would cost more than the training it watches. The last evaluation uses every row.
 INTERIM_EVAL_ROWS = 32
-# The scores a trained trial stores (nas.scored.Scored's fields of the same names).
-SCORE_ATTRS = ("loss", "loss_se", "fidelity", "l_hs_norm", "l_hs_raw", "l_hs_se", "reward")
+# The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
+# verdict, which the trial stored before training.
+SCORE_ATTRS = tuple(f.name for f in fields(Scored) if f.name not in ("arch", "params", "latency", "within_budget"))
 
 
 def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:

@@ -8,23 +8,6 @@ import shutil
 import pytest
 
 import kdnas.cli
-from evaluation import _eval_cli
-
-
-@pytest.fixture(autouse=True)
-def wired(monkeypatch):
-    """Run through the real `kdnas` entry point, with the evaluate/transfer sub-commands registered
-    even before kdnas/cli.py lists them (registering twice would be an argparse error)."""
-    original = kdnas.cli.build_parser
-
-    def build():
-        parser = original()
-        sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-        if "evaluate" not in sub.choices:
-            _eval_cli.register(sub)
-        return parser
-
-    monkeypatch.setattr(kdnas.cli, "build_parser", build)
 
 
 def _error_line(capsys) -> str:

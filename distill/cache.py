@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from core.quiet import wait_while_measuring
+
 from .activations import Activations, Needs
 from .data import TransferSet
 from .teachers import Teacher
@@ -95,6 +97,7 @@ class TeacherCache:
         device = next(self.teacher.model.parameters()).device
         out: dict[tuple[str, int], torch.Tensor] = {}
         for start in range(0, ids.shape[0], self.batch_size):
+            wait_while_measuring()  # a latency measurement on cores this pass shares (core.quiet)
             rows = order[start : start + self.batch_size]
             width = int(lengths[rows].max())
             acts = self.teacher.activations(ids[rows, :width].to(device), mask[rows, :width].to(device), wanted)

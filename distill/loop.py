@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from core.errors import TrainingError
+from core.quiet import wait_while_measuring
 
 Batch = TypeVar("Batch")
 
@@ -57,6 +58,7 @@ def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: C
     each update, so the caller logs, evaluates or stops without the loop knowing how."""
     optimizer, schedule = adamw(params, optim)
     for step, batch in zip(range(1, optim.steps + 1), batches):
+        wait_while_measuring()  # a latency measurement on cores this run shares (core.quiet)
         with autocast(device):
             loss = loss_of(batch)
         optimizer.zero_grad(set_to_none=True)

@@ -31,6 +31,7 @@ from torch import nn
 from core import assets
 from distill.data import pad_rows
 from core.errors import InputError, first_line
+from core.quiet import wait_while_measuring
 from distill.losses import mean_pool
 from .tasks import Split, Task
 from distill.loop import LossReader, Optimization, autocast, shuffled_batches, train_steps
@@ -228,6 +229,7 @@ def predict_logits(model: nn.Module, rows: list[list[int]], *, pad_id: int, batc
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
     out: list[torch.Tensor] = [None] * len(rows)  # type: ignore[list-item]
     for start in range(0, len(order), batch_size):
+        wait_while_measuring()  # a latency measurement on cores this pass shares (core.quiet)
         chunk = order[start : start + batch_size]
         ids, mask = pad_rows([rows[i] for i in chunk], pad_id)
         with autocast(device):
@@ -574,6 +576,7 @@ def pooled_features(ref_or_model: ModelRef | tuple[nn.Module, object], texts, ma
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
     out = torch.empty(len(rows), encoder.config.hidden_size)
     for start in range(0, len(order), batch_size):
+        wait_while_measuring()  # a latency measurement on cores this pass shares (core.quiet)
         chunk = order[start : start + batch_size]
         ids, mask = pad_rows([rows[i] for i in chunk], pad_id)
         states = encoder(input_ids=ids.to(on), attention_mask=mask.to(on), return_dict=True).last_hidden_state

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -13,12 +12,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # Windows: no advisory locks, measurements are not serialised there
-    fcntl = None
-
 from core.errors import InputError, LatencyError
+from core.quiet import quiet_host
 from core.spec import StudentSpec, parse_arch
 
 RUNTIMES = ("onnxruntime", "torch")
@@ -123,7 +118,7 @@ def profile(
         "optimized": identity["optimized"], "int8": identity["int8"], "vocab_size": resolved["vocab_size"],
         "max_cv": MAX_CV, "retries": RETRIES, "blocks": BLOCKS,
     }
-    with _host_lock():  # re-read: another process on this host may have measured it while this one waited
+    with quiet_host():  # one at a time per host, training on its cores paused; re-read after the wait
         cached = _read_cache(cache_file) if use_cache else None
         stats = _run_worker(request, threads, timeout) if cached is None else {}
     if cached is not None:
@@ -149,23 +144,6 @@ def _read_cache(cache_file: Path) -> LatencyResult | None:
     except (OSError, ValueError, TypeError):
         return None
     return None if cached.noisy else cached
-
-
-@contextlib.contextmanager
-def _host_lock():
-    """One latency measurement at a time on this host: search workers sharing a machine would
-    otherwise time their shapes at the same moment on the same cores. An advisory lock on one file
-    in the system's temporary folder, whatever the cache folder (the kernel releases it if the
-    holder dies)."""
-    if fcntl is None:
-        yield
-        return
-    with open(Path(tempfile.gettempdir()) / "kdnas-latency.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _check_settings(batch: int, seq: int, threads: int, runtime: str) -> None:

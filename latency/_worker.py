@@ -14,10 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from core.quiet import LATENCY_CORES_ENV
+
 from . import _stats
 
 EXIT_USER_ERROR = 3
-LATENCY_CORES_ENV = "KDNAS_LATENCY_CORES"  # set by `kdnas search --workers`: cores kept free of training
 
 
 def main() -> int:

@@ -234,15 +234,15 @@ def _start_workers(args: argparse.Namespace) -> int:
 
 def _split_cores(threads: int) -> tuple[list[int], list[int]]:
     """(latency cores, training cores) for local workers: measurements get the last `threads` cores,
-    training the others; on a host with no core to spare, training shares them (measurements are
-    still one at a time, by the host-wide lock in `latency`)."""
+    training the others; on a host with no core to spare, training shares them and pauses while a
+    measurement runs (core.quiet); measurements are one at a time either way."""
     import os
 
     from latency import latency_cores
 
     measure_on = latency_cores(threads)
     train_on = sorted(set(os.sched_getaffinity(0)) - set(measure_on))
-    where = f"training on cores {train_on}" if train_on else "training shares them (no core to spare)"
+    where = f"training on cores {train_on}" if train_on else "training shares them and pauses while one runs"
     print(f"kdnas search: latency measured on cores {measure_on}, one at a time; {where}", file=sys.stderr)
     return measure_on, train_on
 

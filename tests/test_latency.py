@@ -257,3 +257,45 @@ def test_measurements_on_one_host_take_turns(tmp_path, monkeypatch):
     assert len(results) == 2  # both measurements completed
     (a_start, a_end), (b_start, b_end) = sorted(spans)
     assert b_start >= a_end
+
+
+_HOLD = """
+import sys, time
+from core.quiet import quiet_host
+with quiet_host():
+    print("held", flush=True)
+    time.sleep(float(sys.argv[1]))
+"""
+
+
+def test_training_on_shared_cores_waits_while_a_measurement_runs(monkeypatch):
+    """Another process measuring (holding the host's latency lock): a training step that shares its
+    cores waits for the end; a worker that `--workers` kept off the latency cores does not."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    from core.quiet import LATENCY_CORES_ENV
+    from distill.loop import Optimization, train_steps
+
+    model = torch.nn.Linear(2, 1)
+
+    def one_step() -> float:
+        started = time.monotonic()
+        list(train_steps(list(model.parameters()), [torch.ones(1, 2)], lambda batch: model(batch).sum(),
+                         Optimization(lr=1e-3, steps=1, warmup_steps=0, weight_decay=0.0), torch.device("cpu")))
+        return time.monotonic() - started
+
+    one_step()  # the first step also pays for imports and set-up
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, "2.0"], cwd=Path(__file__).resolve().parents[1],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv(LATENCY_CORES_ENV, "99999")  # measurements reserved a core this process is kept off
+        assert one_step() < 0.5
+        monkeypatch.delenv(LATENCY_CORES_ENV)
+        assert one_step() > 1.0  # waited for the measurement to end
+    finally:
+        holder.wait(timeout=30)

@@ -1,0 +1,67 @@
+"""Quiet cores while latency is timed, on a host where training and measurements share cores.
+
+A latency measurement holds the host's latency lock (exclusive) for as long as it runs — so two
+measurements on one host never overlap — and training on the same host calls
+`wait_while_measuring()` between steps and waits there while the lock is held.
+Without this, a second search worker training on the cores a measurement is pinned to makes the
+measured shape look slower by however busy that worker is, and over-budget verdicts turn random.
+
+Training waits only where it could disturb a measurement: when `kdnas search --workers` kept
+cores free of training (`KDNAS_LATENCY_CORES`) and this process may not run on them, it never
+waits. The lock is an advisory `flock` on one file in the system's temporary folder: the kernel
+drops it when its holder dies, so a killed measurer never leaves training stuck.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no host-wide coordination, measurements and training overlap
+    fcntl = None
+
+LATENCY_CORES_ENV = "KDNAS_LATENCY_CORES"  # set by `kdnas search --workers`: cores kept free of training
+
+
+def _lock_file() -> Path:
+    return Path(tempfile.gettempdir()) / "kdnas-latency.lock"
+
+
+@contextlib.contextmanager
+def quiet_host() -> Iterator[None]:
+    """Held around a timed measurement: other measurements on this host wait for it, and training
+    that shares its cores waits at its next step until it ends (a step already running finishes
+    first, while the measuring process starts and builds its model)."""
+    if fcntl is None:
+        yield
+        return
+    with open(_lock_file(), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def shares_latency_cores() -> bool:
+    """Whether this process may run on the cores latency is measured on: always, unless
+    `kdnas search --workers` reserved cores for measurements and kept this process off them."""
+    reserved = os.environ.get(LATENCY_CORES_ENV)
+    if not reserved:
+        return True
+    return bool({int(c) for c in reserved.split(",")} & set(os.sched_getaffinity(0)))
+
+
+def wait_while_measuring() -> None:
+    """Return at once, unless a latency measurement on this host holds the quiet lock and this
+    process shares its cores: then wait until it is released. Costs one open and two flock calls."""
+    if fcntl is None or not shares_latency_cores():
+        return
+    with open(_lock_file(), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH)
+        fcntl.flock(handle, fcntl.LOCK_UN)

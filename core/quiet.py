@@ -58,7 +58,7 @@ def shares_latency_cores() -> bool:
 
 
 def wait_while_measuring() -> None:
-    """Return at once, unless a latency measurement on this host holds the quiet lock and this
+    """Return at once, unless a latency measurement on this host holds the host's latency lock and this
     process shares its cores: then wait until it is released. Costs one open and two flock calls."""
     if fcntl is None or not shares_latency_cores():
         return

@@ -25,8 +25,9 @@ def budget_latency(target: Any, config: SearchConfig, budget_ms: float, *, margi
     """`target`'s latency as the budget judges it: one measurement, and when its median is over the
     budget, a second fresh one; the lower median stands. Returns it with the medians of both when
     there were two. Why: on a shared machine one busy spell moved the same graph from 6.89 to
-    8.64 ms between two runs (docs/benchmarks/student-quality.md), and a single reading 0.2 % over the budget then
-    decided which model shipped. A graph that is really over is over on both readings.
+    8.64 ms between two runs (docs/benchmarks/student-quality.md), and a single reading 0.2 %
+    over the budget then decided which model shipped. A graph that is really over is over on both
+    readings.
     `marginal_only` (search trials, where most over-budget shapes are far over): measure again only
     when the reading's fastest run was within the budget, i.e. the budget lies inside its spread."""
     first = measure_once(target, config)

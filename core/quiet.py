@@ -28,8 +28,16 @@ except ImportError:  # not POSIX: no host-wide coordination, measurements and tr
 LATENCY_CORES_ENV = "KDNAS_LATENCY_CORES"  # set by `kdnas search --workers`: cores kept free of training
 
 
-def _lock_file() -> Path:
-    return Path(tempfile.gettempdir()) / "kdnas-latency.lock"
+def _open_lock() -> int | None:
+    """A descriptor on the host's lock file (read-only, so a file another user created serves too),
+    or None where there is no flock or the file cannot be opened: then nothing is coordinated,
+    rather than a measurement or a training run failing for it."""
+    if fcntl is None:
+        return None
+    try:
+        return os.open(Path(tempfile.gettempdir()) / "kdnas-latency.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
@@ -37,15 +45,15 @@ def quiet_host() -> Iterator[None]:
     """Held around a timed measurement: other measurements on this host wait for it, and training
     that shares its cores waits at its next step until it ends (a step already running finishes
     first, while the measuring process starts and builds its model)."""
-    if fcntl is None:
+    fd = _open_lock()
+    if fd is None:
         yield
         return
-    with open(_lock_file(), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def shares_latency_cores() -> bool:
@@ -58,10 +66,13 @@ def shares_latency_cores() -> bool:
 
 
 def wait_while_measuring() -> None:
-    """Return at once, unless a latency measurement on this host holds the host's latency lock and this
-    process shares its cores: then wait until it is released. Costs one open and two flock calls."""
-    if fcntl is None or not shares_latency_cores():
+    """Return at once, unless a latency measurement on this host holds the lock and this process
+    shares its cores: then wait until it is released. Costs an open, a flock and a close."""
+    if not shares_latency_cores():
         return
-    with open(_lock_file(), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_SH)
-        fcntl.flock(handle, fcntl.LOCK_UN)
+    fd = _open_lock()
+    if fd is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        finally:
+            os.close(fd)

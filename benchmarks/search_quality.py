@@ -5,6 +5,7 @@ Same teacher, corpus, proxy budget, latency settings, budget and trial count for
     search found, mean ± std over the seeds, and each search's best;
   - TPE on seed 0 without the pruner (when the proxy prunes: `--proxy hs`): does pruning change the
     best shape, and what does it save;
+  - TPE on seed 0 with `--objective pareto` (unless `--no-pareto`): a searched front of its own;
   - the paper's Table 1 students scaled to the teacher, distilled with the same proxy budget, and
     whether the searched Pareto front dominates each (lower loss at equal or lower latency);
   - per-trial wall time split into latency / distillation / export, and the share of trials
@@ -91,7 +92,7 @@ def _pruning(pruned: dict, unpruned: dict) -> dict:
 
 
 def mean_std(values: list[float | None]) -> dict:
-    """Mean ± std over seeds; a run that never reached the target counts as trials + 1 (said in `never`)."""
+    """Mean ± std over seeds of the runs that reached the target; those that never did are counted in `never`."""
     got = [v for v in values if v is not None]
     if not got:
         return {"mean": None, "std": None, "never": len(values)}
@@ -102,7 +103,6 @@ def mean_std(values: list[float | None]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from nas import SearchConfig
-    from nas.records import dominates_point, pareto_front
 
     d = SearchConfig()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,63 +113,102 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-ms", type=float, default=None, help="default: the search default (ratio of teacher latency)")
     p.add_argument("--proxy", default=d.proxy, help="the search's --proxy (default: %(default)s)")
     p.add_argument("--proxy-steps", type=int, default=None, help="default: the search's for --proxy")
+    p.add_argument("--no-pareto", action="store_true", help="skip the --objective pareto search (TPE, seed 0)")
+    p.add_argument("--reuse", default=None,
+                   help="a result JSON of the same settings: its searches are kept, only the missing ones run")
     p.add_argument("--device", default="auto")
     p.add_argument("--out", default=str(REPO / "runs" / "bench-search"))
     p.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "search_quality.json"))
     args = p.parse_args(argv)
 
-    out = Path(args.out)
     base = SearchConfig(teacher=args.teacher, corpus=args.corpus, trials=args.trials, budget_ms=args.budget_ms,
                         proxy=args.proxy, proxy_steps=args.proxy_steps, device=args.device, final_steps=0,
                         progress=sys.stderr.isatty())
     results: dict = {"teacher": args.teacher, "corpus": args.corpus, "trials": args.trials, "seeds": args.seeds,
-                     "device": args.device, "environment": environment(), "runs": {}}
-    budget = args.budget_ms
-    # (label, sampler, seed, pruning): both samplers on every seed; TPE without pruning on seed 0 when
-    # the proxy prunes at all (the fidelity proxy never does: that run would repeat tpe/seed0)
-    plan = [(f"{sampler}/seed{seed}", sampler, seed, True) for seed in range(args.seeds) for sampler in ("tpe", "random")]
-    if base.pruning:
-        plan.append(("tpe-no-pruning/seed0", "tpe", 0, False))
-    for label, sampler, seed, prune in plan:
-        config = base.replace(sampler=sampler, seed=seed, prune=prune, out=str(out / label.replace("/", "-")),
-                              budget_ms=budget, reference=(label == "tpe/seed0"))
+                     "proxy": base.proxy, "proxy_steps": base.proxy_steps, "device": args.device,
+                     "environment": environment(), "runs": {}}
+    kept = json.loads(Path(args.reuse).read_text()) if args.reuse else {"runs": {}}
+    if args.reuse:
+        results["reused"] = {"from": args.reuse, "runs": list(kept["runs"]), "environment": kept.get("environment")}
+        for key in ("reference", "budget_ms", "teacher_latency_ms"):
+            results[key] = kept.get(key)
+    fronts = {label: _front_rows(run) for label, run in kept["runs"].items()}
+    results["runs"].update(kept["runs"])
+    budget = results.get("budget_ms", args.budget_ms)
+    for label, sampler, seed, prune, objective in _plan(base, args):
+        if label in results["runs"]:
+            continue
+        config = base.replace(sampler=sampler, seed=seed, prune=prune, objective=objective, budget_ms=budget,
+                              out=str(Path(args.out) / label.replace("/", "-")), reference=(label == "tpe/seed0"))
         print(f"[search_quality] {label}", file=sys.stderr, flush=True)
         summary, seconds = run_search(config)
         budget = summary["budget_ms"]  # every later search uses exactly the first one's budget
         results["runs"][label] = summarize(summary, seconds)
+        fronts[label] = summary["trials_table"]
         if label == "tpe/seed0":
             results["reference"] = summary["reference"]
             results["budget_ms"] = budget
             results["teacher_latency_ms"] = summary["teacher_latency"]["median_ms"]
-        results["runs"][label]["_rows"] = summary["trials_table"]
-
-    runs = results["runs"]
-    overall = max(r["best_reward"] for r in runs.values() if r["best_reward"] is not None)
-    results["overall_best_reward"] = overall
-    for r in runs.values():
-        r["trials_to_99pct_overall_best"] = trials_to_reach(r["rewards"], threshold(overall))
-    results["samplers"] = {
-        sampler: {key: mean_std([runs[f"{sampler}/seed{s}"][key] for s in range(args.seeds)])
-                  for key in ("trials_to_99pct_overall_best", "best_reward", "seconds_wall")}
-        for sampler in ("tpe", "random")}
-    if "tpe-no-pruning/seed0" in runs:
-        results["pruning"] = _pruning(runs["tpe/seed0"], runs["tpe-no-pruning/seed0"])
-    rows_of = {label: r.pop("_rows") for label, r in runs.items()}
-    union_rows = [row for label, rows in rows_of.items() if label != "tpe-no-pruning/seed0" for row in rows]
-    fronts = {"tpe": pareto_front(rows_of["tpe/seed0"]), "either": pareto_front(union_rows)}
-    table = []
-    for ref in results.get("reference") or []:
-        entry = {k: ref[k] for k in ("name", "arch", "latency_ms", "loss", "loss_se", "reward", "within_budget")}
-        for label, front in fronts.items():
-            hit = dominates_point(front, ref["latency_ms"], ref["loss"])
-            entry[f"dominated_by_{label}"] = None if hit is None else {
-                "number": hit["number"], "arch": hit["arch"], "latency_ms": hit["latency_median_ms"], "loss": hit["loss"]}
-        table.append(entry)
-    results["reference_dominance"] = table
+    _compare(results, fronts, args.seeds)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(markdown(results))
     return 0
+
+
+def _plan(base, args) -> list[tuple[str, str, int, bool, str]]:
+    """(label, sampler, seed, pruning, objective): both samplers on every seed; TPE without pruning
+    on seed 0 when the proxy prunes at all (the fidelity proxy never does: that run would repeat
+    tpe/seed0); TPE with the pareto objective on seed 0."""
+    plan = [(f"{sampler}/seed{seed}", sampler, seed, True, "reward")
+            for seed in range(args.seeds) for sampler in ("tpe", "random")]
+    if base.pruning:
+        plan.append(("tpe-no-pruning/seed0", "tpe", 0, False, "reward"))
+    if not args.no_pareto:
+        plan.append(("tpe-pareto/seed0", "tpe", 0, True, "pareto"))
+    return plan
+
+
+def _front_rows(run: dict) -> list[dict]:
+    """A kept search's Pareto front as trial rows: the union of the searches' fronts has the same
+    front as the union of all their trials, so dominance needs no more than this."""
+    from nas.records import loss_of
+
+    return [{"number": r["number"], "arch": r["arch"], "latency_median_ms": r["latency_ms"], "loss": loss_of(r),
+             "status": "feasible"} for r in run["pareto_front"]]
+
+
+def _compare(results: dict, fronts: dict[str, list[dict]], seeds: int) -> None:
+    """Samplers against each other (trials to 99 % of the best reward any reward search found) and
+    the searched fronts against the paper's reference shapes."""
+    from nas.records import dominates_point, loss_of, pareto_front
+
+    runs = results["runs"]
+    reward_runs = {label: r for label, r in runs.items() if "pareto" not in label}
+    overall = max(r["best_reward"] for r in reward_runs.values() if r["best_reward"] is not None)
+    results["overall_best_reward"] = overall
+    for r in runs.values():
+        r["trials_to_99pct_overall_best"] = trials_to_reach(r["rewards"], threshold(overall))
+    results["samplers"] = {
+        sampler: {key: mean_std([runs[f"{sampler}/seed{s}"][key] for s in range(seeds)])
+                  for key in ("trials_to_99pct_overall_best", "best_reward", "seconds_wall")}
+        for sampler in ("tpe", "random")}
+    if "tpe-no-pruning/seed0" in runs:
+        results["pruning"] = _pruning(runs["tpe/seed0"], runs["tpe-no-pruning/seed0"])
+    union = [row for label, rows in fronts.items() if label != "tpe-no-pruning/seed0" for row in rows]
+    compared = {"tpe": pareto_front(fronts["tpe/seed0"]), "either": pareto_front(union)}
+    if "tpe-pareto/seed0" in fronts:
+        compared["pareto"] = pareto_front(fronts["tpe-pareto/seed0"])
+    table = []
+    for ref in results.get("reference") or []:
+        entry = {**{k: ref.get(k) for k in ("name", "arch", "latency_ms", "loss_se", "reward", "within_budget")},
+                 "loss": loss_of(ref)}
+        for label, front in compared.items():
+            hit = dominates_point(front, ref["latency_ms"], entry["loss"])
+            entry[f"dominated_by_{label}"] = None if hit is None else {
+                "number": hit["number"], "arch": hit["arch"], "latency_ms": hit["latency_median_ms"], "loss": hit["loss"]}
+        table.append(entry)
+    results["reference_dominance"] = table
 
 
 def markdown(r: dict) -> str:
@@ -194,13 +233,17 @@ def markdown(r: dict) -> str:
         lines.append(f"| {label} | {s['best_arch']} | {f(s['best_reward'])} | {s['trials_to_99pct_own_best']} / "
                      f"{s['trials_to_99pct_overall_best']} | {s['seconds_wall']} | {s['counts'].get('pruned', 0)} | "
                      f"{f(100 * s['rejected_before_training_share'], '.0f')} % |")
-    lines += ["", "| reference (Table 1, scaled) | shape | latency ms | proxy loss | reward | within budget | dominated by TPE seed 0 | by any search |",
-              "|---|---|---|---|---|---|---|---|"]
+    by = [k for k in ("tpe", "pareto", "either") if any(f"dominated_by_{k}" in e for e in r["reference_dominance"])]
+    names = {"tpe": "dominated by TPE seed 0", "pareto": "by the pareto search", "either": "by any search"}
+    lines += ["", "| reference (Table 1, scaled) | shape | latency ms | proxy loss | reward | within budget | "
+              + " | ".join(names[k] for k in by) + " |", "|---|---|---|---|---|---|" + "---|" * len(by)]
+
+    def dom(x):
+        return "no" if x is None else f"yes: #{x['number']} {x['arch']} ({x['latency_ms']:.2f} ms, {x['loss']:.4f})"
+
     for e in r["reference_dominance"]:
-        def dom(x):
-            return "no" if x is None else f"yes: #{x['number']} {x['arch']} ({x['latency_ms']:.2f} ms, {x['loss']:.4f})"
         lines.append(f"| {e['name']} | {e['arch']} | {f(e['latency_ms'], '.2f')} | {f(e['loss'])} | {f(e['reward'])} | "
-                     f"{'yes' if e['within_budget'] else 'no'} | {dom(e['dominated_by_tpe'])} | {dom(e['dominated_by_either'])} |")
+                     f"{'yes' if e['within_budget'] else 'no'} | " + " | ".join(dom(e.get(f"dominated_by_{k}")) for k in by) + " |")
     return "\n".join(lines)
 
 

@@ -91,6 +91,15 @@ def _pruning(pruned: dict, unpruned: dict) -> dict:
             "pruned_trials": pruned["counts"].get("pruned", 0)}
 
 
+def _paired(tpe: dict, random: dict) -> dict:
+    """TPE and random search on one seed: both train every shape with the same proxy seed, so their
+    rewards share that seed's noise. Trials each needs to reach 99 % of the better of the two."""
+    best = max(tpe["best_reward"], random["best_reward"])
+    return {"best_reward": best, "tpe_trials": trials_to_reach(tpe["rewards"], threshold(best)),
+            "random_trials": trials_to_reach(random["rewards"], threshold(best)),
+            "tpe_best": tpe["best_arch"], "random_best": random["best_arch"]}
+
+
 def mean_std(values: list[float | None]) -> dict:
     """Mean ± std over seeds of the runs that reached the target; those that never did are counted in `never`."""
     got = [v for v in values if v is not None]
@@ -193,6 +202,7 @@ def _compare(results: dict, fronts: dict[str, list[dict]], seeds: int) -> None:
         sampler: {key: mean_std([runs[f"{sampler}/seed{s}"][key] for s in range(seeds)])
                   for key in ("trials_to_99pct_overall_best", "best_reward", "seconds_wall")}
         for sampler in ("tpe", "random")}
+    results["paired"] = [_paired(runs[f"tpe/seed{s}"], runs[f"random/seed{s}"]) for s in range(seeds)]
     if "tpe-no-pruning/seed0" in runs:
         results["pruning"] = _pruning(runs["tpe/seed0"], runs["tpe-no-pruning/seed0"])
     union = [row for label, rows in fronts.items() if label != "tpe-no-pruning/seed0" for row in rows]
@@ -227,6 +237,9 @@ def markdown(r: dict) -> str:
         b = s["best_reward"]
         lines.append(f"| {name} | {ms(s['trials_to_99pct_overall_best'])} | {f(b['mean'])} ± {f(b['std'])} | "
                      f"{f(s['seconds_wall']['mean'], '.0f')} |")
+    lines += ["", "| seed | better best reward | TPE reaches 99 % of it in | random in |", "|---|---|---|---|"]
+    lines += [f"| {i} | {f(p['best_reward'])} | {p['tpe_trials'] or 'never'} | {p['random_trials'] or 'never'} |"
+              for i, p in enumerate(r["paired"])]
     lines += ["", "| search | best shape | best reward | trials to 99 % (own / overall best) | wall s | pruned | rejected before training |",
               "|---|---|---|---|---|---|---|"]
     for label, s in r["runs"].items():

@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                      "environment": environment(), "runs": {}}
     kept = json.loads(Path(args.reuse).read_text()) if args.reuse else {"runs": {}}
     if args.reuse:
-        results["reused"] = {"from": args.reuse, "runs": list(kept["runs"]), "environment": kept.get("environment")}
+        results["reused"] = {"from": args.reuse, "runs": list(kept["runs"]), "environment": kept.get("environment"),
+                             "earlier": kept.get("reused")}
         for key in ("reference", "budget_ms", "teacher_latency_ms"):
             results[key] = kept.get(key)
     fronts = {label: _front_rows(run) for label, run in kept["runs"].items()}

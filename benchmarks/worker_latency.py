@@ -35,12 +35,12 @@ from _env import environment  # noqa: E402
 
 def run_workers(url: str, out: Path, cache: Path, trials: int) -> float:
     """`kdnas search --workers 2` on the bundled defaults (fewer trials, no final training)."""
+    from core.assets import cache_root
+
     env = {**os.environ, "KDNAS_CACHE": str(cache)}
-    for name in ("assets",):  # reuse the unpacked assets; the latency cache starts empty
-        shared = Path(os.environ.get("KDNAS_CACHE", Path.home() / ".cache" / "kdnas")) / name
-        if shared.is_dir() and not (cache / name).exists():
-            cache.mkdir(parents=True, exist_ok=True)
-            (cache / name).symlink_to(shared)
+    if (cache_root() / "assets").is_dir():  # reuse the unpacked assets; the latency cache starts empty
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "assets").symlink_to(cache_root() / "assets")
     argv = [sys.executable, "-m", "kdnas.cli", "search", "--teacher", "minilm-l6", "--corpus", "news",
             "--out", str(out), "--storage", url, "--study-name", "pair", "--trials", str(trials),
             "--final-steps", "0", "--workers", "2", "--no-progress"]
@@ -66,10 +66,11 @@ def measured_in_study(url: str) -> tuple[dict, list[dict]]:
 
 
 def alone(target: str, repeats: int) -> dict:
+    """`target` measured `repeats` times afresh, with nothing else of kdnas running: the median."""
     from latency import profile
 
     medians = [profile(target, use_cache=False).median_ms for _ in range(repeats)]
-    return {"median_ms": round(statistics.median(medians), 4), "readings_ms": [round(m, 4) for m in medians]}
+    return {"alone_ms": round(statistics.median(medians), 4), "alone_readings_ms": [round(m, 4) for m in medians]}
 
 
 def main() -> int:
@@ -84,8 +85,8 @@ def main() -> int:
         seconds = run_workers(url, Path(tmp) / "run", Path(tmp) / "cache", args.trials)
         teacher, shapes = measured_in_study(url)
     windows = sorted([tuple(teacher["window"])] + [tuple(s["window"]) for s in shapes])
-    rows = [{"target": "minilm-l6 (teacher)", "study_ms": round(teacher["median_ms"], 4), **_solo("minilm-l6", args)}]
-    rows += [{"target": s["arch"], "trial": s["trial"], "study_ms": round(s["median_ms"], 4), **_solo(s["arch"], args)}
+    rows = [{"target": "minilm-l6 (teacher)", "study_ms": round(teacher["median_ms"], 4), **alone("minilm-l6", args.repeats)}]
+    rows += [{"target": s["arch"], "trial": s["trial"], "study_ms": round(s["median_ms"], 4), **alone(s["arch"], args.repeats)}
              for s in shapes]
     for row in rows:
         row["ratio"] = round(row["study_ms"] / row["alone_ms"], 4)
@@ -100,11 +101,6 @@ def main() -> int:
         print(f"| {row['target']} | {row['study_ms']:.2f} | {row['alone_ms']:.2f} | {row['ratio']:.3f} |")
     print(f"measurement windows overlap: {result['windows_overlap']}; max deviation {result['max_abs_deviation']:.1%}")
     return 0
-
-
-def _solo(target: str, args) -> dict:
-    measured = alone(target, args.repeats)
-    return {"alone_ms": measured["median_ms"], "alone_readings_ms": measured["readings_ms"]}
 
 
 if __name__ == "__main__":

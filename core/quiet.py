@@ -56,13 +56,17 @@ def quiet_host() -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def reserved_latency_cores() -> list[int] | None:
+    """The cores `kdnas search --workers` kept free of training for measurements, if it did."""
+    reserved = os.environ.get(LATENCY_CORES_ENV)
+    return [int(c) for c in reserved.split(",")] if reserved else None
+
+
 def shares_latency_cores() -> bool:
     """Whether this process may run on the cores latency is measured on: always, unless
     `kdnas search --workers` reserved cores for measurements and kept this process off them."""
-    reserved = os.environ.get(LATENCY_CORES_ENV)
-    if not reserved:
-        return True
-    return bool({int(c) for c in reserved.split(",")} & set(os.sched_getaffinity(0)))
+    reserved = reserved_latency_cores()
+    return reserved is None or bool(set(reserved) & set(os.sched_getaffinity(0)))
 
 
 def wait_while_measuring() -> None:

@@ -5,7 +5,9 @@
     res.median_ms, res.p90_ms, res.cv, res.noisy, res.cached
 """
 
+from core.quiet import LATENCY_CORES_ENV
+
 from ._profile import LatencyResult, cpu_model, default_cache_dir, library_versions, profile
-from ._worker import LATENCY_CORES_ENV, latency_cores
+from ._worker import latency_cores
 
 __all__ = ["profile", "LatencyResult", "cpu_model", "default_cache_dir", "library_versions", "LATENCY_CORES_ENV", "latency_cores"]

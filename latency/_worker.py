@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.quiet import LATENCY_CORES_ENV
+from core.quiet import reserved_latency_cores
 
 from . import _stats
 
@@ -56,9 +56,9 @@ def run(request: dict) -> dict:
 def latency_cores(threads: int) -> list[int]:
     """The cores a measurement runs on: those `kdnas search --workers` kept free of training
     (`KDNAS_LATENCY_CORES`), else the last `threads` cores this process may use."""
-    reserved = os.environ.get(LATENCY_CORES_ENV)
+    reserved = reserved_latency_cores()
     if reserved:
-        return [int(c) for c in reserved.split(",")][:threads]
+        return reserved[:threads]
     return sorted(os.sched_getaffinity(0))[-threads:]
 
 

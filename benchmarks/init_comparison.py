@@ -36,7 +36,7 @@ def main() -> int:
 
     from distill import DistillConfig, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch
     from distill.data import heldout_sentences
-    from evaluation.quality import embedding_fidelity, sentence_embeddings
+    from evaluation import embedding_fidelity, sentence_embeddings
     from distill.trainer import initial_student
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,8 +89,8 @@ def main() -> int:
 
 def few_shot_probes(result, teacher) -> dict[str, float]:
     """16-shot probe accuracy per task (the student saved to a temporary folder, as users load it)."""
-    from evaluation.finetune import resolve_model
-    from evaluation.quality import probe_scores
+    from evaluation import resolve_model
+    from evaluation import probe_scores
     from evaluation.tasks import load_task
 
     with tempfile.TemporaryDirectory() as folder:

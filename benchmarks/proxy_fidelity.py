@@ -126,7 +126,7 @@ class Runner:
 
         from distill import TeacherCache, load_corpus, load_teacher
         from distill.data import heldout_sentences
-        from evaluation.quality import sentence_embeddings
+        from evaluation import sentence_embeddings
         from nas import SearchConfig
         from nas.trial import SearchContext, final_transfer_set, proxy_transfer_set
 
@@ -171,7 +171,7 @@ class Runner:
     def final(self, arch: str) -> dict:
         from distill import distill as run_distill
         from distill import parse_arch
-        from evaluation.quality import embedding_fidelity, sentence_embeddings
+        from evaluation import embedding_fidelity, sentence_embeddings
         from nas.baselines import PAIRS
 
         ctx = self.contexts["hs"]

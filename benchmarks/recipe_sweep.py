@@ -32,7 +32,7 @@ def main() -> int:
     from distill import (DistillConfig, Evaluator, TeacherCache, distill, load_corpus, load_teacher,
                          make_transfer_set, parse_arch)
     from distill.data import heldout_sentences
-    from evaluation.quality import embedding_fidelity, sentence_embeddings
+    from evaluation import embedding_fidelity, sentence_embeddings
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="+")

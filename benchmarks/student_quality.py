@@ -89,8 +89,8 @@ def _scores(row: dict) -> dict[str, float]:
 
 
 def main() -> int:
-    from evaluation.finetune import FinetuneConfig, evaluate
-    from evaluation.quality import QualityConfig
+    from evaluation import FinetuneConfig, evaluate
+    from evaluation import QualityConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("students", nargs="+", type=Path, help="student folders; the first one's baselines are built")

@@ -3,19 +3,28 @@ linear probes, fine-tuning, task-specific transfer, and the `kdnas evaluate` / `
 commands. It sits above `distill` and `latency` (it trains classifiers with their parts and times
 what it scores) and below `nas`.
 
+Modules, one idea each: `models` (a model folder, its encoder, its sentence embedding),
+`fidelity` (Spearman ρ of pairwise cosines vs the teacher), `probe` (MTEB-style logistic
+regression on frozen embeddings), `finetune` (a classification head trained over seeds),
+`report` (the side-by-side comparison with latency), `tasks`, `task_transfer`.
+
 Public API:
-    QualityConfig, measure_model, embedding_fidelity, probe_scores   fidelity and MTEB-style probes
-    FinetuneConfig, evaluate, format_table                           fine-tuning table, with latency
-    load_task, Task                                                  bundled or local labelled tasks
-    TransferConfig, task_transfer                                    task-specific distillation
+    resolve_model, sentence_embeddings                             a model and its embedding
+    embedding_fidelity, probe_scores                               fidelity and MTEB-style probes
+    FinetuneConfig, QualityConfig, evaluate, format_table          the report, with latency
+    load_task, Task                                                bundled or local labelled tasks
+    TransferConfig, task_transfer                                  task-specific distillation
 """
 
-from .finetune import FinetuneConfig, evaluate, format_table
-from .quality import QualityConfig, embedding_fidelity, measure_model, probe_scores
+from .fidelity import embedding_fidelity
+from .finetune import FinetuneConfig
+from .models import resolve_model, sentence_embeddings
+from .probe import probe_scores
+from .report import QualityConfig, evaluate, format_table, measure_model
 from .task_transfer import TransferConfig, task_transfer
 from .tasks import Task, load_task
 
 __all__ = [
     "FinetuneConfig", "QualityConfig", "Task", "TransferConfig", "embedding_fidelity", "evaluate", "format_table",
-    "load_task", "measure_model", "probe_scores", "task_transfer",
+    "load_task", "measure_model", "probe_scores", "resolve_model", "sentence_embeddings", "task_transfer",
 ]

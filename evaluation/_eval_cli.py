@@ -125,8 +125,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_quality_flags(p: argparse.ArgumentParser) -> None:
-    """`kdnas evaluate`'s options for the fidelity and probe measures (evaluation.quality)."""
-    from .quality import QualityConfig
+    """`kdnas evaluate`'s options for the fidelity and probe measures (evaluation.fidelity, evaluation.probe)."""
+    from .report import QualityConfig
 
     q = QualityConfig()
     p.add_argument("--measures", default=None,
@@ -167,9 +167,8 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from core.errors import InputError
-    from .finetune import evaluate, format_table
     from .finetune import FinetuneConfig
-    from .quality import MEASURES, QualityConfig, check_measures
+    from .report import MEASURES, QualityConfig, check_measures, evaluate, format_table
 
     config = FinetuneConfig(
         lr=args.lr, batch_size=args.batch_size, epochs=args.epochs, max_len=args.max_len,

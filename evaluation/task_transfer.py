@@ -33,17 +33,8 @@ from torch import nn
 from distill.cache import TeacherCache
 from distill.data import make_transfer_set, pad_rows
 from core.errors import InputError
-from .finetune import (
-    Classifier,
-    FinetuneConfig,
-    accuracy_and_f1,
-    encode,
-    load_encoder,
-    predict_logits,
-    resolve_device,
-    resolve_model,
-    train_classifier,
-)
+from .finetune import Classifier, FinetuneConfig, accuracy_and_f1, predict_logits, train_classifier
+from .models import encode, load_encoder, resolve_device, resolve_model
 from distill.losses import od_loss
 from core.spec import parse_arch
 from .tasks import Task, load_task

@@ -7,7 +7,7 @@ untrained baselines at equal or lower cost.
 
 A distilled student that does not beat both has failed, and the summary says so. Fidelity is
 Spearman's ρ between the teacher's and the model's pairwise cosine similarities of held-out corpus
-sentences (`evaluation.quality.embedding_fidelity`); the probes of `kdnas evaluate` are too slow for
+sentences (`evaluation.fidelity.embedding_fidelity`); the probes of `kdnas evaluate` are too slow for
 the search itself and are run by `benchmarks/student_quality.py`.
 """
 
@@ -48,7 +48,7 @@ def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any) 
     """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, or None
     when not asked for (0) or the corpus is too small to hold any out."""
     from distill.data import heldout_sentences
-    from evaluation.quality import embedding_fidelity, sentence_embeddings
+    from evaluation import embedding_fidelity, sentence_embeddings
 
     cfg = ctx.config
     if cfg.quality_sentences <= 0:

@@ -2,7 +2,7 @@
 
 With `proxy="fidelity"` (the default) a trial runs the final recipe, shortened, and is scored the
 way the shipped student is judged: the embedding fidelity ρ — Spearman's ρ between the teacher's
-and the student's pairwise cosine similarities (evaluation.quality.embedding_fidelity) — on
+and the student's pairwise cosine similarities (evaluation.fidelity.embedding_fidelity) — on
 `proxy_sentences` held-out sentences. These are drawn after the `quality_sentences` that judge the
 shipped student, so the search never picks a shape by the sentences it is finally measured on.
 The reward's loss is then 1 − ρ: the KD-NAS reward (1 − loss)·(lat(S)/(0.6·lat(T)))^−0.06 with
@@ -36,7 +36,7 @@ class FidelityProbe:
 
     def score(self, student: Any, tokenizer: Any) -> dict[str, float]:
         """The student's fidelity ρ (with its jackknife standard error) on the probe's sentences."""
-        from evaluation.quality import embedding_fidelity, sentence_embeddings
+        from evaluation import embedding_fidelity, sentence_embeddings
 
         was_training = student.training
         emb = sentence_embeddings((student.eval(), tokenizer), self.sentences, max_len=self.max_len)
@@ -61,7 +61,7 @@ def probe_sentences(config: Any, texts: list[str]) -> list[str]:
 
 def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe:
     """The probe of one search: its sentences and the teacher's embeddings of them."""
-    from evaluation.quality import sentence_embeddings
+    from evaluation import sentence_embeddings
 
     sentences = probe_sentences(config, texts)
     reference = sentence_embeddings(teacher, sentences, max_len=config.latency_seq)

@@ -8,7 +8,7 @@ import torch
 from distill import DistillConfig, StudentSpec, TeacherCache, distill
 from core.errors import KdnasError
 from distill.inherit import inherit_reason, inherit_student, plan, select_layers
-from evaluation.quality import embedding_fidelity, sentence_embeddings
+from evaluation import embedding_fidelity, sentence_embeddings
 
 torch.set_num_threads(2)
 

@@ -1,4 +1,4 @@
-"""Embedding fidelity and linear probes (evaluation.quality), and `kdnas evaluate --measures`."""
+"""Embedding fidelity and linear probes (evaluation.fidelity, evaluation.probe), and `kdnas evaluate --measures`."""
 
 from __future__ import annotations
 
@@ -11,20 +11,10 @@ import torch
 
 import kdnas.cli
 from core.errors import KdnasError
-from evaluation.finetune import resolve_model
-from evaluation.quality import (
-    QualityConfig,
-    average_ranks,
-    check_measures,
-    embedding_fidelity,
-    few_shot_draws,
-    fidelity_scores,
-    probe,
-    probe_scores,
-    sample_pairs,
-    sentence_embeddings,
-    spearman,
-)
+from evaluation.fidelity import average_ranks, embedding_fidelity, fidelity_scores, sample_pairs, spearman
+from evaluation.models import resolve_model, sentence_embeddings
+from evaluation.probe import few_shot_draws, probe, probe_scores
+from evaluation.report import QualityConfig, check_measures
 from evaluation.tasks import Task, load_task
 
 torch.set_num_threads(2)
@@ -116,13 +106,13 @@ def test_fidelity_of_a_model_with_itself_is_one_and_of_random_weights_lower(mini
     def fail(*args, **kwargs):
         raise AssertionError("cached embeddings were recomputed")
 
-    monkeypatch.setattr("evaluation.quality.sentence_embeddings", fail)
+    monkeypatch.setattr("evaluation.fidelity.sentence_embeddings", fail)
     again = fidelity_scores(trained, untrained, sentences, pairs=500, max_len=32)
     assert again["spearman"] == rand["spearman"]
 
 
 def test_sentence_embeddings_accept_a_loaded_model_and_pad_nothing_in(minilm_2l):
-    from evaluation.finetune import load_encoder
+    from evaluation.models import load_encoder
 
     ref = resolve_model(minilm_2l)
     texts = ["A short one.", "A much longer sentence that needs several more tokens than the first one does."]
@@ -172,11 +162,11 @@ def test_few_shot_draws_are_stratified_and_reproducible():
 
 
 def test_probe_scores_embed_each_split_once_and_are_cached(minilm_2l, mini_topic, isolated_cache, monkeypatch):
-    import evaluation.quality as quality
+    import evaluation.probe as probe_module
 
     calls = []
-    real = quality.sentence_embeddings
-    monkeypatch.setattr(quality, "sentence_embeddings", lambda model, texts, *a, **k: calls.append(len(texts))
+    real = probe_module.sentence_embeddings
+    monkeypatch.setattr(probe_module, "sentence_embeddings", lambda model, texts, *a, **k: calls.append(len(texts))
                         or real(model, texts, *a, **k))
     scores = probe_scores(minilm_2l, mini_topic, shots=4, draws=3, max_len=32)
     assert sorted(calls) == [50, 60]  # train and test embedded once, for the full and the 3 few-shot probes

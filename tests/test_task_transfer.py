@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from distill.data import pad_rows
-from evaluation.finetune import Classifier, FinetuneConfig, encode
+from evaluation.finetune import Classifier, FinetuneConfig
+from evaluation.models import encode
 from distill.losses import od_loss
 from core.spec import parse_arch
 from evaluation.task_transfer import STAGES, StageBudget, TransferConfig, logit_loss, run_stage, set_trainable, task_transfer

@@ -44,10 +44,6 @@ class StudentSpec:
     def arch(self) -> str:
         return f"{self.layers}x{self.heads}x{self.hidden}x{self.ffn}"
 
-    @property
-    def head_size(self) -> int:
-        return self.hidden // self.heads
-
     def replace(self, **changes: int) -> "StudentSpec":
         return dataclasses.replace(self, **changes)
 

@@ -20,9 +20,6 @@ from .activations import Activations, Needs
 from .data import TransferSet
 from .teachers import Teacher
 
-_KINDS = ("hidden", "query", "key", "value")
-
-
 def _entries(needs: Needs) -> list[tuple[str, int]]:
     entries = [("hidden", i) for i in sorted(needs.hidden)]
     for kind in ("query", "key", "value"):

@@ -151,13 +151,15 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
 
 def _final_flags(p: argparse.ArgumentParser, d) -> None:
     from distill.data import UNITS
+    from .config import FINAL_MAX_PASSES
 
     fin = p.add_argument_group("after the search")
     fin.add_argument("--final-steps", type=int, default=d.final_steps,
                      help="distillation steps for the winner; 0 skips the final phase (default: %(default)s)")
     fin.add_argument("--final-train", type=int, default=d.final_train,
-                     help="training sequences for the final distillation, from the same corpus; the held-out rows "
-                          "are the proxy's, so final and proxy L_HS compare (default: %(default)s)")
+                     help="training sequences for the final distillation, from the same corpus (default: "
+                          "%(default)s, or more when --final-steps would show a sentence more than "
+                          f"{FINAL_MAX_PASSES} times); the held-out rows are the proxy's, so final and proxy L_HS compare")
     fin.add_argument("--final-method", default=d.final_method,
                      help="distillation method of the final run (default: %(default)s: token states + pooled "
                           "embedding + in-batch similarities)")

@@ -2,8 +2,8 @@
 
 The winner is the feasible trial with the best reward (for the Pareto objective: the front
 member with the best KD-NAS reward). It is trained from scratch for `final_steps` on a transfer
-set of `final_train` sequences with the proxy's held-out rows (so the losses compare), exported
-(ONNX + fused + INT8, parity-checked by `export`), made a sentence-transformers drop-in for the
+set of `final_rows` sequences (`final_train`, more for a long run) with the proxy's held-out rows
+(so the losses compare), exported (ONNX + fused + INT8, parity-checked by `export`), made a sentence-transformers drop-in for the
 teacher (the teacher's pooling and normalization, also inside model.onnx's `sentence_embedding`),
 given a model card, and profiled with the same latency settings as the search. Results are kept
 in the study (`final`), so a rerun of a finished search does not redo them.
@@ -49,7 +49,7 @@ def final_dir(out: Path, rank: int, arch: str) -> Path:
 
 def _recipe(cfg: Any) -> dict[str, Any]:
     """What decides a final run besides the trial: a rerun with another recipe trains again."""
-    return {"steps": cfg.final_steps, "train": cfg.final_train, "unit": cfg.final_unit, "method": cfg.final_method,
+    return {"steps": cfg.final_steps, "train": cfg.final_rows, "unit": cfg.final_unit, "method": cfg.final_method,
             "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule}
 
 
@@ -111,10 +111,10 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     teacher_dir = teacher_path(cfg.teacher)
     pipeline = read_sentence_pipeline(teacher_dir)
     check_pooling(pipeline["pooling"])
-    if cfg.proxy == "fidelity" and ctx.cache is not None:
+    if cfg.proxy == "fidelity" and ctx.cache is not None and cfg.final_rows == cfg.final_train:
         cache = ctx.cache  # the fidelity proxy trained on this transfer set: its teacher targets are computed
     else:
-        ctx.progress.phase(f"final: transfer set of {cfg.final_train} {cfg.final_unit}s, teacher targets")
+        ctx.progress.phase(f"final: transfer set of {cfg.final_rows} {cfg.final_unit}s, teacher targets")
         cache = TeacherCache(ctx.teacher, final_transfer_set(cfg, ctx.teacher, ctx.texts))
     results: list[dict[str, Any]] = []
     over = _over_budget(study, cfg)
@@ -220,7 +220,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     int8_latency = latency_record(measure(dest / "model.int8.onnx", cfg))
     entry = {
         "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
-        "recipe": _recipe(cfg), "steps": cfg.final_steps, "train": cfg.final_train, "train_rows": data.num_train,
+        "recipe": _recipe(cfg), "steps": cfg.final_steps, "train": cfg.final_rows, "train_rows": data.num_train,
         "init": res.init, "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
         "proxy_reward": row["reward"], "quality": quality, **shipped,
         "seconds": {"distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3), "export": round(t3 - t2, 3),

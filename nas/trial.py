@@ -44,17 +44,22 @@ SCORE_ATTRS = tuple(f.name for f in fields(Scored) if f.name not in ("arch", "pa
 
 
 def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
-    """The proxy's transfer set: the final run's (`final_train` rows of `final_unit`) for the fidelity
-    proxy — it is the final recipe, shortened —, `proxy_train` windows for hs; `proxy_eval` held-out rows."""
+    """The proxy's transfer set: for the fidelity proxy — the final recipe, shortened — `final_train`
+    rows of `final_unit`, the final run's own set unless a long run needs more (`final_rows`); for hs,
+    `proxy_train` windows. Both hold out the proxy's `proxy_eval` rows."""
     if cfg.proxy == "fidelity":
-        return final_transfer_set(cfg, teacher, texts)
+        return _final_unit_set(cfg, teacher, texts, cfg.final_train)
     return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=cfg.proxy_train,
                              num_eval=cfg.proxy_eval, seed=cfg.seed)
 
 
 def final_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
-    """The winner's transfer set: `final_train` rows of `final_unit`, the proxy's `proxy_eval` held-out rows."""
-    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=cfg.final_train,
+    """The winner's transfer set: `final_rows` rows of `final_unit`, the proxy's `proxy_eval` held-out rows."""
+    return _final_unit_set(cfg, teacher, texts, cfg.final_rows)
+
+
+def _final_unit_set(cfg: SearchConfig, teacher: Any, texts: list[str], rows: int) -> Any:
+    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=rows,
                              num_eval=cfg.proxy_eval, seed=cfg.seed, unit=cfg.final_unit)
 
 

@@ -131,6 +131,15 @@ def test_final_train_must_be_positive():
     assert SearchConfig().replace(proxy="hs").proxy_steps == 60 and SearchConfig().final_train == 4096
 
 
+def test_a_long_final_run_gets_enough_sentences_to_see_none_more_than_five_times():
+    from nas.config import SearchConfig
+
+    assert SearchConfig().final_rows == 4096  # the demo: 600 x 32 rows = 4.7 passes over 4,096
+    assert SearchConfig(final_steps=3000).final_rows == 19200  # 3,000 x 32 / 5
+    assert SearchConfig(final_steps=3000, final_batch_size=16, final_train=20000).final_rows == 20000
+    assert SearchConfig(final_steps=0).final_rows == 4096
+
+
 def test_a_scored_candidate_is_one_record_for_every_stage():
     from core.spec import StudentSpec
     from nas import SearchConfig

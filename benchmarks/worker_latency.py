@@ -76,7 +76,7 @@ def alone(target: str, repeats: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=2, help="solo measurements per shape (median)")
+    parser.add_argument("--repeats", type=int, default=3, help="solo measurements per shape (median)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "worker_latency.json")
     args = parser.parse_args()
     from pgserver import temporary_server

@@ -18,6 +18,7 @@ from core.errors import InputError, first_line
 from core.quiet import wait_while_measuring
 from distill.data import pad_rows
 from distill.losses import mean_pool
+from distill.trainer import resolve_device  # one device rule for training and evaluation
 
 if TYPE_CHECKING:
     from distill.teachers import Teacher
@@ -75,12 +76,6 @@ def load_encoder(ref: ModelRef) -> tuple[nn.Module, object]:
         raise InputError(f"model folder {ref.path!r} could not be loaded: {first_line(err)}") from None
     return encoder, tokenizer
 
-
-
-def resolve_device(name: str) -> torch.device:
-    from distill.trainer import resolve_device as _resolve
-
-    return _resolve(name)
 
 
 def encode(tokenizer, texts, max_len: int) -> list[list[int]]:

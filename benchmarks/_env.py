@@ -15,11 +15,14 @@ def environment() -> dict:
     import torch
     import transformers
 
+    from distill.loop import native_bf16
     from latency import cpu_model
 
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        # what `--precision auto` trains in here (bf16 where the CPU multiplies bf16 natively)
+        "cpu_native_bf16": native_bf16(torch.device("cpu")),
         "python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
         "onnxruntime": onnxruntime.__version__, "optuna": optuna.__version__,
         "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),

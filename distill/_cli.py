@@ -32,8 +32,9 @@ Teacher targets are cached on disk (--cache-dir) and reused by later runs on the
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
-    from .trainer import DistillConfig
+    from .loop import PRECISIONS
     from .methods import EMBED_TERMS
+    from .trainer import DistillConfig
 
     d = DistillConfig()  # one source for the defaults: the CLI shows the dataclass's
     p = subparsers.add_parser(
@@ -76,7 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help=f"embed method: '+'-joined terms of {', '.join(EMBED_TERMS)} (default: tok+cos+rel)")
     p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
                    help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
-    p.add_argument("--device", default=d.device, help="auto | cpu | cuda (bf16 autocast on CUDA; default: %(default)s)")
+    p.add_argument("--device", default=d.device, help="auto | cpu | cuda (default: %(default)s)")
+    p.add_argument("--precision", default=d.precision, choices=PRECISIONS,
+                   help="auto: bf16 autocast where the device multiplies bf16 natively (CUDA, CPUs with "
+                        "AVX512-BF16 or AMX), else fp32 (default: %(default)s)")
     p.add_argument("--cache-dir", default=None,
                    help="where teacher targets are stored (default: $KDNAS_CACHE/targets); 'none' keeps them in memory only")
     p.add_argument("--seed", type=int, default=d.seed)
@@ -102,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
         layer_map=args.layer_map, relation_heads=args.relation_heads, teacher_layer=args.teacher_layer,
         ckd_overlap=args.ckd_overlap, alp_scope=args.alp_scope, temperature=args.temperature, init=args.init, seed=args.seed,
-        layer_rule=args.layer_rule, embed_terms=args.embed_terms, device=args.device, progress=not args.quiet,
+        layer_rule=args.layer_rule, embed_terms=args.embed_terms, device=args.device, precision=args.precision,
+        progress=not args.quiet,
     )
     needs_mlm = args.method in ("od", "hs+od")
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))

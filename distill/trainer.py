@@ -32,7 +32,7 @@ from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method
-from .loop import LossReader, Optimization, length_bucketed_batches, train_steps
+from .loop import PRECISIONS, LossReader, Optimization, length_bucketed_batches, resolve_precision, train_steps
 from core.spec import StudentSpec
 from .teachers import Teacher, activations, base_model
 
@@ -74,6 +74,9 @@ class DistillConfig:
     freeze_embeddings: bool | None = None
     seed: int = 0
     device: str = "auto"
+    # "auto": bf16 autocast where the device multiplies bf16 natively (CUDA; CPUs with AVX512-BF16
+    # or AMX), fp32 elsewhere. Same fidelity, fewer seconds (docs/design/final-recipe.md).
+    precision: str = "auto"
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -92,6 +95,8 @@ class DistillConfig:
         if self.layer_rule not in LAYER_RULES:
             raise InputError(f"layer rule {self.layer_rule!r} is invalid: allowed {', '.join(LAYER_RULES)}")
         check_device(self.device)
+        if self.precision not in PRECISIONS:
+            raise InputError(f"precision {self.precision!r} is invalid: allowed {', '.join(PRECISIONS)}")
 
     def method_options(self) -> dict:
         """The method options that were set; `build_method` rejects any the method does not take."""
@@ -118,6 +123,7 @@ class DistillResult:
     seconds: float = 0.0
     tokens_per_second: float = 0.0
     init: dict = field(default_factory=dict)  # how the student started (distill.trainer.initial_student)
+    precision: str = "fp32"  # what config.precision resolved to on the run's device
 
     def summary(self) -> dict:
         return {
@@ -129,6 +135,7 @@ class DistillResult:
             "seconds": round(self.seconds, 3),
             "tokens_per_second": round(self.tokens_per_second, 1),
             "init": self.init,
+            "precision": self.precision,
         }
 
     def save(self, out_dir: str | os.PathLike, tokenizer, extra: dict | None = None) -> Path:
@@ -218,7 +225,7 @@ def distill(
     metrics, history, seconds, tokens_per_second = loop.run()
     return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
                          metrics=metrics, history=history, seconds=seconds, tokens_per_second=tokens_per_second,
-                         init=init)
+                         init=init, precision=resolve_precision(config.precision, device))
 
 
 def _prepare_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache, config: DistillConfig,
@@ -277,7 +284,7 @@ class _Loop:
         start, eval_seconds = time.perf_counter(), 0.0
         with tqdm(total=config.steps, desc=f"distill {config.method} {self.arch}", disable=not config.progress,
                   dynamic_ncols=True, leave=False) as bar:
-            for step, loss in train_steps(params, batches, self.loss, optim, self.device):
+            for step, loss in train_steps(params, batches, self.loss, optim, self.device, config.precision):
                 reader.add(loss)
                 bar.update(1)
                 evaluate = (config.eval_every and step % config.eval_every == 0) or step == config.steps

@@ -30,7 +30,7 @@ from distill.data import pad_rows
 from distill.loop import LossReader, Optimization, autocast, shuffled_batches, train_steps
 from distill.losses import mean_pool
 from ._cache import cache_file, read_json, write_json
-from .models import ModelRef, encode, load_encoder, resolve_device
+from .models import ModelRef, encode, load_encoder, resolve_device, yardstick_precision
 from .tasks import Split, Task
 
 
@@ -139,7 +139,8 @@ def train_classifier(
         return nn.functional.cross_entropy(logits, target[index].to(device))
 
     model.train()
-    for step, loss in train_steps([p for p in model.parameters() if p.requires_grad], batches, loss_of, optim, device):
+    for step, loss in train_steps([p for p in model.parameters() if p.requires_grad], batches, loss_of, optim, device,
+                                  yardstick_precision(device)):
         reader.add(loss)
         value = reader.read(step)[0]  # every step: the bar shows it, and the runs are CPU-sized
         if bar is not None:
@@ -159,7 +160,7 @@ def predict_logits(model: nn.Module, rows: list[list[int]], *, pad_id: int, batc
         wait_while_measuring()  # a latency measurement on cores this pass shares (core.quiet)
         chunk = order[start : start + batch_size]
         ids, mask = pad_rows([rows[i] for i in chunk], pad_id)
-        with autocast(device):
+        with autocast(device, yardstick_precision(device)):
             logits = model(ids.to(device), mask.to(device)).float().cpu()
         for i, row in zip(chunk, logits):
             out[i] = row

@@ -35,6 +35,13 @@ class ModelRef:
     fingerprint: str
 
 
+def yardstick_precision(device: torch.device) -> str:
+    """The precision evaluation trains and infers in: bf16 on CUDA, fp32 on every CPU — a score
+    measured on a CPU with native bf16 (where distillation uses it) means the same as one measured
+    on a CPU without it."""
+    return "bf16" if device.type == "cuda" else "fp32"
+
+
 def resolve_model(name_or_path: str) -> ModelRef:
     """A bundled teacher name or an HF folder (e.g. `runs/demo/best`), checked before any training."""
     path = Path(assets.teacher_path(name_or_path))

@@ -34,7 +34,7 @@ from distill.cache import TeacherCache
 from distill.data import make_transfer_set, pad_rows
 from core.errors import InputError
 from .finetune import Classifier, FinetuneConfig, accuracy_and_f1, predict_logits, train_classifier
-from .models import encode, load_encoder, resolve_device, resolve_model
+from .models import encode, load_encoder, resolve_device, resolve_model, yardstick_precision
 from distill.losses import od_loss
 from core.spec import parse_arch
 from .tasks import Task, load_task
@@ -205,7 +205,8 @@ def run_stage(
     start = time.perf_counter()
     with _bar(config, budget.steps, f"stage {STAGES.index(stage) + 1} {stage.name}") as bar:
         for step, loss in train_steps(params, shuffled_batches(num_examples, config.batch_size, generator,
-                                                               drop_last=True), loss_of, optim, device):
+                                                               drop_last=True), loss_of, optim, device,
+                                      yardstick_precision(device)):
             reader.add(loss)
             losses += reader.read(step)
             bar.update(1)

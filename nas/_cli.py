@@ -48,6 +48,7 @@ examples:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+    from distill.loop import PRECISIONS
 
     from .config import OBJECTIVES, SAMPLERS, SearchConfig
 
@@ -81,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="start N workers on this machine that share one study (needs --storage postgresql... or "
                         "journal:PATH; one GPU each when there are N); the final stage runs once (default: %(default)s)")
     p.add_argument("--device", default=d.device, help="training device: auto, cpu, cuda (default: %(default)s)")
+    p.add_argument("--precision", default=d.precision, choices=PRECISIONS,
+                   help="training precision; auto: bf16 autocast where the device multiplies bf16 natively "
+                        "(CUDA, CPUs with AVX512-BF16 or AMX), else fp32 (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_search)

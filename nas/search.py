@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from distill import TeacherCache, load_corpus, load_teacher
 from core.errors import InputError, TrainingError
+from distill.loop import resolve_precision
 from distill.trainer import resolve_device
 
 from ._io import ensure_writable_dir
@@ -58,7 +59,8 @@ def search(config: SearchConfig) -> dict[str, Any]:
 
 
 def _search(cfg: SearchConfig) -> dict[str, Any]:
-    device = resolve_device(cfg.device).type  # `--device cuda` without CUDA: one line, before anything
+    resolved = resolve_device(cfg.device)  # `--device cuda` without CUDA: one line, before anything
+    device, dtype = resolved.type, resolve_precision(cfg.precision, resolved)
     progress = Progress(cfg.trials, 0, cfg.progress)
     try:
         progress.phase("loading teacher")
@@ -67,7 +69,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         out = ensure_writable_dir(Path(cfg.out))
         url = cfg.storage or default_storage_url(out)
         storage = open_storage(url)
-        settings = cfg.study_settings(space, teacher.fingerprint, device, latency_machine(cfg.runtime))
+        settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))
         existing = find_study(storage, cfg.study_name)
         if existing is not None:
             check_settings(existing, settings, url)

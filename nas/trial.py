@@ -94,7 +94,7 @@ class SearchContext:
                              eval_every=cfg.eval_every if eval_every is None else eval_every,
                              interim_eval_rows=INTERIM_EVAL_ROWS,
                              layer_map=cfg.layer_map, init=cfg.init, layer_rule=cfg.layer_rule, seed=cfg.seed,
-                             device=cfg.device, progress=False, **extra).for_method(cfg.method)
+                             device=cfg.device, precision=cfg.precision, progress=False, **extra).for_method(cfg.method)
 
     def final_config(self) -> DistillConfig:
         """The winner's recipe: `final_method` for `final_steps`, evaluated five times on the way."""
@@ -106,7 +106,8 @@ class SearchContext:
         return DistillConfig(method=cfg.final_method, steps=steps, batch_size=cfg.final_batch_size,
                              lr=cfg.final_lr, eval_every=eval_every, init=cfg.init,
                              interim_eval_rows=INTERIM_EVAL_ROWS, layer_map=cfg.layer_map, layer_rule=cfg.layer_rule,
-                             seed=cfg.seed, device=cfg.device, progress=False).for_method(cfg.final_method)
+                             seed=cfg.seed, device=cfg.device, precision=cfg.precision,
+                             progress=False).for_method(cfg.final_method)
 
     def proxy(self, spec: StudentSpec, on_eval: Any = None) -> Any:
         """The search's proxy distillation of one shape: what every trial, the reference shapes and

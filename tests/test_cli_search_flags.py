@@ -39,6 +39,9 @@ def test_study_settings_are_the_fields_that_change_what_a_trial_measures():
     assert {"proxy_steps", "lr", "budget_ratio", "teacher", "threads", "prune", "space", "device"} <= settings.keys()
     assert not settings.keys() & (RUN_ONLY - {"space", "device"})
     assert settings["dtype"] == "fp32" and settings["teacher_fingerprint"] == "fingerprint"
+    # proxy scores trained in bf16 and in fp32 must not mix in one study
+    assert config.study_settings(space, "fingerprint", "cpu", "bf16")["dtype"] == "bf16"
+    assert settings["precision"] == "auto"
 
 
 def test_each_method_gets_only_the_options_it_takes():
@@ -63,3 +66,9 @@ def test_each_method_gets_only_the_options_it_takes():
         SearchConfig(method="embed", layer_map="last")
     with pytest.raises(InputError, match=r"method 'od' is not supported; choose one of hs, "):
         SearchConfig(method="od")
+    with pytest.raises(InputError, match=r"precision 'fp16' is not supported; choose one of auto, bf16, fp32"):
+        SearchConfig(precision="fp16")
+    # the proxy and the final run train in the search's precision
+    ctx = SearchContext(config=SearchConfig(precision="fp32"), space=None, sizes={}, teacher=None, texts=None,
+                        data=None, cache=None, teacher_latency_ms=1.0, budget_ms=1.0, progress=None)
+    assert ctx.distill_config(30).precision == ctx.final_config().precision == "fp32"

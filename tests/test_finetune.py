@@ -31,6 +31,13 @@ def test_gain_kept_is_zero_at_the_majority_class():
     assert gain_kept(0.655, 0.732, 0.578) == pytest.approx(50.0)
 
 
+def test_evaluation_trains_in_fp32_on_every_cpu_so_its_scores_do_not_depend_on_the_cpu_model():
+    from evaluation.models import yardstick_precision
+
+    assert yardstick_precision(torch.device("cpu")) == "fp32"
+    assert yardstick_precision(torch.device("cuda")) == "bf16"
+
+
 def test_accuracy_and_macro_f1():
     acc, f1 = accuracy_and_f1([0, 0, 1, 1], [0, 1, 1, 1], 2)
     assert acc == 0.75

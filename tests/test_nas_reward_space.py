@@ -128,16 +128,17 @@ def test_final_train_must_be_positive():
     with pytest.raises(KdnasError, match="final_train=0"):
         SearchConfig(final_train=0)
     assert SearchConfig().proxy_steps == 30 and SearchConfig(proxy="hs").proxy_steps == 60
-    assert SearchConfig().replace(proxy="hs").proxy_steps == 60 and SearchConfig().final_train == 4096
+    assert SearchConfig().replace(proxy="hs").proxy_steps == 60 and SearchConfig().final_train == 7680
 
 
 def test_a_long_final_run_gets_enough_sentences_to_see_none_more_than_five_times():
     from nas.config import SearchConfig
 
-    assert SearchConfig().final_rows == 4096  # the demo: 600 x 32 rows = 4.7 passes over 4,096
+    assert SearchConfig().final_rows == SearchConfig().final_train == 7680  # the demo: 1,200 x 32 = 5 passes
     assert SearchConfig(final_steps=3000).final_rows == 19200  # 3,000 x 32 / 5
     assert SearchConfig(final_steps=3000, final_batch_size=16, final_train=20000).final_rows == 20000
-    assert SearchConfig(final_steps=0).final_rows == 4096
+    assert SearchConfig(final_steps=0).final_rows == 7680
+    assert SearchConfig(final_steps=600, final_train=4096).final_rows == 4096  # 4.7 passes
 
 
 def test_a_scored_candidate_is_one_record_for_every_stage():

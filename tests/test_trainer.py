@@ -89,6 +89,7 @@ def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path
     (dict(steps=0), "steps=0 is invalid"),
     (dict(lr=-1.0), "learning rate -1.0 is invalid"),
     (dict(init="zeros"), "init 'zeros' is invalid"),
+    (dict(precision="half"), "precision 'half' is invalid: allowed auto, bf16, fp32"),
 ])
 def test_bad_config_values(bad, message):
     with pytest.raises(KdnasError, match=message):
@@ -162,3 +163,41 @@ def test_held_out_l_hs_is_cross_fitted_and_not_biased_against_a_narrow_student(t
     assert interim["l_hs_norm"] != full["l_hs_norm"] and 0.0 < interim["l_hs_norm"] < 1.5
     # The teacher itself is predicted almost perfectly from its own states.
     assert evaluator(teacher.model)["l_hs_norm"] < 0.02
+
+
+@pytest.mark.parametrize("native, expected", [(True, "bf16"), (False, "fp32")])
+def test_auto_precision_is_bf16_only_on_a_cpu_that_multiplies_bf16_natively(monkeypatch, native, expected):
+    from distill.loop import resolve_precision
+
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: native, raising=False)
+    cpu = torch.device("cpu")
+    assert resolve_precision("auto", cpu) == expected
+    assert resolve_precision("bf16", cpu) == "bf16" and resolve_precision("fp32", cpu) == "fp32"
+    assert resolve_precision("auto", torch.device("cuda")) == "bf16"
+    with pytest.raises(KdnasError, match="precision 'fp16' is invalid"):
+        resolve_precision("fp16", cpu)
+
+
+def test_autocast_runs_matrix_products_in_the_resolved_precision():
+    from distill.loop import autocast
+
+    layer, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
+    with autocast(torch.device("cpu"), "bf16"):
+        assert layer(x).dtype == torch.bfloat16
+    with autocast(torch.device("cpu"), "fp32"):
+        assert layer(x).dtype == torch.float32
+
+
+def test_bf16_distillation_learns_like_fp32_and_says_which_it_ran(teacher, small_data, cache):
+    # The weights, gradients and optimizer state stay fp32 under autocast: the saved student is fp32
+    # and its held-out loss ends where the fp32 run's does.
+    spec = parse_arch("2x4x128x256", **teacher.student_sizes())
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        config = DistillConfig(method="hs", steps=40, batch_size=16, lr=1e-3, precision=precision, progress=False)
+        runs[precision] = distill(spec, teacher, small_data, config, cache=cache)
+        assert runs[precision].summary()["precision"] == precision
+    assert next(runs["bf16"].student.parameters()).dtype == torch.float32
+    fp32, bf16 = (runs[p].metrics["l_hs_norm"] for p in ("fp32", "bf16"))
+    assert abs(fp32 - bf16) < 0.02, (fp32, bf16)

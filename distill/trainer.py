@@ -1,7 +1,8 @@
 """Run one distillation method for N steps (comparative analysis, App. B recipe).
 
 AdamW (β = 0.9, 0.98), linear warm-up over the first 5 % of steps then linear decay, gradient
-clipping at 1.0. On CUDA the forward passes run under bf16 autocast; on CPU in fp32. Teacher
+clipping at 1.0. The forward passes run under bf16 autocast where the device multiplies bf16
+natively (`precision`, distill.loop), in fp32 elsewhere. Teacher
 targets come from a `TeacherCache` when one is given (computed once, reused), otherwise the teacher
 runs live every step — the benchmark compares the two.
 """
@@ -32,7 +33,8 @@ from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method
-from .loop import PRECISIONS, LossReader, Optimization, length_bucketed_batches, resolve_precision, train_steps
+from .loop import (LossReader, Optimization, check_precision, length_bucketed_batches, resolve_precision,
+                   train_steps)
 from core.spec import StudentSpec
 from .teachers import Teacher, activations, base_model
 
@@ -95,8 +97,7 @@ class DistillConfig:
         if self.layer_rule not in LAYER_RULES:
             raise InputError(f"layer rule {self.layer_rule!r} is invalid: allowed {', '.join(LAYER_RULES)}")
         check_device(self.device)
-        if self.precision not in PRECISIONS:
-            raise InputError(f"precision {self.precision!r} is invalid: allowed {', '.join(PRECISIONS)}")
+        check_precision(self.precision)
 
     def method_options(self) -> dict:
         """The method options that were set; `build_method` rejects any the method does not take."""

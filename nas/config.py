@@ -67,15 +67,16 @@ class SearchConfig:
     #   the embedding fidelity rho on `proxy_sentences` held-out sentences; the reward's loss is 1 - rho.
     # "hs": the paper's KD-NAS proxy: `method` (hs) on `proxy_train` windows, scored by held-out L_HS.
     # Measured on MiniLM, 12 shapes (benchmarks/results/proxy_fidelity.json): Kendall's tau against
-    # the final student's fidelity +1.00 for "fidelity" at 30 steps, +0.76 for "hs" at 60.
+    # the final student's fidelity +0.88 for "fidelity" at 30 steps, +0.76 for "hs" at 60.
     proxy: str = "fidelity"
     proxy_sentences: int = 300
     # The options below, to `proxy_train`, shape the "hs" proxy only.
     method: str = "hs"
     layer_map: str = "uniform"
-    # None: 30 for "fidelity" (tau +1.00 at 30 steps, +0.97 at 60), 60 for "hs" (60, not 20: tau vs a
-    # 10x longer run +0.86 at 60 vs +0.36 at 20 on random starts; on inherited starts, tau vs the final
-    # student's fidelity +0.76 at 60, +0.70 at 20, +0.67 at 150).
+    # None: 30 for "fidelity" (tau +0.88 at 30 steps, +0.91 at 60: inside each other's intervals, at
+    # half the cost), 60 for "hs" (60, not 20: tau vs a 10x longer run +0.86 at 60 vs +0.36 at 20 on
+    # random starts; on inherited starts, tau vs the final student's fidelity +0.76 at 60, +0.70 at
+    # 20, +0.67 at 150).
     proxy_steps: int | None = None
     proxy_train: int = 96
     # Held-out rows for L_HS: the ridge map (up to 385x384 per layer pair) is cross-fitted on halves,
@@ -127,7 +128,7 @@ class SearchConfig:
     reference: bool = False
     device: str = "auto"
     # Training precision of every proxy and final run (distill.loop.PRECISIONS): "auto" is bf16 where
-    # the device multiplies bf16 natively. Measured on MiniLM: same fidelity, 0.75x the seconds on a
+    # the device multiplies bf16 natively. Measured on MiniLM: same fidelity, 0.61x the seconds on a
     # 2-core AMD EPYC with AVX512-BF16 (docs/design/final-recipe.md).
     precision: str = "auto"
     progress: bool = True

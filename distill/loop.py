@@ -1,8 +1,8 @@
 """The training loop every trainer in kdnas runs — distillation, fine-tuning and task transfer:
 AdamW with linear warm-up then linear decay to zero, bf16 autocast where the hardware has it, one
 update step with gradient clipping, shuffled batches, and losses read back from the device in
-groups with a check that they stay finite. Written once so the three trainers cannot drift apart; each one only says
-what a batch is and what its loss is (`train_steps`)."""
+groups with a check that they stay finite. Written once so the three trainers cannot drift apart;
+each one only says what a batch is and what its loss is (`train_steps`)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ PRECISIONS: tuple[str, ...] = ("auto", "bf16", "fp32")
 
 def native_bf16(device: torch.device) -> bool:
     """Whether `device` computes bf16 matrix products in hardware: CUDA, or a CPU with AVX512-BF16
-    or AMX. Elsewhere bf16 is emulated and slower than fp32."""
+    or AMX. Elsewhere bf16 products are emulated, which buys no speed."""
     if device.type == "cuda":
         return True
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's own feature checks

@@ -108,7 +108,7 @@ class SearchConfig:
     # The winner is distilled on a larger transfer set (same held-out rows, so its L_HS is comparable
     # with the proxy's): the 96 proxy rows would be seen dozens of times over a long final run.
     # Embedding fidelity of the MiniLM 3x12x384x1536 student (one run each): 0.881 after 600 steps
-    # (fp32, 3.1 min on 2 CPU cores), 0.899 after 1,200 in bf16 (4.9 min on a CPU with native bf16).
+    # (fp32, 3.1 min on 2 CPU cores), 0.899 after 1,200 in bf16 (3.4 min on a CPU with native bf16).
     final_steps: int = 1200
     # At least this many sentences, more for a long run (`final_rows`): at most FINAL_MAX_PASSES
     # passes over them. Repeating the same 4,096 sentences is what flattened a 3,000-step run.

@@ -106,7 +106,7 @@ def repeated_failure(study: optuna.Study, last: int) -> str | None:
     """The error of the study's `last` finished trials when they all failed with the same one
     (trials settled without running, as rejected or copied shapes, are skipped)."""
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()
-                and t.user_attrs.get("status") != "rejected" and "duplicate_of" not in t.user_attrs][-last:]
+                and t.user_attrs.get("status") not in ("rejected", "surplus") and "duplicate_of" not in t.user_attrs][-last:]
     reasons = {t.user_attrs.get("reason") for t in finished}
     if (len(finished) == last and len(reasons) == 1 and None not in reasons
             and all(t.state == TrialState.FAIL and t.user_attrs.get("fail_kind") == "error" for t in finished)):
@@ -121,10 +121,27 @@ def heartbeat_retries(study: optuna.Study) -> dict[int, int]:
 
 
 def counted_trials(study: optuna.Study) -> int:
-    """Trials that count towards `--trials`: finished ones; a retried failure counts via its retry."""
+    """Trials that count towards `--trials`: finished ones; a retried failure counts via its retry,
+    a surplus trial (`is_surplus`) not at all."""
     trials = study.get_trials(deepcopy=False)
     retried = _retried(trials)
-    return sum(1 for t in trials if t.state.is_finished() and not (t.state == TrialState.FAIL and t.number in retried))
+    return sum(1 for t in trials if t.state.is_finished() and _counts(t, retried))
+
+
+def is_surplus(study: optuna.Study, number: int, wanted: int) -> bool:
+    """Whether trial `number` is one too many: two workers that saw the last slot free at the same
+    moment both start a trial; the one that Optuna numbered later is surplus and is not run. The
+    trials ahead of it are the counted ones and those still running (which may yet need a retry)."""
+    trials = study.get_trials(deepcopy=False)
+    retried = _retried(trials)
+    ahead = sum(1 for t in trials if t.number < number
+                and (t.state == TrialState.RUNNING or (t.state.is_finished() and _counts(t, retried))))
+    return ahead >= wanted
+
+
+def _counts(trial: optuna.trial.FrozenTrial, retried: set[int]) -> bool:
+    return (trial.user_attrs.get("status") != "surplus"
+            and not (trial.state == TrialState.FAIL and trial.number in retried))
 
 
 def _retried(trials: list[optuna.trial.FrozenTrial]) -> set[int]:

@@ -26,7 +26,7 @@ from ._progress import Progress
 from .config import SearchConfig
 from .measure import budget_latency, latency_record
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
-from .resume import failed_shapes, worker_identity
+from .resume import failed_shapes, is_surplus, worker_identity
 from .reward import kdnas_reward
 from .scored import Scored
 from .space import SearchSpace
@@ -167,6 +167,10 @@ class Objective:
         seconds = {"latency": 0.0, "distill": 0.0, "export": 0.0}
         start = time.perf_counter()
         trial.set_user_attr("worker", worker_identity())
+        if is_surplus(trial.study, trial.number, self.ctx.config.trials):
+            trial.set_user_attr("status", "surplus")
+            trial.set_user_attr("reason", "surplus: another worker started the last trial at the same moment; not run")
+            raise optuna.TrialPruned()
         try:
             return self._run(trial, seconds)
         except optuna.TrialPruned:

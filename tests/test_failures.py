@@ -41,6 +41,26 @@ def test_a_failed_trial_is_retried_once_and_its_failed_retry_is_final(tmp_path):
     assert counted_trials(study) == 1  # the first failure counts through its retry
 
 
+def test_two_workers_that_take_the_last_slot_at_once_run_only_the_first_numbered_trial(tmp_path):
+    from nas.resume import is_surplus
+
+    study = optuna.create_study(storage=open_storage(default_storage_url(tmp_path)), study_name="s")
+    done = study.ask(DIST)
+    study.tell(done, 0.5)
+    retried = _failed(study, "2x4x96x256", "RuntimeError: boom")
+    enqueue_retries(study)
+    # Two workers each saw 2 of 3 trials counted and asked at the same moment: the queued retry and a new one.
+    first, second = study.ask(DIST), study.ask(DIST)
+    assert first.user_attrs["retry_of"] == retried.number
+    assert not is_surplus(study, first.number, wanted=3)  # the done trial and nothing running ahead of it
+    assert is_surplus(study, second.number, wanted=2)  # the done trial and the running retry fill 2
+    assert not is_surplus(study, second.number, wanted=3)
+    second.set_user_attr("status", "surplus")
+    study.tell(second, state=TrialState.PRUNED)
+    study.tell(first, 0.7)
+    assert counted_trials(study) == 2  # the surplus trial does not count; the failure counts via its retry
+
+
 def test_an_interrupted_retry_is_retried_again_and_the_shape_stays_open(tmp_path):
     study = optuna.create_study(storage=open_storage(default_storage_url(tmp_path)), study_name="s")
     first = study.ask(DIST)

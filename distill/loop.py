@@ -89,6 +89,7 @@ def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: C
     gradient clipping, the optimizer and LR-schedule steps. Yields (step from 1, the loss still on
     the device) after each update, so the caller logs, evaluates or stops without the loop knowing how."""
     optimizer, schedule = adamw(params, optim)
+    precision = resolve_precision(precision, device)  # the CPU's features probed once, not every step
     for step, batch in zip(range(1, optim.steps + 1), batches):
         wait_while_measuring()  # a latency measurement on cores this run shares (core.quiet)
         with autocast(device, precision):

@@ -12,6 +12,7 @@ recorded as failed and settled at once whenever it is proposed again (`failed_sh
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -128,15 +129,20 @@ def counted_trials(study: optuna.Study) -> int:
     return sum(1 for t in trials if t.state.is_finished() and _counts(t, retried))
 
 
-def is_surplus(study: optuna.Study, number: int, wanted: int) -> bool:
-    """Whether trial `number` is one too many: two workers that saw the last slot free at the same
-    moment both start a trial; the one that Optuna numbered later is surplus and is not run. The
-    trials ahead of it are the counted ones and those still running (which may yet need a retry)."""
+def slots_taken(study: optuna.Study, before: float = math.inf) -> int:
+    """Of the `--trials` slots, those taken by trials numbered below `before`: the counted ones and
+    those still running (which may yet need a retry)."""
     trials = study.get_trials(deepcopy=False)
     retried = _retried(trials)
-    ahead = sum(1 for t in trials if t.number < number
-                and (t.state == TrialState.RUNNING or (t.state.is_finished() and _counts(t, retried))))
-    return ahead >= wanted
+    return sum(1 for t in trials if t.number < before
+               and (t.state == TrialState.RUNNING or (t.state.is_finished() and _counts(t, retried))))
+
+
+def is_surplus(study: optuna.Study, number: int, wanted: int) -> bool:
+    """Whether trial `number` is one too many: two workers that saw the last slot free at the same
+    moment both start a trial; the one that Optuna numbered later finds the `wanted` slots ahead of
+    it taken, is surplus and is not run."""
+    return slots_taken(study, before=number) >= wanted
 
 
 def _counts(trial: optuna.trial.FrozenTrial, retried: set[int]) -> bool:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
 from distill import TeacherCache, load_corpus, load_teacher
 from core.errors import InputError, TrainingError
@@ -32,7 +31,7 @@ from .pruning import TrainedMedianPruner
 from .records import best_row, trial_rows
 from .reference import evaluate_references
 from .report import write_outputs
-from .resume import counted_trials, recover, repeated_failure
+from .resume import counted_trials, recover, repeated_failure, slots_taken
 from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
 from .trial import Objective, SearchContext, proxy_transfer_set
 
@@ -126,7 +125,7 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
         done = counted_trials(study)
         if done >= cfg.trials:
             return
-        if done + len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) >= cfg.trials:
+        if slots_taken(study) >= cfg.trials:
             progress.phase("waiting for other workers' last trials")
             time.sleep(WAIT_S)
             continue

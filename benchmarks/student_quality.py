@@ -62,30 +62,26 @@ def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Pat
 
 
 def verdicts(report: dict, students: list[str], baselines: list[str]) -> dict[str, dict]:
-    """For each student: every measure on which it does not beat every baseline (empty = passed)."""
+    """For each student, against each baseline on every measure (evaluation.compare):
+    - `failures`: where it is not ahead at all (the issue's strict test: ahead of both, everywhere);
+    - `behind`: where it is behind by more than the noise (2 standard errors of the difference);
+    - `baseline_at_or_above_teacher`: measures on which an untrained baseline already scores at or
+      above the teacher itself, so a student that imitates the teacher cannot be told from it there.
+    """
+    from evaluation.compare import compare, scores
+
     rows = {r["model"]: r for r in report["models"]}
+    teacher = next((scores(r) for r in report["models"] if r["role"] == "teacher"), {})
     out = {}
     for name in students:
-        failed = []
-        for base in baselines:
-            for measure, value in _scores(rows[name]).items():
-                if value <= _scores(rows[base])[measure]:
-                    failed.append(f"{measure}: {value:.4f} <= {base} {_scores(rows[base])[measure]:.4f}")
-        out[name] = {"beats_both_baselines_on_every_measure": not failed, "failures": failed}
+        diffs = [(base, d) for base in baselines for d in compare(rows[name], rows[base])]
+        failed = [d.describe(base) for base, d in diffs if d.delta <= 0]
+        out[name] = {"beats_both_baselines_on_every_measure": not failed, "failures": failed,
+                     "behind": [d.describe(base) for base, d in diffs if d.verdict == "behind"],
+                     "ahead": sum(d.verdict == "ahead" for _, d in diffs), "comparisons": len(diffs),
+                     "baseline_at_or_above_teacher": sorted({d.measure for _, d in diffs if d.measure in teacher
+                                                             and d.b.value >= teacher[d.measure].value})}
     return out
-
-
-def _scores(row: dict) -> dict[str, float]:
-    scores = {}
-    if "fidelity" in row:
-        scores["fidelity rho"] = row["fidelity"]["spearman"]
-    for task, p in row.get("probes", {}).items():
-        if p["full"] is not None:
-            scores[f"{task} probe"] = p["full"]
-        scores[f"{task} 16-shot"] = p["few_shot_mean"]
-    for task, t in row.get("tasks", {}).items():
-        scores[f"{task} fine-tune"] = t["accuracy_mean"]
-    return scores
 
 
 def main() -> int:
@@ -118,7 +114,22 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(table(report))
+    print("\n".join(verdict_lines(report["verdicts"])))
     return 0
+
+
+def verdict_lines(verdicts: dict[str, dict]) -> list[str]:
+    """One paragraph per student: the strict test, then what is beyond the noise."""
+    lines = []
+    for name, v in verdicts.items():
+        lines.append(f"{name}: ahead of both untrained baselines on every measure: "
+                     f"{'yes' if v['beats_both_baselines_on_every_measure'] else 'no'}; ahead beyond the noise on "
+                     f"{v['ahead']} of {v['comparisons']} comparisons, behind beyond it on {len(v['behind'])}")
+        lines += [f"  not ahead: {f}" for f in v["failures"]]
+        if v["baseline_at_or_above_teacher"]:
+            lines.append(f"  an untrained baseline scores at or above the teacher on: "
+                         f"{', '.join(v['baseline_at_or_above_teacher'])}")
+    return lines
 
 
 def table(report: dict) -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from core.errors import InputError
+from core.errors import InputError, check_choice
 from distill.data import HELDOUT_EVERY, heldout_sentences, load_corpus
+from . import compare
 from .fidelity import MIN_PAIRS, MIN_SENTENCES, fidelity_scores
 from .finetune import FinetuneConfig, TaskScore, evaluate_model, protocol_splits
 from .models import ModelRef, count_parameters, resolve_device, resolve_model
@@ -41,8 +42,7 @@ def check_measures(measures: str | Sequence[str]) -> tuple[str, ...]:
     """The measures as a tuple in `MEASURES` order; an unknown name is a user error naming it."""
     names = [m.strip() for m in (measures.split(",") if isinstance(measures, str) else measures) if m.strip()]
     for name in names:
-        if name not in MEASURES:
-            raise InputError(f"measure {name!r} is unknown; allowed: {', '.join(MEASURES)}")
+        check_choice("measure", name, MEASURES)
     if not names:
         raise InputError(f"no measure given; allowed: {', '.join(MEASURES)}")
     return tuple(m for m in MEASURES if m in names)
@@ -143,6 +143,8 @@ def _summary(entry: ModelScores) -> str:
 def _relative(entry: ModelScores, reference: ModelScores | None) -> dict:
     """A report row: the model's scores, and beside them what share of the reference's it keeps."""
     row = entry.to_dict()
+    # Every measure's standard error (evaluation.compare): two rows closer than ~2 SE are a tie.
+    row["standard_errors"] = {name: score.se for name, score in compare.scores(row).items()}
     if reference is None:
         return row
     if entry.tasks:
@@ -286,5 +288,6 @@ def table_parts(report: dict) -> tuple[list[str], list[list[str]], list[str], st
             cells.append(f"{gain + 0.0:.1f}%" if gain is not None else "-")
         notes.append(f"probe = logistic regression on frozen embeddings, accuracy % on the full test split, trained "
                      f"on the full train split / on {p['shots']} per class (mean ± std over {p['draws']} draws); "
-                     "probe gain kept from the full-split probe")
+                     "probe gain kept from the full-split probe; each measure's standard error is in the JSON "
+                     "report (standard_errors): two models closer than about twice it are a tie")
     return head, rows, majority, "; ".join(notes)

@@ -183,7 +183,7 @@ def test_probe_scores_embed_each_split_once_and_are_cached(minilm_2l, mini_topic
 
 def test_measures_and_protocol_values_are_checked():
     assert check_measures("finetune, fidelity") == ("fidelity", "finetune")
-    with pytest.raises(KdnasError, match="'bleu' is unknown; allowed: fidelity, probe, finetune"):
+    with pytest.raises(KdnasError, match="measure 'bleu' is invalid: allowed fidelity, probe, finetune"):
         check_measures(["probe", "bleu"])
     with pytest.raises(KdnasError, match="fidelity pairs 50 is invalid: must be >= 100"):
         QualityConfig(fidelity_pairs=50)
@@ -231,5 +231,8 @@ def test_cli_fidelity_and_probe_report(capsys, tmp_path, minilm_2l, random_2l, m
     assert teacher["fidelity"]["spearman"] == 1.0 and student["fidelity"]["spearman"] < 0.9
     assert teacher["probe_gain_kept"]["mini"] == pytest.approx(100.0)
     assert set(student["probes"]["mini"]) >= {"full", "few_shot_mean", "few_shot_std", "majority"}
+    errors = student["standard_errors"]  # every measure's noise, for telling a tie from a win
+    assert set(errors) == {"fidelity rho", "mini probe", "mini 2-shot"} and all(e > 0 for e in errors.values())
+    assert errors["fidelity rho"] == student["fidelity"]["spearman_se"]
     assert report["protocol"]["measures"] == ["fidelity", "probe"] and student["tasks"] == {}
     assert report["protocol"]["fidelity"]["sentences"] == 24 and student["fidelity"]["pairs"] == 200

@@ -12,6 +12,8 @@ Anything that is not a `KdnasError` is a bug and keeps its traceback. Messages n
 what is allowed, so that one line is enough.
 """
 
+from collections.abc import Sequence
+
 
 class KdnasError(Exception):
     """A kdnas error: its message names the bad value and what is allowed."""
@@ -45,3 +47,10 @@ def first_line(err: BaseException) -> str:
     """The first non-empty line of an exception's message, or its type name when it has none
     (wrapping a library error into a one-line `KdnasError`)."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def check_choice(what: str, value: object, allowed: Sequence[object]) -> None:
+    """A value that must be one of `allowed`: else one `InputError` in the wording every kdnas
+    option uses, "<what> <value> is invalid: allowed a, b, c"."""
+    if value not in allowed:
+        raise InputError(f"{what} {value!r} is invalid: allowed {', '.join(map(str, allowed))}")

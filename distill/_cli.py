@@ -147,12 +147,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_args(args: argparse.Namespace) -> Path:
     """Refuse a bad method, output folder or size before anything loads; returns the output folder."""
-    from core.errors import InputError
+    from core.errors import InputError, check_choice
     from .methods import METHODS
 
-    allowed = (*METHODS, "hs+od")
-    if args.method not in allowed:
-        raise InputError(f"method {args.method!r} is unknown; allowed: {', '.join(allowed)}")
+    check_choice("method", args.method, (*METHODS, "hs+od"))
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "distill.json").exists())):
         raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")

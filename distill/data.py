@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from core import assets
-from core.errors import InputError
+from core.errors import InputError, check_choice
 
 _TEXT_COLUMNS = ("text", "sentence", "content", "document", "body")
 _MIN_CHUNK = 8  # shorter tails carry too little context to be worth a training row
@@ -151,8 +151,7 @@ def _check_transfer_args(tokenizer, texts: list[str], seq_len: int, num_train: i
     max_positions = int(getattr(tokenizer, "model_max_length", 512) or 512)
     if not 8 <= seq_len <= min(max_positions, 512):
         raise InputError(f"sequence length {seq_len} is invalid: allowed 8..{min(max_positions, 512)}")
-    if unit not in UNITS:
-        raise InputError(f"transfer unit {unit!r} is invalid: allowed {', '.join(UNITS)}")
+    check_choice("transfer unit", unit, UNITS)
     if num_train < 1 or num_eval < 2:
         raise InputError(f"transfer set sizes train={num_train}, eval={num_eval} are invalid: need train >= 1, eval >= 2")
     if not texts:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from core.errors import InputError
+from core.errors import InputError, check_choice
 from core.spec import StudentSpec
 from .teachers import Teacher, base_model
 
@@ -219,8 +219,7 @@ class InheritPlan:
 
 def select_layers(rule: str, n_teacher: int, n_student: int, block_influence: tuple[float, ...] = ()) -> tuple[int, ...]:
     """0-based teacher layers kept by `rule` (see the module docstring)."""
-    if rule not in LAYER_RULES:
-        raise InputError(f"layer rule {rule!r} is invalid; allowed: {', '.join(LAYER_RULES)}")
+    check_choice("layer rule", rule, LAYER_RULES)
     if not 1 <= n_student <= n_teacher:
         raise InputError(f"a student of {n_student} layers cannot inherit from a teacher of {n_teacher}")
     if rule == "first":

@@ -15,7 +15,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from core.errors import InputError, TrainingError
+from core.errors import TrainingError, check_choice
 from core.quiet import wait_while_measuring
 
 Batch = TypeVar("Batch")
@@ -61,8 +61,7 @@ def native_bf16(device: torch.device) -> bool:
 
 def check_precision(precision: object) -> None:
     """A user's `--precision`: one of PRECISIONS, else one clear error."""
-    if precision not in PRECISIONS:
-        raise InputError(f"precision {precision!r} is invalid: allowed {', '.join(PRECISIONS)}")
+    check_choice("precision", precision, PRECISIONS)
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:

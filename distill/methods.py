@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .activations import Activations, ModelDims, Needs
-from core.errors import InputError
+from core.errors import InputError, check_choice
 from .losses import (
     CKD_OVERLAPS,
     LAYER_MAPS,
@@ -139,8 +139,7 @@ def _check_dims(side: str, dims: ModelDims) -> None:
 
 
 def _choice(option: str, value: object, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise InputError(f"{option}={value!r} is invalid; allowed: {', '.join(allowed)}")
+    check_choice(option, value, allowed)
     return str(value)
 
 

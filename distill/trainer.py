@@ -28,7 +28,7 @@ from torch import nn
 from .activations import Activations, ModelDims
 from .cache import TeacherCache
 from .data import TransferSet
-from core.errors import InputError, TrainingError
+from core.errors import InputError, TrainingError, check_choice
 from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
@@ -90,12 +90,10 @@ class DistillConfig:
             raise InputError(f"learning rate {self.lr} is invalid: must be a positive number")
         if not 0 <= self.warmup < 1:
             raise InputError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
-        if self.init not in INITS:
-            raise InputError(f"init {self.init!r} is invalid: allowed {', '.join(INITS)}")
+        check_choice("init", self.init, INITS)
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise InputError(f"dropout {self.dropout} is invalid: allowed 0 <= dropout < 1")
-        if self.layer_rule not in LAYER_RULES:
-            raise InputError(f"layer rule {self.layer_rule!r} is invalid: allowed {', '.join(LAYER_RULES)}")
+        check_choice("layer rule", self.layer_rule, LAYER_RULES)
         check_device(self.device)
         check_precision(self.precision)
 

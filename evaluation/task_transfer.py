@@ -32,7 +32,7 @@ from torch import nn
 
 from distill.cache import TeacherCache
 from distill.data import make_transfer_set, pad_rows
-from core.errors import InputError
+from core.errors import InputError, check_choice
 from .finetune import Classifier, FinetuneConfig, accuracy_and_f1, predict_logits, train_classifier
 from .models import encode, load_encoder, resolve_device, resolve_model, yardstick_precision
 from distill.losses import od_loss
@@ -94,8 +94,7 @@ class TransferConfig:
 
     def __post_init__(self) -> None:
         parse_arch(self.arch)
-        if self.logit_loss not in LOGIT_LOSSES:
-            raise InputError(f"logit loss {self.logit_loss!r} is unknown; allowed: {', '.join(LOGIT_LOSSES)}")
+        check_choice("logit loss", self.logit_loss, LOGIT_LOSSES)
         if not (self.temperature > 0 and math.isfinite(self.temperature)):
             raise InputError(f"temperature {self.temperature} is invalid: must be a positive number")
         for stage in STAGES:

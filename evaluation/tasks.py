@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.assets import _package_dir, sha256_file
-from core.errors import AssetError, InputError, first_line
+from core.errors import AssetError, InputError, check_choice, first_line
 
 TEXT_COLUMNS = ("text", "sentence", "content", "document", "body", "review", "tweet")
 LABEL_COLUMNS = ("label", "labels", "category", "sentiment", "class", "target", "topic")
@@ -128,8 +128,7 @@ class Task:
         return len(self.labels)
 
     def split(self, name: str) -> Split:
-        if name not in SPLITS:
-            raise InputError(f"split {name!r} is unknown; allowed: {', '.join(SPLITS)}")
+        check_choice("split", name, SPLITS)
         return getattr(self, name)
 
     def sizes(self) -> dict[str, int]:

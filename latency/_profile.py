@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from core.errors import InputError, LatencyError
+from core.errors import InputError, LatencyError, check_choice
 from core.quiet import quiet_host
 from core.spec import StudentSpec, parse_arch
 
@@ -153,8 +153,7 @@ def _check_settings(batch: int, seq: int, threads: int, runtime: str) -> None:
     available = len(os.sched_getaffinity(0))
     if threads > available:
         raise InputError(f"threads={threads} exceeds the {available} CPU cores available to this process")
-    if runtime not in RUNTIMES:
-        raise InputError(f"runtime {runtime!r} is unknown: use one of {', '.join(RUNTIMES)}")
+    check_choice("runtime", runtime, RUNTIMES)
 
 
 def default_cache_dir() -> Path:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from distill.data import UNITS
-from core.errors import InputError
+from core.errors import InputError, check_choice
 from distill.inherit import LAYER_RULES
 from distill.loop import PRECISIONS
 from distill.methods import METHODS, method_options
@@ -139,7 +139,7 @@ class SearchConfig:
         overrides = dict(self.space_overrides or ())
         object.__setattr__(self, "space_overrides", tuple(sorted(overrides.items())))
         _positive_int(self, "trials", "must be at least 1")
-        _one_of("proxy", self.proxy, PROXIES)
+        check_choice("proxy", self.proxy, PROXIES)
         few = isinstance(self.proxy_sentences, int) and self.proxy_sentences < MIN_PROXY_SENTENCES
         if self.proxy == "fidelity" and few:
             raise InputError(f"proxy_sentences={self.proxy_sentences!r}: the fidelity proxy's rho needs at least "
@@ -166,13 +166,13 @@ class SearchConfig:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise InputError(f"learning rate {name}={value!r} must be a positive number")
-        _one_of("init", self.init, INITS)
-        _one_of("layer rule", self.layer_rule, LAYER_RULES)
-        _one_of("final unit", self.final_unit, UNITS)
-        _one_of("precision", self.precision, PRECISIONS)
+        check_choice("init", self.init, INITS)
+        check_choice("layer rule", self.layer_rule, LAYER_RULES)
+        check_choice("final unit", self.final_unit, UNITS)
+        check_choice("precision", self.precision, PRECISIONS)
         # od needs the teacher's masked-LM head, which the bundled sentence-embedding teachers lack.
-        _one_of("method", self.method, tuple(m for m in METHODS if m != "od"))
-        _one_of("final method", self.final_method, tuple(m for m in METHODS if m != "od"))
+        check_choice("method", self.method, tuple(m for m in METHODS if m != "od"))
+        check_choice("final method", self.final_method, tuple(m for m in METHODS if m != "od"))
         if self.layer_map != SearchConfig.layer_map and not any("layer_map" in method_options(m)
                                                                 for m in (self.method, self.final_method)):
             takers = ", ".join(m for m in METHODS if "layer_map" in method_options(m))
@@ -221,11 +221,6 @@ class SearchConfig:
         if latency_machine is not None:
             settings["latency_machine"] = latency_machine
         return settings
-
-
-def _one_of(what: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise InputError(f"{what} {value!r} is not supported; choose one of {', '.join(allowed)}")
 
 
 def _positive_int(config: SearchConfig, name: str, why: str) -> None:

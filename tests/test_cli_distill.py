@@ -36,7 +36,7 @@ def test_distill_writes_a_loadable_student_and_losses(tmp_path):
     (["--teacher", "no-such-teacher"], "teacher 'no-such-teacher' is neither a bundled name"),
     (["--corpus", "/no/such/corpus.txt"], "corpus '/no/such/corpus.txt' is neither a bundled name"),
     (["--method", "od"], "OD needs a teacher with a trained masked-LM head"),
-    (["--method", "magic"], "method 'magic' is unknown; allowed: hs, minilmv2"),
+    (["--method", "magic"], "method 'magic' is invalid: allowed hs, minilmv2"),
     (["--method", "minilm", "--arch", "2x4x64x128"], "needs equal attention heads"),
     (["--steps", "0"], "--steps 0 is invalid"),
     (["--method", "hs", "--relation-heads", "4"], "does not apply to method 'hs'"),

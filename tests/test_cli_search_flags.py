@@ -64,9 +64,9 @@ def test_each_method_gets_only_the_options_it_takes():
                                                                                       {"layer_map": "last"})
     with pytest.raises(InputError, match=r"layer map 'last' applies to the methods hs, pkd; method 'embed' and final method 'embed' have none"):
         SearchConfig(method="embed", layer_map="last")
-    with pytest.raises(InputError, match=r"method 'od' is not supported; choose one of hs, "):
+    with pytest.raises(InputError, match=r"method 'od' is invalid: allowed hs, "):
         SearchConfig(method="od")
-    with pytest.raises(InputError, match=r"precision 'fp16' is not supported; choose one of auto, bf16, fp32"):
+    with pytest.raises(InputError, match=r"precision 'fp16' is invalid: allowed auto, bf16, fp32"):
         SearchConfig(precision="fp16")
     # the proxy and the final run train in the search's precision
     ctx = SearchContext(config=SearchConfig(precision="fp32"), space=None, sizes={}, teacher=None, texts=None,

@@ -7,7 +7,7 @@ import pytest
 
 import latency._profile as latency_profile
 from core.errors import (AssetError, InputError, KdnasError, LatencyError, ParityError, StorageError, TrainingError,
-                         first_line)
+                         check_choice, first_line)
 from core.spec import parse_arch
 from nas.storage import read_pointer
 
@@ -37,3 +37,11 @@ def test_a_crashed_latency_worker_is_a_latency_error_with_its_last_line(monkeypa
 
 def test_first_line_of_an_empty_message_is_the_type_name():
     assert first_line(ValueError("")) == "ValueError" and first_line(ValueError("a\nb")) == "a"
+
+
+def test_a_value_outside_its_choices_is_named_with_what_is_allowed():
+    check_choice("precision", "bf16", ("auto", "bf16", "fp32"))  # allowed: nothing raised
+    with pytest.raises(InputError, match=r"^precision 'half' is invalid: allowed auto, bf16, fp32$"):
+        check_choice("precision", "half", ("auto", "bf16", "fp32"))
+    with pytest.raises(InputError, match=r"^heads 5 is invalid: allowed 1, 2, 4$"):
+        check_choice("heads", 5, (1, 2, 4))

@@ -188,7 +188,7 @@ def test_torch_runtime_and_onnx_file(tmp_path):
         (TINY, {"threads": 0}, "threads=0 is invalid"),
         (TINY, {"threads": 4096}, "exceeds the"),
         (TINY, {"seq": 513}, "exceeds the model's 512 positions"),
-        (TINY, {"runtime": "tensorrt"}, "runtime 'tensorrt' is unknown"),
+        (TINY, {"runtime": "tensorrt"}, "runtime 'tensorrt' is invalid: allowed "),
         ("4x5x192x768", {}, "not divisible by heads=5"),
         ("0x12x192x768", {}, "layers=0 is invalid"),
         ("4x12x192", {}, "not of the form"),

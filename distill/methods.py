@@ -242,7 +242,25 @@ class PKDMethod(_MappedLayersMethod):
         )
 
 
-class CKDMethod(Method):
+class _LayerGroupsMethod(Method):
+    """A method where student layer j learns from a group of teacher layers, `groups[j-1]`
+    (CKD's buckets, ALP-KD's candidates): both sides' hidden states, layer by layer."""
+
+    groups: list[list[int]]
+
+    def teacher_needs(self) -> Needs:
+        return Needs(hidden=frozenset(k for group in self.groups for k in group))
+
+    def student_needs(self) -> Needs:
+        return Needs(hidden=frozenset(range(1, self.student_dims.layers + 1)))
+
+    def states(self, student: Activations, teacher: Activations) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+        """Student layer j's hidden state, and the hidden states of its teacher group, for each j."""
+        return ([_get(student.hidden, j, "student", "hidden state") for j in range(1, len(self.groups) + 1)],
+                [[_get(teacher.hidden, k, "teacher", "hidden state") for k in group] for group in self.groups])
+
+
+class CKDMethod(_LayerGroupsMethod):
     """CKD: each student layer j learns P_j from its concatenated teacher bucket to d_S (NO / PO buckets)."""
 
     name = "ckd"
@@ -250,25 +268,14 @@ class CKDMethod(Method):
     def __init__(self, teacher: ModelDims, student: ModelDims, ckd_overlap: str = "NO") -> None:
         super().__init__(teacher, student)
         self.ckd_overlap = _choice("ckd_overlap", ckd_overlap, CKD_OVERLAPS)
-        self.buckets = ckd_buckets(teacher.layers, student.layers, self.ckd_overlap)
-        self.projections = nn.ModuleList(_linear(len(b) * teacher.hidden, student.hidden) for b in self.buckets)
-
-    def teacher_needs(self) -> Needs:
-        return Needs(hidden=frozenset(k for bucket in self.buckets for k in bucket))
-
-    def student_needs(self) -> Needs:
-        return Needs(hidden=frozenset(range(1, self.student_dims.layers + 1)))
+        self.groups = ckd_buckets(teacher.layers, student.layers, self.ckd_overlap)
+        self.projections = nn.ModuleList(_linear(len(b) * teacher.hidden, student.hidden) for b in self.groups)
 
     def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
-        return ckd_loss(
-            [_get(student.hidden, j, "student", "hidden state") for j in range(1, len(self.buckets) + 1)],
-            [[_get(teacher.hidden, k, "teacher", "hidden state") for k in bucket] for bucket in self.buckets],
-            list(self.projections),
-            attention_mask,
-        )
+        return ckd_loss(*self.states(student, teacher), list(self.projections), attention_mask)
 
 
-class ALPMethod(Method):
+class ALPMethod(_LayerGroupsMethod):
     """ALP-KD (Eq. 6 over all teacher layers, or Eq. 5 over CKD buckets); P_j per student layer when d_S ≠ d_T."""
 
     name = "alp"
@@ -279,32 +286,18 @@ class ALPMethod(Method):
         if self.alp_scope == "all":
             if ckd_overlap is not None:
                 raise InputError(f"ckd_overlap={ckd_overlap!r} only applies to alp with alp_scope='bucket' (got 'all')")
-            self.candidates = [list(range(1, teacher.layers + 1)) for _ in range(student.layers)]
+            self.groups = [list(range(1, teacher.layers + 1)) for _ in range(student.layers)]
         else:
             overlap = _choice("ckd_overlap", "NO" if ckd_overlap is None else ckd_overlap, CKD_OVERLAPS)
-            self.candidates = ckd_buckets(teacher.layers, student.layers, overlap)
+            self.groups = ckd_buckets(teacher.layers, student.layers, overlap)
         project = student.hidden != teacher.hidden
         self.projections = nn.ModuleList(
             _linear(student.hidden, teacher.hidden) for _ in range(student.layers) if project
         )
 
-    def teacher_needs(self) -> Needs:
-        return Needs(hidden=frozenset(k for layers in self.candidates for k in layers))
-
-    def student_needs(self) -> Needs:
-        return Needs(hidden=frozenset(range(1, self.student_dims.layers + 1)))
-
     def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
-        return alp_loss(
-            [_get(student.hidden, j, "student", "hidden state") for j in range(1, len(self.candidates) + 1)],
-            [[_get(teacher.hidden, k, "teacher", "hidden state") for k in layers] for layers in self.candidates],
-            list(self.projections) if len(self.projections) else [None] * len(self.candidates),
-            attention_mask,
-        )
-
-
-# --------------------------------------------------------------------------------------------
-# attention methods
+        projections = list(self.projections) if len(self.projections) else [None] * len(self.groups)
+        return alp_loss(*self.states(student, teacher), projections, attention_mask)
 
 
 class MiniLMv2Method(Method):

@@ -161,10 +161,10 @@ def test_options_select_the_documented_layers():
         method = build_method("hs", TEACHER, STUDENT, layer_map=strategy)
         assert sorted(method.teacher_needs().hidden) == sorted({j for _, j in method.pairs})
     assert build_method("hs", TEACHER, STUDENT, layer_map="uniform-cons").pairs == [(1, 1), (1, 2), (2, 3), (2, 4), (3, 5), (3, 6)]
-    assert build_method("ckd", TEACHER, STUDENT).buckets == [[1, 2], [3, 4], [5], [6]]
-    assert build_method("ckd", TEACHER, STUDENT, ckd_overlap="PO").buckets == [[1, 2, 3], [3, 4, 5], [5, 6], [6]]
-    assert build_method("alp", TEACHER, STUDENT).candidates == [list(range(1, 7))] * 4
-    assert build_method("alp", TEACHER, STUDENT, alp_scope="bucket", ckd_overlap="PO").candidates == [[1, 2, 3], [3, 4, 5], [5, 6], [6]]
+    assert build_method("ckd", TEACHER, STUDENT).groups == [[1, 2], [3, 4], [5], [6]]
+    assert build_method("ckd", TEACHER, STUDENT, ckd_overlap="PO").groups == [[1, 2, 3], [3, 4, 5], [5, 6], [6]]
+    assert build_method("alp", TEACHER, STUDENT).groups == [list(range(1, 7))] * 4
+    assert build_method("alp", TEACHER, STUDENT, alp_scope="bucket", ckd_overlap="PO").groups == [[1, 2, 3], [3, 4, 5], [5, 6], [6]]
     assert build_method("xtremedistil", TEACHER, STUDENT).pairs == [(1, 3), (2, 4), (3, 5), (4, 6)]
     assert build_method("od", TEACHER, STUDENT, temperature=2).temperature == 2.0
     # None means "default", so a CLI can pass every option it has
@@ -205,7 +205,7 @@ def test_od_contract():
         ("direct-minilm", STUDENT, {"relation_heads": 0}, ["relation_heads=0"]),
         ("direct-minilm", ModelDims(4, 160, 10), {}, ["12 heads", "student hidden size 160", "1, 2, 4, 8, 16, 32"]),
         ("minilmv2", STUDENT, {"teacher_layer": "L-3"}, ["'L-3'", "L, L-1, L-2"]),
-        ("minilmv2", STUDENT, {"teacher_layer": 5}, ["teacher_layer=5"]),
+        ("minilmv2", STUDENT, {"teacher_layer": 5}, ["teacher_layer 5 is invalid: allowed L, L-1, L-2"]),
         ("ckd", STUDENT, {"ckd_overlap": "FO"}, ["'FO'", "NO, PO"]),
         ("alp", STUDENT, {"alp_scope": "some"}, ["'some'", "all, bucket"]),
         ("alp", STUDENT, {"ckd_overlap": "PO"}, ["ckd_overlap='PO'", "alp_scope='bucket'"]),

@@ -6,16 +6,19 @@ what it scores) and below `nas`.
 Modules, one idea each: `models` (a model folder, its encoder, its sentence embedding),
 `fidelity` (Spearman ρ of pairwise cosines vs the teacher), `probe` (MTEB-style logistic
 regression on frozen embeddings), `finetune` (a classification head trained over seeds),
-`report` (the side-by-side comparison with latency), `tasks`, `task_transfer`.
+`report` (the side-by-side comparison with latency), `compare` (is a difference beyond the
+noise?), `tasks`, `task_transfer`.
 
 Public API:
     resolve_model, sentence_embeddings                             a model and its embedding
     embedding_fidelity, probe_scores                               fidelity and MTEB-style probes
     FinetuneConfig, QualityConfig, evaluate, format_table          the report, with latency
+    compare                                                        two report rows: ahead, behind or a tie
     load_task, Task                                                bundled or local labelled tasks
     TransferConfig, task_transfer                                  task-specific distillation
 """
 
+from .compare import compare
 from .fidelity import embedding_fidelity
 from .finetune import FinetuneConfig
 from .models import resolve_model, sentence_embeddings
@@ -25,6 +28,6 @@ from .task_transfer import TransferConfig, task_transfer
 from .tasks import Task, load_task
 
 __all__ = [
-    "FinetuneConfig", "QualityConfig", "Task", "TransferConfig", "embedding_fidelity", "evaluate", "format_table",
+    "FinetuneConfig", "QualityConfig", "Task", "TransferConfig", "compare", "embedding_fidelity", "evaluate", "format_table",
     "load_task", "measure_model", "probe_scores", "resolve_model", "sentence_embeddings", "task_transfer",
 ]

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from core.errors import InputError, check_choice
 from distill.data import HELDOUT_EVERY, heldout_sentences, load_corpus
-from . import compare
+from .compare import scores as measure_scores
 from .fidelity import MIN_PAIRS, MIN_SENTENCES, fidelity_scores
 from .finetune import FinetuneConfig, TaskScore, evaluate_model, protocol_splits
 from .models import ModelRef, count_parameters, resolve_device, resolve_model
@@ -144,7 +144,7 @@ def _relative(entry: ModelScores, reference: ModelScores | None) -> dict:
     """A report row: the model's scores, and beside them what share of the reference's it keeps."""
     row = entry.to_dict()
     # Every measure's standard error (evaluation.compare): two rows closer than ~2 SE are a tie.
-    row["standard_errors"] = {name: score.se for name, score in compare.scores(row).items()}
+    row["standard_errors"] = {name: score.se for name, score in measure_scores(row).items()}
     if reference is None:
         return row
     if entry.tasks:

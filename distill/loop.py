@@ -31,6 +31,12 @@ class Optimization:
     weight_decay: float
     betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float = 1.0
+    # One fused kernel for the whole update instead of a loop of small ops per tensor: the same
+    # AdamW (weights within 1.5e-6 after 20 fp32 steps) in a fifth of the optimizer's time. On the
+    # 2-core CPU that makes a fine-tuning step of the 22.7M-parameter teacher 0.88x as long; a
+    # distillation step of the demo's student (4.5M trainable) is unchanged within the noise
+    # (benchmarks/results/fused_adamw.json).
+    fused: bool = True
 
 
 def warmup_linear_decay(steps: int, warmup_steps: int):
@@ -42,7 +48,9 @@ def warmup_linear_decay(steps: int, warmup_steps: int):
 def adamw(params: list[nn.Parameter], optim: Optimization
           ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """AdamW and its warm-up/decay schedule."""
-    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
+    fused = optim.fused and all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in params)
+    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay,
+                                  fused=fused or None)
     return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear_decay(optim.steps, optim.warmup_steps))
 
 

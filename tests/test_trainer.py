@@ -1,3 +1,4 @@
+import copy
 import math
 
 import pytest
@@ -143,6 +144,29 @@ def test_a_non_finite_loss_stops_the_loop_naming_its_step():
         reader.read(7)
     reader.add(torch.tensor(0.25))
     assert reader.read(8) == [0.25]
+
+
+def test_adamw_is_fused_on_cpu_and_takes_the_same_steps_as_the_per_tensor_loop():
+    from distill.loop import Optimization, adamw
+
+    torch.manual_seed(0)
+    start = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    x, y = torch.randn(64, 16), torch.randn(64, 4)
+    weights = {}
+    for fused in (True, False):
+        model = copy.deepcopy(start)
+        params = list(model.parameters())
+        optimizer, schedule = adamw(params, Optimization(lr=1e-2, steps=20, warmup_steps=2, weight_decay=0.01,
+                                                         fused=fused))
+        assert optimizer.defaults["fused"] is (True if fused else None)
+        for _ in range(20):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+            schedule.step()
+        weights[fused] = torch.cat([p.detach().flatten() for p in params])
+    assert not torch.equal(weights[True], torch.cat([p.detach().flatten() for p in start.parameters()]))
+    torch.testing.assert_close(weights[True], weights[False], atol=1e-5, rtol=1e-5)
 
 
 def test_held_out_l_hs_is_cross_fitted_and_not_biased_against_a_narrow_student(teacher, news_texts):

@@ -30,6 +30,19 @@ def test_distill_writes_a_loadable_student_and_losses(tmp_path):
     assert list((tmp_path / "targets").iterdir()), "teacher targets were cached on disk"
 
 
+def in_process(capsys, *args) -> tuple[int, str]:
+    """Exit code and stderr of `kdnas ARGS`, run in this process through the same `main` the console
+    script calls (the script itself runs as a subprocess in the tests around): a fresh interpreter
+    per bad-input case would add about 5 s each."""
+    import kdnas.cli
+
+    try:
+        code = kdnas.cli.main(list(args))
+    except SystemExit as exit_:  # argparse's own refusals
+        code = exit_.code
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, message", [
     (["--arch", "4x5x192x768"], "hidden=192 is not divisible by heads=5"),
     (["--arch", "four-layers"], "is not of the form LAYERSxHEADSxHIDDENxFFN"),
@@ -41,11 +54,12 @@ def test_distill_writes_a_loadable_student_and_losses(tmp_path):
     (["--steps", "0"], "--steps 0 is invalid"),
     (["--method", "hs", "--relation-heads", "4"], "does not apply to method 'hs'"),
 ])
-def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
-    run = kdnas("distill", *args, "--out", str(tmp_path / "o"), "--quiet", env_cache=tmp_path)
-    assert run.returncode == 2
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, args, message):
+    monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
+    code, stderr = in_process(capsys, "distill", *args, "--out", str(tmp_path / "o"), "--quiet")
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
     assert message in lines[0]
     assert not (tmp_path / "o").exists()
 
@@ -87,11 +101,13 @@ def test_argparse_errors_are_one_line_too(args, message, capsys):
     ("8x12x384x1536", "student layers=8 exceeds the teacher's 6"),
     ("2x12x768x1536", "student hidden=768 exceeds the teacher's 384"),
 ])
-def test_init_inherit_with_a_student_larger_than_the_teacher_is_one_line_exit_2(tmp_path, arch, words):
-    run = kdnas("distill", "--arch", arch, "--init", "inherit", "--out", str(tmp_path / "o"), "--quiet",
-                env_cache=tmp_path)
-    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert words in run.stderr and "--init svd" in run.stderr
+def test_init_inherit_with_a_student_larger_than_the_teacher_is_one_line_exit_2(tmp_path, monkeypatch, capsys,
+                                                                              arch, words):
+    monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
+    code, stderr = in_process(capsys, "distill", "--arch", arch, "--init", "inherit", "--out", str(tmp_path / "o"),
+                              "--quiet")
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert words in stderr and "--init svd" in stderr
     assert not (tmp_path / "o").exists() and not (tmp_path / "targets").exists()
 
 

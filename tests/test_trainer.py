@@ -1,4 +1,5 @@
 import copy
+import dataclasses
 import math
 
 import pytest
@@ -156,8 +157,8 @@ def test_adamw_is_fused_on_cpu_and_takes_the_same_steps_as_the_per_tensor_loop()
     for fused in (True, False):
         model = copy.deepcopy(start)
         params = list(model.parameters())
-        optimizer, schedule = adamw(params, Optimization(lr=1e-2, steps=20, warmup_steps=2, weight_decay=0.01,
-                                                         fused=fused))
+        optim = Optimization(lr=1e-2, steps=20, warmup_steps=2, weight_decay=0.01)  # fused by default
+        optimizer, schedule = adamw(params, optim if fused else dataclasses.replace(optim, fused=False))
         assert optimizer.defaults["fused"] is (True if fused else None)
         for _ in range(20):
             optimizer.zero_grad()

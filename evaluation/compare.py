@@ -14,7 +14,6 @@ between two 95 % models is about 2.1 points.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 MARGIN = 2.0  # standard errors: about a 95 % two-sided interval
@@ -74,8 +73,7 @@ def scores(row: dict) -> dict[str, Score]:
         out[f"{task} {p['shots']}-shot"] = Score(p["few_shot_mean"],
                                                  math.hypot(spread, binomial_se(p["few_shot_mean"], n)))
     for task, t in row.get("tasks", {}).items():
-        accuracies = [r["accuracy"] for r in t["runs"]]
-        spread = statistics.stdev(accuracies) / math.sqrt(len(accuracies)) if len(accuracies) > 1 else 0.0
+        spread = t["accuracy_std"] / math.sqrt(len(t["runs"]))  # the seeds' sample std, as the row reports it
         n = t["runs"][0]["test_examples"]
         out[f"{task} fine-tune"] = Score(t["accuracy_mean"], math.hypot(spread, binomial_se(t["accuracy_mean"], n)))
     return out

@@ -22,7 +22,7 @@ def _row(model: str, role: str, rho: float, rho_se: float, full: float, few: lis
                                 "few_shot_std": _stdev(few), "few_shot": few, "shots": 16, "test_examples": 200}},
            "tasks": {}}
     if finetune:
-        row["tasks"]["topic"] = {"accuracy_mean": sum(finetune) / len(finetune),
+        row["tasks"]["topic"] = {"accuracy_mean": sum(finetune) / len(finetune), "accuracy_std": _stdev(finetune),
                                  "runs": [{"accuracy": a, "test_examples": 200} for a in finetune]}
     return row
 

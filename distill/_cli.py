@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
     from .recipes import hs_then_od, wants_assistant, with_assistant
     from core.spec import parse_arch
     from .teachers import load_teacher
-    from .trainer import DistillConfig, distill
+    from .loop import emulation_notice
+    from .trainer import DistillConfig, distill, resolve_device
 
     out = _check_args(args)
     config = DistillConfig(
@@ -109,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         layer_rule=args.layer_rule, embed_terms=args.embed_terms, device=args.device, precision=args.precision,
         progress=not args.quiet,
     )
+    if (notice := emulation_notice(config.precision, resolve_device(config.device))) is not None:
+        print(f"kdnas distill: {notice}", file=sys.stderr)
     needs_mlm = args.method in ("od", "hs+od")
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     parse_arch(args.arch)  # fail on a malformed shape before loading anything

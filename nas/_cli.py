@@ -182,6 +182,8 @@ def _final_flags(p: argparse.ArgumentParser, d) -> None:
 
 def _search(args: argparse.Namespace) -> int:
     from core.errors import InputError
+    from distill.loop import emulation_notice
+    from distill.trainer import resolve_device
 
     from . import search
     from .space import DIMENSIONS, load_space_file
@@ -196,6 +198,8 @@ def _search(args: argparse.Namespace) -> int:
     if args.trials is not None and args.trials < 1:
         raise InputError(f"--trials {args.trials} must be at least 1")
     config = config_from_args(args, overrides)
+    if (notice := emulation_notice(config.precision, resolve_device(config.device))) is not None:
+        print(f"kdnas search: {notice}", file=sys.stderr)
     summary = search(config)
     if args.json:
         print(json.dumps({k: v for k, v in summary.items() if k != "trials_table"}, indent=2, default=str))

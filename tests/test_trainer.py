@@ -204,6 +204,21 @@ def test_auto_precision_is_bf16_only_on_a_cpu_that_multiplies_bf16_natively(monk
         resolve_precision("fp16", cpu)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_forced_bf16_is_announced_only_where_it_would_be_emulated(monkeypatch, native):
+    from distill.loop import emulation_notice
+
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: native, raising=False)
+    cpu = torch.device("cpu")
+    notice = emulation_notice("bf16", cpu)
+    assert (notice is None) == native
+    if not native:
+        assert "emulated" in notice and "--precision auto" in notice and "\n" not in notice
+    assert emulation_notice("auto", cpu) is None and emulation_notice("fp32", cpu) is None
+    assert emulation_notice("bf16", torch.device("cuda")) is None
+
+
 def test_autocast_runs_matrix_products_in_the_resolved_precision():
     from distill.loop import autocast
 

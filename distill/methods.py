@@ -300,7 +300,24 @@ class ALPMethod(_LayerGroupsMethod):
         return alp_loss(*self.states(student, teacher), projections, attention_mask)
 
 
-class MiniLMv2Method(Method):
+class _QKVRelationMethod(Method):
+    """A method that relates the queries, keys and values of one teacher layer (`teacher_layer`) to
+    those of the student's last layer (the MiniLM family)."""
+
+    teacher_layer: int
+
+    def teacher_needs(self) -> Needs:
+        return Needs(qkv=frozenset({self.teacher_layer}))
+
+    def student_needs(self) -> Needs:
+        return Needs(qkv=frozenset({self.student_dims.layers}))
+
+    def qkv(self, student: Activations, teacher: Activations) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """(student Q, K, V), (teacher Q, K, V) of the two related layers."""
+        return _qkv(student, self.student_dims.layers, "student"), _qkv(teacher, self.teacher_layer, "teacher")
+
+
+class MiniLMv2Method(_QKVRelationMethod):
     """MiniLMv2 (comparative Eq. 7-9): Q-Q, K-K, V-V relations of one teacher layer → the last student layer."""
 
     name = "minilmv2"
@@ -313,19 +330,12 @@ class MiniLMv2Method(Method):
         default = default_relation_heads(teacher.hidden, student.hidden)
         self.relation_heads = _relation_heads(relation_heads, default, teacher, student)
 
-    def teacher_needs(self) -> Needs:
-        return Needs(qkv=frozenset({self.teacher_layer}))
-
-    def student_needs(self) -> Needs:
-        return Needs(qkv=frozenset({self.student_dims.layers}))
-
     def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
-        s = _qkv(student, self.student_dims.layers, "student")
-        t = _qkv(teacher, self.teacher_layer, "teacher")
+        s, t = self.qkv(student, teacher)
         return sum(minilmv2_loss(sa, ta, self.relation_heads, attention_mask) for sa, ta in zip(s, t))
 
 
-class DirectMiniLMMethod(Method):
+class DirectMiniLMMethod(_QKVRelationMethod):
     """DirectMiniLM (comparative Eq. 10): learned W_{α,a} ∈ R^{d_r^S×d_r^T} per α ∈ {Q,K,V} and relation head.
 
     A_r defaults to the number of attention heads (App. B: "A_r = A_h"): the teacher's, which must
@@ -352,19 +362,12 @@ class DirectMiniLMMethod(Method):
             nn.init.orthogonal_(w)
         self.weight = nn.Parameter(weight)  # [Q/K/V, A_r, d_r^S, d_r^T]
 
-    def teacher_needs(self) -> Needs:
-        return Needs(qkv=frozenset({self.teacher_layer}))
-
-    def student_needs(self) -> Needs:
-        return Needs(qkv=frozenset({self.student_dims.layers}))
-
     def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
-        s = _qkv(student, self.student_dims.layers, "student")
-        t = _qkv(teacher, self.teacher_layer, "teacher")
+        s, t = self.qkv(student, teacher)
         return sum(direct_minilm_loss(sa, ta, w, attention_mask) for sa, ta, w in zip(s, t, self.weight))
 
 
-class MiniLMMethod(Method):
+class MiniLMMethod(_QKVRelationMethod):
     """MiniLM v1 (MiniLM Eq. 6-10): attention + value-relation KL, last layer → last layer, equal heads."""
 
     name = "minilm"
@@ -372,20 +375,10 @@ class MiniLMMethod(Method):
     def __init__(self, teacher: ModelDims, student: ModelDims) -> None:
         super().__init__(teacher, student)
         _equal_heads(self.name, teacher, student)
-
-    def teacher_needs(self) -> Needs:
-        return Needs(qkv=frozenset({self.teacher_dims.layers}))
-
-    def student_needs(self) -> Needs:
-        return Needs(qkv=frozenset({self.student_dims.layers}))
+        self.teacher_layer = teacher.layers
 
     def forward(self, student: Activations, teacher: Activations, attention_mask: torch.Tensor) -> torch.Tensor:
-        return minilm_v1_loss(
-            _qkv(student, self.student_dims.layers, "student"),
-            _qkv(teacher, self.teacher_dims.layers, "teacher"),
-            self.student_dims.heads,
-            attention_mask,
-        )
+        return minilm_v1_loss(*self.qkv(student, teacher), self.student_dims.heads, attention_mask)
 
 
 class XtremeDistilMethod(Method):

@@ -39,7 +39,7 @@ def model_card(entry: dict[str, Any], config: Any) -> str:
         ("quality", _quality(entry.get("quality"))),
         ("teacher", f"`{config.teacher}`"),
         ("sentence embedding", _pipeline(pipe)),
-        ("distillation", f"{entry.get('steps')} steps on {entry.get('train_rows', entry.get('train'))} sequences"),
+        ("distillation", _distillation(entry)),
     ]
     rows = "\n".join(f"| {name} | {value} |" for name, value in facts)
     return f"""---
@@ -107,6 +107,15 @@ def _choices(choices: Any) -> str:
     if isinstance(choices, (list, tuple)):
         return ",".join(str(c) for c in choices)
     return str(choices)
+
+
+def _distillation(entry: dict[str, Any]) -> str:
+    """Steps, rows, and what the training ran in: the same steps differ in time, not in fidelity,
+    between bf16 and fp32 (docs/design/final-recipe.md)."""
+    text = f"{entry.get('steps')} steps on {entry.get('train_rows', entry.get('train'))} sequences"
+    seconds = (entry.get("seconds") or {}).get("distill")
+    how = [p for p in (entry.get("precision"), f"{seconds / 60:.1f} min" if seconds else None) if p]
+    return f"{text} ({', '.join(how)})" if how else text
 
 
 def _latency(record: dict[str, Any] | None, config: Any, runtime: str) -> str:

@@ -222,7 +222,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     entry = {
         "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
         "recipe": _recipe(cfg), "steps": cfg.final_steps, "train": cfg.final_rows, "train_rows": data.num_train,
-        "init": res.init, "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
+        "init": res.init, "precision": res.precision, "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
         "proxy_reward": row["reward"], "quality": quality, **shipped,
         "seconds": {"distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3), "export": round(t3 - t2, 3),
                     "latency": round(time.perf_counter() - t3, 3)},

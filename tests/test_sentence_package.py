@@ -152,6 +152,9 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     assert "3x12x384x1536" in card and "17,400,000" in card and "0.4321" in card
     assert "3.21 ms" in card and "1.87 ms" in card and "not measured" in card  # no quality in the entry
     assert "mean pooling, L2-normalized, max_seq_length 256" in card
+    assert "| 50 steps on 1024 sequences |" in card  # what the training ran in is not in this entry
+    timed = write_model_card(tmp_path, {**entry, "precision": "bf16", "seconds": {"distill": 239.8}}, config).read_text()
+    assert "| 50 steps on 1024 sequences (bf16, 4.0 min) |" in timed
     command = card.split("```bash\n", 1)[1].split("\n```", 1)[0]
     assert command == ("kdnas search --teacher minilm-l6 --corpus news --out 'runs/demo dir' --trials 20 "
                        "--budget-ms 8.0 --layers 2-4 --no-prune --final-steps 50")

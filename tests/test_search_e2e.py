@@ -99,6 +99,9 @@ def test_search_writes_every_output(search_run):
     assert final["quality"]["sentences"] == 48 and "student" in fidelity
     assert any(name.startswith("first ") for name in fidelity), fidelity
     assert final["init"]["init"] == "inherit" and "embedding fidelity rho" in search_run["stdout"]
+    # what the training ran in, as distill.json has it, and said on the card
+    assert final["precision"] == json.loads((best / "distill.json").read_text())["precision"]
+    assert f"({final['precision']}, " in (best / "README.md").read_text()
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(best)

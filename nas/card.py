@@ -114,7 +114,8 @@ def _distillation(entry: dict[str, Any]) -> str:
     between bf16 and fp32 (docs/design/final-recipe.md)."""
     text = f"{entry.get('steps')} steps on {entry.get('train_rows', entry.get('train'))} sequences"
     seconds = (entry.get("seconds") or {}).get("distill")
-    how = [p for p in (entry.get("precision"), f"{seconds / 60:.1f} min" if seconds else None) if p]
+    took = None if not seconds else f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+    how = [p for p in (entry.get("precision"), took) if p]
     return f"{text} ({', '.join(how)})" if how else text
 
 

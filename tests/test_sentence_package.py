@@ -155,6 +155,8 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     assert "| 50 steps on 1024 sequences |" in card  # what the training ran in is not in this entry
     timed = write_model_card(tmp_path, {**entry, "precision": "bf16", "seconds": {"distill": 239.8}}, config).read_text()
     assert "| 50 steps on 1024 sequences (bf16, 4.0 min) |" in timed
+    quick = write_model_card(tmp_path, {**entry, "precision": "fp32", "seconds": {"distill": 3.2}}, config).read_text()
+    assert "| 50 steps on 1024 sequences (fp32, 3 s) |" in quick
     command = card.split("```bash\n", 1)[1].split("\n```", 1)[0]
     assert command == ("kdnas search --teacher minilm-l6 --corpus news --out 'runs/demo dir' --trials 20 "
                        "--budget-ms 8.0 --layers 2-4 --no-prune --final-steps 50")

@@ -280,3 +280,36 @@ def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():
     assert budget_latency("m.onnx", None, 8.0, marginal_only=True, measure_once=once)[1] == [8.3, 7.9]
     once, calls = readings(9.5)  # fastest run 9.0 > 8.0: far over, one reading
     assert budget_latency("m.onnx", None, 8.0, marginal_only=True, measure_once=once)[1] == [] and calls == [True]
+
+
+@pytest.mark.parametrize("teacher_now, budget_ms, shipped_ms", [
+    (12.0, None, 5.5 / 1.2),  # the host slowed by 1.2x since the budget was set: judged side by side, fits
+    (9.0, None, 5.5),  # the host is faster now: the reading stands (still over)
+    (12.0, 5.0, 5.5),  # --budget-ms is absolute: no teacher re-reading, the reading stands
+])
+def test_a_finalist_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading(monkeypatch, teacher_now, budget_ms,
+                                                                                    shipped_ms):
+    from types import SimpleNamespace
+
+    import nas.final as final
+    from latency import LatencyResult
+    from nas import SearchConfig
+
+    def result(ms):
+        return LatencyResult(median_ms=ms, p90_ms=ms + 0.2, min_ms=ms - 0.1, mean_ms=ms, cv=0.01, runs=20, noisy=False,
+                             batch=1, seq=128, threads=2, runtime="onnxruntime", cpu="cpu", versions={}, cached=False,
+                             key="k")
+
+    monkeypatch.setattr(final, "budget_latency", lambda graph, cfg, budget: (result(5.5), [5.5, 5.6]))
+    teacher_reads = []
+    monkeypatch.setattr(final, "measure", lambda target, cfg, use_cache=True:
+                        teacher_reads.append((target, use_cache)) or result(teacher_now))
+    ctx = SimpleNamespace(config=SearchConfig(budget_ms=budget_ms, budget_ratio=0.5), budget_ms=5.0,
+                          teacher_latency_ms=10.0, progress=SimpleNamespace(phase=lambda *_: None))
+    shipped, readings, drift = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
+    assert shipped.median_ms == pytest.approx(shipped_ms) and readings == [5.5, 5.6]
+    if budget_ms is None:
+        assert teacher_reads == [("minilm-l6", False)] and drift["teacher_latency_now_ms"] == teacher_now
+        assert drift["latency_scaled_by"] == pytest.approx(min(1.0, 10.0 / teacher_now), abs=1e-4)
+    else:
+        assert teacher_reads == [] and drift == {}

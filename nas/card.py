@@ -33,7 +33,7 @@ def model_card(entry: dict[str, Any], config: Any) -> str:
     facts = [
         ("shape (layers x heads x hidden x ffn)", entry["arch"]),
         ("parameters", f"{int(entry['params']):,}"),
-        ("latency, fp32", _latency(entry.get("latency"), config, config.runtime)),
+        ("latency, fp32", _latency(entry.get("latency"), config, config.runtime) + _drift(entry)),
         ("latency, int8 (model.int8.onnx)", _latency(entry.get("latency_int8_onnx"), config, "onnxruntime")),
         ("held-out normalized L_HS (0 = the teacher's hidden states)", _number(entry.get("l_hs_norm"))),
         ("quality", _quality(entry.get("quality"))),
@@ -107,6 +107,15 @@ def _choices(choices: Any) -> str:
     if isinstance(choices, (list, tuple)):
         return ",".join(str(c) for c in choices)
     return str(choices)
+
+
+def _drift(entry: dict[str, Any]) -> str:
+    """Says so when the fp32 reading was scaled to the host's speed when the budget was set (nas.final)."""
+    scale = entry.get("latency_scaled_by", 1.0)
+    if scale >= 1.0:
+        return ""
+    return (f"; scaled by {scale:.3f}: the host had slowed, the teacher read {entry['teacher_latency_now_ms']:.2f} ms "
+            "beside it instead of its reading when the budget was set")
 
 
 def _distillation(entry: dict[str, Any]) -> str:

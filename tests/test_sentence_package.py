@@ -154,7 +154,10 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     assert "mean pooling, L2-normalized, max_seq_length 256" in card
     assert "| 50 steps on 1024 sequences |" in card  # what the training ran in is not in this entry
     timed = write_model_card(tmp_path, {**entry, "precision": "bf16", "seconds": {"distill": 239.8}}, config).read_text()
-    assert "| 50 steps on 1024 sequences (bf16, 4.0 min) |" in timed
+    assert "| 50 steps on 1024 sequences (bf16, 4.0 min) |" in timed and "scaled" not in timed
+    drifted = write_model_card(tmp_path, {**entry, "latency_scaled_by": 0.9, "teacher_latency_now_ms": 22.2},
+                               config).read_text()
+    assert "3.21 ms median" in drifted and "scaled by 0.900: the host had slowed, the teacher read 22.20 ms" in drifted
     quick = write_model_card(tmp_path, {**entry, "precision": "fp32", "seconds": {"distill": 3.2}}, config).read_text()
     assert "| 50 steps on 1024 sequences (fp32, 3 s) |" in quick
     command = card.split("```bash\n", 1)[1].split("\n```", 1)[0]

@@ -129,16 +129,16 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         label = f"final {rank}/{cfg.final_top_k} {row['arch']}"
         # The shipped graph (pooling and normalization included) is timed before the long training
         # too: weights do not change latency, so a finalist that cannot fit costs seconds, not minutes.
-        before, readings = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
+        before, readings, drift = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
         if before > ctx.budget_ms:
-            over.append(_over_record(row, cfg, None, before, ctx.budget_ms, readings))
+            over.append(_over_record(row, cfg, None, before, ctx.budget_ms, readings) | drift)
         else:
             entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline)
             if entry["within_budget"]:
                 results.append(entry | {"rank": rank})
                 continue
             over.append(_over_record(row, cfg, _set_aside(out, entry), entry["latency_ms"], ctx.budget_ms,
-                                     entry["latency_readings_ms"]))
+                                     entry["latency_readings_ms"]) | _drift_of(entry))
         study.set_user_attr("final_over_budget", json.loads(json.dumps(over, default=str)))
     study.set_user_attr("final", json.loads(json.dumps(results, default=str)))
     if not results:
@@ -153,9 +153,9 @@ def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:
 
 
 def _shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any],
-                           label: str) -> tuple[float, list[float]]:
+                           label: str) -> tuple[float, list[float], dict[str, float]]:
     """Median latency of the graph `best/model.onnx` will be, built with random weights, as the
-    budget judges it (`budget_latency`: re-measured once when over); with the readings if two."""
+    budget judges it (`_final_latency`); with the readings if two, and the teacher's re-reading if any."""
     from export import export_model
 
     ctx.progress.phase(f"{label}: latency of the shipped graph, before training")
@@ -163,8 +163,8 @@ def _shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any]
         folder = Path(tmp) / spec.arch
         export_model(spec, folder, tokenizer=ctx.teacher.tokenizer, pooling=pipeline["pooling"],
                      normalize=pipeline["normalize"])
-        result, readings, _ = _final_latency(ctx, folder / "model.onnx", label)
-    return float(result.median_ms), readings
+        result, readings, drift = _final_latency(ctx, folder / "model.onnx", label)
+    return float(result.median_ms), readings, drift
 
 
 def _final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float], dict[str, float]]:
@@ -192,6 +192,10 @@ def _final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float],
         return result, readings, drift
     scaled = {name: getattr(result, name) / slowed for name in ("median_ms", "p90_ms", "min_ms", "mean_ms")}
     return dataclasses.replace(result, **scaled), readings, drift
+
+
+def _drift_of(entry: dict[str, Any]) -> dict[str, float]:
+    return {key: entry[key] for key in ("teacher_latency_now_ms", "latency_scaled_by") if key in entry}
 
 
 def _say_readings(ctx: Any, label: str, readings: list[float]) -> None:

@@ -316,3 +316,17 @@ def test_a_finalist_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading
         assert drift["latency_scaled_by"] == pytest.approx(min(1.0, 10.0 / teacher_now), abs=1e-4)
     else:
         assert teacher_reads == [] and drift == {}
+
+
+def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teacher_reading(capsys, tmp_path):
+    from nas._cli import _print_summary
+
+    over = {"trial": 2, "arch": "3x12x384x1536", "stage": "before training", "dir": None, "latency_ms": 10.03,
+            "budget_ms": 9.87, "latency_readings_ms": [10.15, 10.13], "teacher_latency_now_ms": 19.93,
+            "latency_scaled_by": 0.99}
+    summary = {"trials": 8, "counts": {"feasible": 8}, "budget_ms": 9.87, "teacher_latency": {"median_ms": 19.73},
+               "final_over_budget": [over, {**over, "trial": 3, "latency_scaled_by": 1.0}]}
+    _print_summary(summary, tmp_path)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("not shipped")]
+    assert "twice (10.15 and 10.13 ms), scaled by 0.990 (the teacher read 19.93 ms beside it)" in lines[0]
+    assert "scaled" not in lines[1]

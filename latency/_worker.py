@@ -1,7 +1,9 @@
 """The measuring process: `python -m latency._worker` reads one request (JSON on stdin), prints one result.
 
 It runs apart from the caller so a search's training threads and memory never share its process,
-and so it can pin itself to exactly the requested cores. User errors come back as
+and so it can pin itself to exactly the requested cores. With onnxruntime it times an ONNX file
+(the caller exports a shape or folder first: `latency._profile._graph_to_time`); with torch it
+builds the random-weight model itself. User errors come back as
 {"error": ..., "user_error": true} with exit code 3; anything else is a crash (traceback on stderr).
 """
 
@@ -10,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from core.quiet import reserved_latency_cores
 
@@ -41,16 +41,12 @@ def run(request: dict) -> dict:
     os.sched_setaffinity(0, cores)
     rule = _stats.StopRule(**request.get("rule", {}))
     runner = _torch_runner if request["runtime"] == "torch" else _ort_runner
-    run_once, fused, tmp = runner(request, threads)
+    run_once = runner(request, threads)
     started = time.time()  # the timed runs (what must not overlap another measurement) start here
-    try:
-        best, blocks, quiet = _stats.measure_blocks(run_once, rule, blocks=int(request.get("blocks", 1)),
-                                                    retries=int(request["retries"]), max_cv=request["max_cv"])
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+    best, blocks, quiet = _stats.measure_blocks(run_once, rule, blocks=int(request.get("blocks", 1)),
+                                                retries=int(request["retries"]), max_cv=request["max_cv"])
     return {**best.__dict__, "attempts": len(blocks), "block_medians": [round(b.median_ms, 4) for b in blocks],
-            "quiet": quiet, "cores": cores, "fused": fused, "window": [started, time.time()]}
+            "quiet": quiet, "cores": cores, "window": [started, time.time()]}
 
 
 def latency_cores(threads: int) -> list[int]:
@@ -77,9 +73,9 @@ def _inputs(request: dict):
     }
 
 
-def _build_model(request: dict):
-    """A random-weight model of the target's shape: weights do not change the latency."""
-    target = request["target"]
+def random_model(target: dict):
+    """A random-weight model of a shape (`{"kind": "spec", "spec": ...}`) or of a model folder's
+    config (`{"kind": "folder", "path": ...}`): weights do not change the latency."""
     if target["kind"] == "spec":
         from core.spec import StudentSpec, build_student
 
@@ -91,23 +87,10 @@ def _build_model(request: dict):
 
 
 def _ort_runner(request: dict, threads: int):
+    """Times an ONNX file as is (a shape or folder arrives exported by the caller)."""
     import onnxruntime as ort
 
-    tmp = None
-    fused: dict = {}
-    target = request["target"]
-    if target["kind"] == "onnx":
-        path = target["path"]
-    else:
-        from export import export_onnx, quantize_int8
-
-        tmp = tempfile.TemporaryDirectory(prefix="kdnas-latency-")
-        graph = export_onnx(_build_model(request), Path(tmp.name) / "model.onnx", optimize=request["optimized"])
-        fused = graph.fused
-        path = graph.path
-        if request["int8"]:
-            quantize_int8(path, Path(tmp.name) / "model.int8.onnx")
-            path = str(Path(tmp.name) / "model.int8.onnx")
+    path = request["target"]["path"]
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -128,14 +111,14 @@ def _ort_runner(request: dict, threads: int):
 
         raise InputError(f"onnxruntime cannot run this model at batch {request['batch']}, "
                          f"seq {request['seq']}: {' '.join(str(err).split())[:300]}") from None
-    return (lambda: session.run(None, feed)), fused, tmp
+    return lambda: session.run(None, feed)
 
 
 def _torch_runner(request: dict, threads: int):
     import torch
 
     torch.set_num_threads(threads)
-    model = _build_model(request)
+    model = random_model(request["target"])
     feed = {k: torch.from_numpy(v) for k, v in _inputs(request).items()}
     if getattr(model.config, "type_vocab_size", 0) < 2:
         feed.pop("token_type_ids")
@@ -144,7 +127,7 @@ def _torch_runner(request: dict, threads: int):
         with torch.inference_mode():
             model(**feed)
 
-    return run_once, {}, None
+    return run_once
 
 
 if __name__ == "__main__":

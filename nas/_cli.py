@@ -288,6 +288,7 @@ def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
 
 
 def _print_summary(summary: dict, out: Path) -> None:
+    from .neighbours import origin
     from .records import loss_of
 
     best = summary.get("best_trial")
@@ -302,11 +303,15 @@ def _print_summary(summary: dict, out: Path) -> None:
             if len(s.get("latency_readings_ms") or []) == 2 else ""
         if s.get("latency_scaled_by", 1.0) < 1.0:  # nas.final._final_latency: judged beside a fresh teacher reading
             twice += f", scaled by {s['latency_scaled_by']:.3f} (the teacher read {s['teacher_latency_now_ms']:.2f} ms beside it)"
-        print(f"not shipped: {s['arch']} (trial #{s['trial']}) measured {s['latency_ms']:.2f} ms {s['stage']}{twice}, "
+        print(f"not shipped: {s['arch']} ({origin(s)}) measured {s['latency_ms']:.2f} ms {s['stage']}{twice}, "
               f"over the budget of {s['budget_ms']:.2f} ms" + (f"; moved to {s['dir']}" if s.get("dir") else ""))
+    for n in summary.get("final_neighbours") or []:
+        print(f"FFN neighbour {n['arch']} of {n['neighbour_of']}: {n['proxy']['latency_ms']:.2f} ms as shipped, "
+              f"proxy reward {n['reward']:.4f}")
     for f in summary.get("final") or []:
         method = (f.get("recipe") or {}).get("method", "")
-        print(f"final {f['dir']}: {f['arch']} after {f['steps']} steps of {method}: {f['latency_ms']:.2f} ms; "
+        shape = f"{f['arch']} ({origin(f)})" if f.get("neighbour_of") else f["arch"]
+        print(f"final {f['dir']}: {shape} after {f['steps']} steps of {method}: {f['latency_ms']:.2f} ms; "
               f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
               + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
         quality = f.get("quality") or {}

@@ -27,11 +27,17 @@ def write_model_card(dest: str | Path, entry: dict[str, Any], config: Any) -> Pa
     return path
 
 
+def _origin(entry: dict[str, Any]) -> str:
+    from .neighbours import origin
+
+    return f" ({origin(entry)})" if entry.get("neighbour_of") else ""
+
+
 def model_card(entry: dict[str, Any], config: Any) -> str:
     """The card's text (see `write_model_card`)."""
     pipe = entry.get("sentence_transformers") or {}
     facts = [
-        ("shape (layers x heads x hidden x ffn)", entry["arch"]),
+        ("shape (layers x heads x hidden x ffn)", entry["arch"] + _origin(entry)),
         ("parameters", f"{int(entry['params']):,}"),
         ("latency, fp32", _latency(entry.get("latency"), config, config.runtime) + _drift(entry)),
         ("latency, int8 (model.int8.onnx)", _latency(entry.get("latency_int8_onnx"), config, "onnxruntime")),

@@ -1,7 +1,8 @@
 """After the search: distill the winner(s) longer, export with checks, profile, write out.
 
 The winner is the feasible trial with the best reward (for the Pareto objective: the front
-member with the best KD-NAS reward). It is distilled again from its start for `final_steps` on a
+member with the best KD-NAS reward), or the FFN neighbour of a finalist that the proxy ranks above
+it (`nas.neighbours`: the budget's edge often lies between two FFN widths). It is distilled again from its start for `final_steps` on a
 transfer set of `final_rows` sequences (`final_train`, more for a long run) with the proxy's
 held-out rows (so the losses compare), exported (ONNX + fused + INT8, parity-checked by `export`),
 made a sentence-transformers drop-in for the teacher (the teacher's pooling and normalization, also
@@ -28,6 +29,7 @@ from core.errors import InputError
 
 from ._io import atomic_write_text
 from .measure import budget_latency, latency_record, measure
+from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, rank_in
 from .records import pareto_front, trial_rows
 from .resume import worker_alive, worker_identity
 from .trial import final_transfer_set
@@ -60,9 +62,13 @@ def _over_budget(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
     return [s for s in study.user_attrs.get("final_over_budget") or [] if s.get("recipe") == _recipe(cfg)]
 
 
+def _neighbours(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
+    """FFN neighbours of finalists scored with this recipe (nas.neighbours)."""
+    return [n for n in study.user_attrs.get("final_neighbours") or [] if n.get("recipe") == _recipe(cfg)]
+
+
 def _shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
-    skipped = {s["arch"] for s in _over_budget(study, cfg)}  # a repeated shape is as slow as the first
-    return [r for r in pool if r["arch"] not in skipped][:cfg.final_top_k]
+    return candidates(pool, _over_budget(study, cfg), _neighbours(study, cfg))[:cfg.final_top_k]
 
 
 def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
@@ -101,8 +107,9 @@ def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], cfg: Any
 
 
 def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Distill, ship and profile the best `final_top_k` candidates of `pool` whose shipped model.onnx
-    is within the budget; a finalist over it is moved to `over-budget/` and the next one is tried."""
+    """Distill, ship and profile the best `final_top_k` candidates whose shipped model.onnx is within
+    the budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
+    A finalist over the budget is moved to `over-budget/` and the next candidate is tried."""
     from distill import TeacherCache
     from core.assets import teacher_path
     from export import read_sentence_pipeline
@@ -118,34 +125,103 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     else:
         ctx.progress.phase(f"final: transfer set of {cfg.final_rows} {cfg.final_unit}s, teacher targets")
         cache = TeacherCache(ctx.teacher, final_transfer_set(cfg, ctx.teacher, ctx.texts))
+    stage = _Stage(study, ctx, pool)
     results: list[dict[str, Any]] = []
-    over = _over_budget(study, cfg)
-    for row in pool:
-        if len(results) == cfg.final_top_k or len(over) > MAX_OVER_BUDGET:
-            break
-        if row["arch"] in {s["arch"] for s in over}:
-            continue
+    while stage.queue and len(results) < cfg.final_top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
+        row = stage.queue.pop(0)
         rank = len(results) + 1
         label = f"final {rank}/{cfg.final_top_k} {row['arch']}"
-        # The shipped graph (pooling and normalization included) is timed before the long training
-        # too: weights do not change latency, so a finalist that cannot fit costs seconds, not minutes.
-        before, readings, drift = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
-        if before > ctx.budget_ms:
-            over.append(_over_record(row, cfg, None, before, ctx.budget_ms, readings) | drift)
-        else:
-            entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline)
-            if entry["within_budget"]:
-                results.append(entry | {"rank": rank})
-                continue
-            over.append(_over_record(row, cfg, _set_aside(out, entry), entry["latency_ms"], ctx.budget_ms,
-                                     entry["latency_readings_ms"]) | _drift_of(entry))
-        study.set_user_attr("final_over_budget", json.loads(json.dumps(over, default=str)))
-    study.set_user_attr("final", json.loads(json.dumps(results, default=str)))
+        if not _ready(stage, row, pipeline, label):
+            continue
+        entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline)
+        if entry["within_budget"]:
+            results.append(entry | {"rank": rank})
+            continue
+        stage.refuse(_over_record(row, cfg, _set_aside(out, entry), entry["latency_ms"], ctx.budget_ms,
+                                  entry["latency_readings_ms"]) | _drift_of(entry))
+        stage.propose(row, NARROWER)
+    study.set_user_attr("final", _jsonable(results))
     if not results:
-        tried = ", ".join(f"{s['arch']} {s['latency_ms']:.2f} ms" for s in over)
+        tried = ", ".join(f"{s['arch']} {s['latency_ms']:.2f} ms" for s in stage.over)
         raise InputError(f"no finalist fits the budget of {ctx.budget_ms:.2f} ms as shipped ({tried}); "
                          f"raise --budget-ms or search again")
     return results
+
+
+class _Stage:
+    """The final stage's bookkeeping: the candidates left, the shapes refused over the budget and the
+    neighbours scored (both kept in the study, so a rerun replays them), the shapes that fit."""
+
+    def __init__(self, study: optuna.Study, ctx: Any, pool: list[dict[str, Any]]) -> None:
+        self.study, self.ctx = study, ctx
+        self.over = _over_budget(study, ctx.config)
+        self.neighbours = _neighbours(study, ctx.config)
+        self.queue = candidates(pool, self.over, self.neighbours)
+        self.tried = {r["arch"] for r in trial_rows(study) + pool}
+        self.fits: set[str] = set()  # shipped graphs timed within the budget in this run
+        self.proposed = 0
+
+    def refused_trials(self) -> int:
+        """Finalists refused, not counting neighbours (a neighbour's refusal costs seconds)."""
+        return sum("neighbour_of" not in s for s in self.over)
+
+    def refuse(self, record: dict[str, Any]) -> None:
+        self.over.append(record)
+        self.save()
+
+    def scored(self, row: dict[str, Any]) -> None:
+        self.neighbours.append(row)
+        self.save()
+
+    def propose(self, row: dict[str, Any], direction: int) -> bool:
+        """Queue `row`'s FFN neighbour in `direction` to be tried next; False when there is none."""
+        taken = self.tried | {r["arch"] for r in self.over + self.neighbours + self.queue}
+        neighbour = ffn_neighbour(self.ctx.space, row, direction, taken) if self.proposed < MAX_NEIGHBOURS else None
+        if neighbour is None:
+            return False
+        self.proposed += 1
+        rank_in(self.queue, neighbour)
+        return True
+
+    def save(self) -> None:
+        self.study.set_user_attr("final_over_budget", _jsonable(self.over))
+        self.study.set_user_attr("final_neighbours", _jsonable(self.neighbours))
+
+
+def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: str) -> bool:
+    """Whether `row` is to be trained now. Its shipped graph (pooling and normalization included) is
+    timed first: weights do not change latency, so a finalist that cannot fit costs seconds, not
+    minutes, and its narrower FFN neighbour is tried next. A neighbour that fits is scored by the
+    proxy and waits its turn when it ranks below the next candidate; a finalist about to be trained
+    first lets its wider FFN neighbour go ahead of it."""
+    ctx = stage.ctx
+    if row["arch"] not in stage.fits:
+        before, readings, drift = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
+        if before > ctx.budget_ms:
+            stage.refuse(_over_record(row, ctx.config, None, before, ctx.budget_ms, readings) | drift)
+            stage.propose(row, NARROWER)
+            return False
+        stage.fits.add(row["arch"])
+        if row["reward"] is None:
+            row.update(_score_neighbour(ctx, row, before, readings, label))
+            stage.scored(row)
+            following = stage.queue[0]["reward"] if stage.queue else None
+            if following is not None and following > row["reward"]:
+                rank_in(stage.queue, row)
+                return False
+    if stage.propose(row, WIDER):
+        rank_in(stage.queue, row)  # behind its wider neighbour, which is measured and scored first
+        return False
+    return True
+
+
+def _score_neighbour(ctx: Any, row: dict[str, Any], latency_ms: float, readings: list[float],
+                     label: str) -> dict[str, Any]:
+    """A neighbour's score as a trial's (the search's proxy; its shipped graph's latency)."""
+    ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row['neighbour_of']})")
+    spec = _spec(ctx, row)
+    scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms, "readings_ms": readings})
+    return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config)}
 
 
 def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:
@@ -209,7 +285,11 @@ def _over_record(row: dict[str, Any], cfg: Any, moved_to: Path | None, latency_m
     return {"trial": row["number"], "arch": row["arch"], "recipe": _recipe(cfg),
             "stage": "before training" if moved_to is None else "as shipped",
             "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms, "budget_ms": budget_ms,
-            "latency_readings_ms": readings}
+            "latency_readings_ms": readings, **_origin_of(row)}
+
+
+def _origin_of(row: dict[str, Any]) -> dict[str, str]:
+    return {"neighbour_of": row["neighbour_of"]} if "neighbour_of" in row else {}
 
 
 def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
@@ -253,7 +333,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
         "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
         "recipe": _recipe(cfg), "steps": cfg.final_steps, "train": cfg.final_rows, "train_rows": data.num_train,
         "init": res.init, "precision": res.precision, "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
-        "proxy_reward": row["reward"], "quality": quality, **shipped, **drift,
+        "proxy_reward": row["reward"], **_origin_of(row), "quality": quality, **shipped, **drift,
         "seconds": {"distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3), "export": round(t3 - t2, 3),
                     "latency": round(time.perf_counter() - t3, 3)},
     }

@@ -18,7 +18,7 @@ COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
     "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
     "loss", "loss_se", "fidelity", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
-    "seconds_latency", "seconds_distill", "seconds_export", "seconds_total", "datetime_start",
+    "seconds_latency", "seconds_distill", "seconds_total", "datetime_start",
 )
 
 _STATUS_OF_STATE = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting", TrialState.PRUNED: "pruned",
@@ -75,7 +75,6 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "retry_of": attrs.get("retry_of", trial.system_attrs.get("failed_trial")),
         "seconds_latency": seconds.get("latency"),
         "seconds_distill": seconds.get("distill"),
-        "seconds_export": seconds.get("export"),
         "seconds_total": seconds.get("total"),
         "datetime_start": trial.datetime_start.isoformat(timespec="seconds") if trial.datetime_start else None,
     }
@@ -140,12 +139,13 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "rejected_before_training": len(before_training),
         "rejected_before_training_share": round(len(before_training) / len(finished), 4) if finished else None,
         "seconds_per_trial": {"latency": mean("seconds_latency"), "distill": mean("seconds_distill"),
-                              "export": mean("seconds_export"), "total": mean("seconds_total")},
+                              "total": mean("seconds_total")},
         "best_trial": best,
         "pareto_front": [r["number"] for r in pareto_front(rows)],
         "reference": attrs.get("reference"),
         "final": attrs.get("final"),
         "final_over_budget": attrs.get("final_over_budget") or [],
+        "final_neighbours": attrs.get("final_neighbours") or [],
     }
 
 

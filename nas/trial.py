@@ -164,7 +164,7 @@ class Objective:
         self.ctx = ctx
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
-        seconds = {"latency": 0.0, "distill": 0.0, "export": 0.0}
+        seconds = {"latency": 0.0, "distill": 0.0}
         start = time.perf_counter()
         trial.set_user_attr("worker", worker_identity())
         if is_surplus(trial.study, trial.number, self.ctx.config.trials):

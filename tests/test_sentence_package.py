@@ -231,13 +231,16 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     from core.errors import KdnasError
     from nas import SearchConfig
     from nas.final import _shippable, run_final
+    from nas.space import SearchSpace
     from nas.trial import SearchContext
 
     out = tmp_path / "run"
     config = SearchConfig(out=str(out), final_steps=1, final_train=16, proxy_eval=8, seq_len=32, batch_size=4,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
-    # A budget no model meets: each finalist's shipped graph is timed before training and refused.
-    ctx = SearchContext(config=config, space=None, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
+    # A budget no model meets: each finalist's shipped graph is timed before training and refused
+    # (and no trimmed shape is new: 1x4x64x256 trims to 1x4x64x128, refused already).
+    space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128, 256))
+    ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
                         data=None, cache=None, teacher_latency_ms=10.0, budget_ms=1e-6,
                         progress=SimpleNamespace(phase=lambda *_: None))
     pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": 0.5 - n / 10}
@@ -253,6 +256,78 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     assert all(len(s["latency_readings_ms"]) == 2 and min(s["latency_readings_ms"]) == s["latency_ms"] for s in over)
     assert _shippable(study, pool, config) == []  # a rerun with the same recipe does not retrain them
     assert _shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does
+
+
+def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_by_the_proxy(
+        teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
+    from types import SimpleNamespace
+
+    import optuna
+
+    import nas.final as final
+    from distill import TeacherCache
+    from nas import SearchConfig
+    from nas.space import SearchSpace
+    from nas.trial import SearchContext, proxy_transfer_set
+
+    config = SearchConfig(proxy_steps=1, proxy_train=16, final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
+                          batch_size=4, latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
+    data = proxy_transfer_set(config, teacher, news_texts)
+    space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(64, 128, 256))
+    # The one input this test sets: which shipped graphs fit the budget (FFN 256 does not).
+    monkeypatch.setattr(final, "_shipped_graph_latency",
+                        lambda ctx, spec, pipeline, label: (2.0 if spec.ffn > 128 else 1.0, [], {}))
+
+    def run(name, trials):
+        ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher,
+                            texts=news_texts, data=data, cache=TeacherCache(teacher, data), teacher_latency_ms=10.0,
+                            budget_ms=1.5, progress=SimpleNamespace(phase=lambda *_: None))
+        pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": r}
+                for n, f, r in trials]
+        study = optuna.create_study()
+        [entry] = final.run_final(study, ctx, tmp_path / name, pool)
+        return entry, study, pool
+
+    # Narrower: the winner 1x4x64x256 is refused; 1x4x64x128 is scored by the proxy like a trial
+    # and, ranked above the next trial, shipped in its place.
+    entry, study, pool = run("narrower", [(4, 256, 9.0), (7, 64, -5.0)])
+    [over], [neighbour] = study.user_attrs["final_over_budget"], study.user_attrs["final_neighbours"]
+    assert (over["arch"], neighbour["arch"], neighbour["neighbour_of"]) == ("1x4x64x256", "1x4x64x128", "1x4x64x256")
+    assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 4, "1x4x64x256")
+    assert entry["proxy_reward"] == neighbour["reward"] and "loss" in neighbour["proxy"]
+    assert "FFN neighbour of trial #4's 1x4x64x256" in (Path(entry["dir"]) / "README.md").read_text()
+    assert final._shippable(study, pool, config) == [neighbour]  # a rerun replays the same choice
+    # When the proxy ranks the neighbour below the next trial, the trial ships.
+    entry, study, _ = run("ranked-below", [(4, 256, 9.0), (7, 64, 5.0)])
+    assert study.user_attrs["final_neighbours"][0]["arch"] == "1x4x64x128"
+    assert (entry["arch"], entry["trial"]) == ("1x4x64x64", 7) and "neighbour_of" not in entry
+    # Wider: before the winner 1x4x64x64 is trained, 1x4x64x128 is tried, ranks above it and ships;
+    # its own wider neighbour 1x4x64x256 is over the budget (two neighbours at most).
+    entry, study, _ = run("wider", [(3, 64, -5.0)])
+    assert [n["arch"] for n in study.user_attrs["final_neighbours"]] == ["1x4x64x128"]
+    assert [(s["arch"], s["neighbour_of"]) for s in study.user_attrs["final_over_budget"]] == [("1x4x64x256",
+                                                                                                 "1x4x64x128")]
+    assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 3, "1x4x64x64")
+
+
+def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():
+    from nas.neighbours import NARROWER, WIDER, candidates, ffn_neighbour, rank_in
+    from nas.space import SearchSpace
+
+    space = SearchSpace(layers=(3,), heads=(), hidden=(384,), ffn=(256, 1024, 1280, 1536), head_size=32)
+    row = {"number": 2, "arch": "3x12x384x1280", "layers": 3, "heads": 12, "hidden": 384, "ffn": 1280, "reward": 0.7}
+    narrower, wider = ffn_neighbour(space, row, NARROWER, set()), ffn_neighbour(space, row, WIDER, set())
+    assert (narrower["arch"], narrower["number"], narrower["reward"]) == ("3x12x384x1024", 2, None)
+    assert wider["arch"] == "3x12x384x1536" and wider["neighbour_of"] == "3x12x384x1280"
+    assert ffn_neighbour(space, row, WIDER, {"3x12x384x1536"}) is None, "a shape already had"
+    assert ffn_neighbour(space, {**row, "ffn": 256, "arch": "3x12x384x256"}, NARROWER, set()) is None, "no width"
+    queue = [{"arch": "a", "reward": 0.6}, {"arch": "b", "reward": 0.4}]
+    rank_in(queue, narrower)
+    assert [r["arch"] for r in queue] == ["3x12x384x1024", "a", "b"], "not yet scored: tried next"
+    rank_in(queue, {**wider, "reward": 0.5})
+    assert [r["arch"] for r in queue] == ["3x12x384x1024", "a", "3x12x384x1536", "b"]
+    pool = [{"arch": "a", "reward": 0.6}, {"arch": "b", "reward": 0.4}]
+    assert [r["arch"] for r in candidates(pool, [{"arch": "a"}], [{**wider, "reward": 0.5}])] == ["3x12x384x1536", "b"]
 
 
 def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():
@@ -326,7 +401,15 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
             "latency_scaled_by": 0.99}
     summary = {"trials": 8, "counts": {"feasible": 8}, "budget_ms": 9.87, "teacher_latency": {"median_ms": 19.73},
                "final_over_budget": [over, {**over, "trial": 3, "latency_scaled_by": 1.0}]}
+    summary["final_neighbours"] = [{"arch": "3x12x384x1280", "neighbour_of": "3x12x384x1536", "reward": 0.7291,
+                                    "proxy": {"latency_ms": 9.21}}]
+    summary["final"] = [{"dir": "best", "arch": "3x12x384x1280", "trial": 2, "neighbour_of": "3x12x384x1536",
+                         "steps": 1200, "latency_ms": 9.2, "fidelity": 0.9, "l_hs_norm": 0.3, "reward": 0.89}]
     _print_summary(summary, tmp_path)
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("not shipped")]
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if line.startswith("not shipped")]
     assert "twice (10.15 and 10.13 ms), scaled by 0.990 (the teacher read 19.93 ms beside it)" in lines[0]
     assert "scaled" not in lines[1]
+    assert "FFN neighbour 3x12x384x1280 of 3x12x384x1536: 9.21 ms as shipped, proxy reward 0.7291" in out
+    assert any(line.startswith("final best: 3x12x384x1280 (the FFN neighbour of trial #2's 3x12x384x1536, scored by "
+                               "the proxy) after") for line in out)

@@ -1,0 +1,59 @@
+"""The final stage's candidates: the trained trials, best reward first, and the FFN neighbours of a finalist.
+
+A search of a few trials samples the space sparsely, and the budget's edge usually falls between
+two FFN widths of the winner's shape: half MiniLM's latency lies between 3x12x384x1280 and
+3x12x384x1536, where each 256 FFN channels are worth about 0.01 of embedding fidelity
+(docs/design/final-recipe.md). So before a finalist is trained, its shape with the FFN at the
+space's next wider width is tried, and after a finalist is refused over the budget, its shape at
+the next narrower width: a neighbour is measured like a finalist (its shipped graph, before any
+training), scored by the search's proxy like a trial, and takes its place among the candidates
+by reward. At most `MAX_NEIGHBOURS` per final stage, and never a shape that a trial, a finalist or
+another neighbour already had.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_NEIGHBOURS = 2
+WIDER, NARROWER = 1, -1
+
+
+def candidates(pool: list[dict[str, Any]], over: list[dict[str, Any]],
+               neighbours: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The finalists in the order they are tried: the trials of `pool` and the scored `neighbours`,
+    without the shapes already refused over the budget (a repeated shape is as slow as the first),
+    best reward first (a trial before a neighbour of equal reward)."""
+    refused = {s["arch"] for s in over}
+    return sorted([r for r in pool + neighbours if r["arch"] not in refused], key=lambda r: -r["reward"])
+
+
+def ffn_neighbour(space: Any, row: dict[str, Any], direction: int, taken: set[str]) -> dict[str, Any] | None:
+    """`row`'s shape with its FFN at the space's next width in `direction` (WIDER or NARROWER), not
+    yet scored (`reward` None); None when there is no such width, the shape is in `taken`, or the
+    space rejects it."""
+    widths = sorted((f for f in space.ffn if (f - row["ffn"]) * direction > 0), key=lambda f: abs(f - row["ffn"]))
+    if not widths:
+        return None
+    ffn = widths[0]
+    arch = f"{row['layers']}x{row['heads']}x{row['hidden']}x{ffn}"
+    if arch in taken or space.reject_reason(row["layers"], row["heads"], row["hidden"], ffn):
+        return None
+    return {"number": row["number"], "arch": arch, "layers": row["layers"], "heads": row["heads"],
+            "hidden": row["hidden"], "ffn": ffn, "reward": None, "neighbour_of": row["arch"]}
+
+
+def rank_in(queue: list[dict[str, Any]], row: dict[str, Any]) -> None:
+    """Put `row` into the candidates: a neighbour not yet scored first (it is tried at once), a
+    scored candidate after every one with at least its reward."""
+    at = 0 if row["reward"] is None else next((i for i, r in enumerate(queue)
+                                                if r["reward"] is not None and r["reward"] < row["reward"]), len(queue))
+    queue.insert(at, row)
+
+
+def origin(row: dict[str, Any]) -> str:
+    """Where a finalist's shape came from, for the summary, the report and the model card."""
+    parent = row.get("neighbour_of")
+    if parent is None:
+        return f"trial #{row.get('trial', row.get('number'))}"
+    return f"the FFN neighbour of trial #{row.get('trial', row.get('number'))}'s {parent}, scored by the proxy"

@@ -2,12 +2,12 @@
 
 The winner is the feasible trial with the best reward (for the Pareto objective: the front
 member with the best KD-NAS reward), or the FFN neighbour of a finalist that the proxy ranks above
-it (`nas.neighbours`: the budget's edge often lies between two FFN widths). It is distilled again from its start for `final_steps` on a
-transfer set of `final_rows` sequences (`final_train`, more for a long run) with the proxy's
-held-out rows (so the losses compare), exported (ONNX + fused + INT8, parity-checked by `export`),
-made a sentence-transformers drop-in for the teacher (the teacher's pooling and normalization, also
-inside model.onnx's `sentence_embedding`), given a model card, and profiled with the same latency
-settings as the search. Results are kept in the study (`final`), so a rerun of a finished search
+it (`nas.neighbours`: the budget's edge often lies between two FFN widths). It is distilled again
+from its start for `final_steps` on a transfer set of `final_rows` sequences (`final_train`, more
+for a long run) with the proxy's held-out rows (so the losses compare), exported (ONNX + fused +
+INT8, parity-checked by `export`), made a sentence-transformers drop-in for the teacher (the
+teacher's pooling and normalization, also inside model.onnx's `sentence_embedding`), given a model
+card, and profiled with the same latency settings as the search. Results are kept in the study (`final`), so a rerun of a finished search
 does not redo them.
 """
 

@@ -183,12 +183,14 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
 
     from nas import SearchConfig
     from nas.final import run_final
+    from nas.space import SearchSpace
     from nas.trial import SearchContext
 
     out = tmp_path / "run"
     config = SearchConfig(out=str(out), final_steps=2, final_train=16, proxy_eval=8, seq_len=32, batch_size=4,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
-    ctx = SearchContext(config=config, space=None, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
+    space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128,))  # one width: no FFN neighbour
+    ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
                         data=None, cache=None, teacher_latency_ms=10.0, budget_ms=100.0,
                         progress=SimpleNamespace(phase=lambda *_: None))
     row = {"number": 0, "arch": "1x4x64x128", "layers": 1, "heads": 4, "hidden": 64, "ffn": 128, "reward": 0.5}

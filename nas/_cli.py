@@ -305,8 +305,11 @@ def _print_summary(summary: dict, out: Path) -> None:
             twice += f", scaled by {s['latency_scaled_by']:.3f} (the teacher read {s['teacher_latency_now_ms']:.2f} ms beside it)"
         print(f"not shipped: {s['arch']} ({origin(s)}) measured {s['latency_ms']:.2f} ms {s['stage']}{twice}, "
               f"over the budget of {s['budget_ms']:.2f} ms" + (f"; moved to {s['dir']}" if s.get("dir") else ""))
-    for n in summary.get("final_neighbours") or []:
-        print(f"FFN neighbour {n['arch']} of {n['neighbour_of']}: {n['proxy']['latency_ms']:.2f} ms as shipped, "
+    for n in summary.get("final_neighbours") or []:  # nas.neighbours
+        read = n.get("latency_read_ms", n["proxy"]["latency_ms"])
+        scaled = (f" beside {n['parent_read_ms']:.2f} ms for {n['neighbour_of']}: {n['proxy']['latency_ms']:.2f} ms "
+                  "on the trials' scale" if n.get("latency_scaled_by", 1.0) != 1.0 else "")
+        print(f"FFN neighbour {n['arch']} of {n['neighbour_of']}: {read:.2f} ms as shipped{scaled}, "
               f"proxy reward {n['reward']:.4f}")
     for f in summary.get("final") or []:
         method = (f.get("recipe") or {}).get("method", "")

@@ -29,7 +29,7 @@ from core.errors import InputError
 
 from ._io import atomic_write_text
 from .measure import budget_latency, latency_record, measure
-from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, rank_in
+from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from .records import pareto_front, trial_rows
 from .resume import worker_alive, worker_identity
 from .trial import final_transfer_set
@@ -159,6 +159,7 @@ class _Stage:
         self.queue = candidates(pool, self.over, self.neighbours)
         self.tried = {r["arch"] for r in trial_rows(study) + pool}
         self.fits: set[str] = set()  # shipped graphs timed within the budget in this run
+        self.now: dict[str, float] = {}  # each shape's shipped-graph reading in this run
         self.proposed = 0
 
     def refused_trials(self) -> int:
@@ -197,13 +198,14 @@ def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: 
     ctx = stage.ctx
     if row["arch"] not in stage.fits:
         before, readings, drift = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
+        stage.now[row["arch"]] = before
         if before > ctx.budget_ms:
             stage.refuse(_over_record(row, ctx.config, None, before, ctx.budget_ms, readings) | drift)
             stage.propose(row, NARROWER)
             return False
         stage.fits.add(row["arch"])
         if row["reward"] is None:
-            row.update(_score_neighbour(ctx, row, before, readings, label))
+            row.update(_score_neighbour(ctx, row, before, stage.now.get(row["neighbour_of"]), label))
             stage.scored(row)
             following = stage.queue[0]["reward"] if stage.queue else None
             if following is not None and following > row["reward"]:
@@ -215,13 +217,16 @@ def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: 
     return True
 
 
-def _score_neighbour(ctx: Any, row: dict[str, Any], latency_ms: float, readings: list[float],
+def _score_neighbour(ctx: Any, row: dict[str, Any], read_ms: float, parent_now_ms: float | None,
                      label: str) -> dict[str, Any]:
-    """A neighbour's score as a trial's (the search's proxy; its shipped graph's latency)."""
+    """A neighbour's score as a trial's: the search's proxy, and its shipped graph's reading put on
+    the scale its parent was scored with (`nas.neighbours.on_trial_scale`)."""
     ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row['neighbour_of']})")
     spec = _spec(ctx, row)
-    scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms, "readings_ms": readings})
-    return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config)}
+    latency_ms, factor = on_trial_scale(read_ms, row.get("parent_latency_ms"), parent_now_ms)
+    scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms})
+    return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config),
+            "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
 
 
 def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:

@@ -40,7 +40,27 @@ def ffn_neighbour(space: Any, row: dict[str, Any], direction: int, taken: set[st
     if arch in taken or space.reject_reason(row["layers"], row["heads"], row["hidden"], ffn):
         return None
     return {"number": row["number"], "arch": arch, "layers": row["layers"], "heads": row["heads"],
-            "hidden": row["hidden"], "ffn": ffn, "reward": None, "neighbour_of": row["arch"]}
+            "hidden": row["hidden"], "ffn": ffn, "reward": None, "neighbour_of": row["arch"],
+            "parent_latency_ms": scored_latency(row)}
+
+
+def scored_latency(row: dict[str, Any]) -> float | None:
+    """The latency a candidate's reward was computed with: a trial's reading, or a neighbour's."""
+    return row.get("latency_median_ms") or (row.get("proxy") or {}).get("latency_ms")
+
+
+def on_trial_scale(ms: float, parent_then: float | None, parent_now: float | None) -> tuple[float, float]:
+    """A neighbour's reading `ms`, put on the scale of the readings its parent was scored with.
+
+    The parent was read when it was a trial, minutes earlier; a shared host's speed drifts by more
+    than the FFN step between the two (the same 3x12x384x1280 graph read 8.91 and 9.93 ms in two
+    demos), and the reward compares the two readings. The parent's graph is read again just before
+    its neighbour (`parent_now`), so `ms × parent_then / parent_now` is the side-by-side ratio on the
+    trials' scale. Returns the reading and the factor (1.0 when either parent reading is missing)."""
+    if not parent_then or not parent_now:
+        return ms, 1.0
+    factor = parent_then / parent_now
+    return ms * factor, factor
 
 
 def rank_in(queue: list[dict[str, Any]], row: dict[str, Any]) -> None:

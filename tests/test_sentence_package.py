@@ -280,12 +280,12 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     monkeypatch.setattr(final, "_shipped_graph_latency",
                         lambda ctx, spec, pipeline, label: (2.0 if spec.ffn > 128 else 1.0, [], {}))
 
-    def run(name, trials):
+    def run(name, trials, **known):
         ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher,
                             texts=news_texts, data=data, cache=TeacherCache(teacher, data), teacher_latency_ms=10.0,
                             budget_ms=1.5, progress=SimpleNamespace(phase=lambda *_: None))
-        pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": r}
-                for n, f, r in trials]
+        pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": r,
+                 **known} for n, f, r in trials]
         study = optuna.create_study()
         [entry] = final.run_final(study, ctx, tmp_path / name, pool)
         return entry, study, pool
@@ -305,15 +305,22 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     assert (entry["arch"], entry["trial"]) == ("1x4x64x64", 7) and "neighbour_of" not in entry
     # Wider: before the winner 1x4x64x64 is trained, 1x4x64x128 is tried, ranks above it and ships;
     # its own wider neighbour 1x4x64x256 is over the budget (two neighbours at most).
-    entry, study, _ = run("wider", [(3, 64, -5.0)])
-    assert [n["arch"] for n in study.user_attrs["final_neighbours"]] == ["1x4x64x128"]
+    entry, study, _ = run("wider", [(3, 64, -5.0)], latency_median_ms=0.5)
+    [neighbour] = study.user_attrs["final_neighbours"]
+    # Scored on the trials' scale: the parent read 1.0 ms beside it and 0.5 ms as a trial.
+    assert (neighbour["arch"], neighbour["latency_read_ms"], neighbour["parent_read_ms"]) == ("1x4x64x128", 1.0, 1.0)
+    assert neighbour["latency_scaled_by"] == 0.5 and neighbour["proxy"]["latency_ms"] == 0.5
     assert [(s["arch"], s["neighbour_of"]) for s in study.user_attrs["final_over_budget"]] == [("1x4x64x256",
                                                                                                  "1x4x64x128")]
     assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 3, "1x4x64x64")
 
 
 def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():
-    from nas.neighbours import NARROWER, WIDER, candidates, ffn_neighbour, rank_in
+    from nas.neighbours import NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
+
+    # A neighbour's reading on the scale its parent was scored with: the host is 10 % slower now.
+    assert on_trial_scale(9.9, 8.2, 9.02) == pytest.approx((9.0, 0.909), abs=1e-3)
+    assert on_trial_scale(9.9, None, 9.02) == (9.9, 1.0) and on_trial_scale(9.9, 8.2, None) == (9.9, 1.0)
     from nas.space import SearchSpace
 
     space = SearchSpace(layers=(3,), heads=(), hidden=(384,), ffn=(256, 1024, 1280, 1536), head_size=32)
@@ -404,7 +411,8 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
     summary = {"trials": 8, "counts": {"feasible": 8}, "budget_ms": 9.87, "teacher_latency": {"median_ms": 19.73},
                "final_over_budget": [over, {**over, "trial": 3, "latency_scaled_by": 1.0}]}
     summary["final_neighbours"] = [{"arch": "3x12x384x1280", "neighbour_of": "3x12x384x1536", "reward": 0.7291,
-                                    "proxy": {"latency_ms": 9.21}}]
+                                    "proxy": {"latency_ms": 9.21}, "latency_read_ms": 9.93, "parent_read_ms": 8.9,
+                                    "latency_scaled_by": 0.9275}]
     summary["final"] = [{"dir": "best", "arch": "3x12x384x1280", "trial": 2, "neighbour_of": "3x12x384x1536",
                          "steps": 1200, "latency_ms": 9.2, "fidelity": 0.9, "l_hs_norm": 0.3, "reward": 0.89}]
     _print_summary(summary, tmp_path)
@@ -412,6 +420,7 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
     lines = [line for line in out if line.startswith("not shipped")]
     assert "twice (10.15 and 10.13 ms), scaled by 0.990 (the teacher read 19.93 ms beside it)" in lines[0]
     assert "scaled" not in lines[1]
-    assert "FFN neighbour 3x12x384x1280 of 3x12x384x1536: 9.21 ms as shipped, proxy reward 0.7291" in out
+    assert ("FFN neighbour 3x12x384x1280 of 3x12x384x1536: 9.93 ms as shipped beside 8.90 ms for 3x12x384x1536: "
+            "9.21 ms on the trials' scale, proxy reward 0.7291") in out
     assert any(line.startswith("final best: 3x12x384x1280 (the FFN neighbour of trial #2's 3x12x384x1536, scored by "
                                "the proxy) after") for line in out)

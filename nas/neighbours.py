@@ -76,4 +76,4 @@ def origin(row: dict[str, Any]) -> str:
     parent = row.get("neighbour_of")
     if parent is None:
         return f"trial #{row.get('trial', row.get('number'))}"
-    return f"the FFN neighbour of trial #{row.get('trial', row.get('number'))}'s {parent}, scored by the proxy"
+    return f"the FFN neighbour of trial #{row.get('trial', row.get('number'))}'s {parent}"

@@ -422,5 +422,5 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
     assert "scaled" not in lines[1]
     assert ("FFN neighbour 3x12x384x1280 of 3x12x384x1536: 9.93 ms as shipped beside 8.90 ms for 3x12x384x1536: "
             "9.21 ms on the trials' scale, proxy reward 0.7291") in out
-    assert any(line.startswith("final best: 3x12x384x1280 (the FFN neighbour of trial #2's 3x12x384x1536, scored by "
-                               "the proxy) after") for line in out)
+    assert any(line.startswith("final best: 3x12x384x1280 (the FFN neighbour of trial #2's 3x12x384x1536) after")
+               for line in out)

@@ -288,7 +288,7 @@ def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
 
 
 def _print_summary(summary: dict, out: Path) -> None:
-    from .neighbours import origin
+    from .neighbours import origin, shape_label
     from .records import loss_of
 
     best = summary.get("best_trial")
@@ -313,8 +313,7 @@ def _print_summary(summary: dict, out: Path) -> None:
               f"proxy reward {n['reward']:.4f}")
     for f in summary.get("final") or []:
         method = (f.get("recipe") or {}).get("method", "")
-        shape = f"{f['arch']} ({origin(f)})" if f.get("neighbour_of") else f["arch"]
-        print(f"final {f['dir']}: {shape} after {f['steps']} steps of {method}: {f['latency_ms']:.2f} ms; "
+        print(f"final {f['dir']}: {shape_label(f)} after {f['steps']} steps of {method}: {f['latency_ms']:.2f} ms; "
               f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
               + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
         quality = f.get("quality") or {}

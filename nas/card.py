@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ._io import atomic_write_text
+from .neighbours import shape_label
 
 CARD = "README.md"
 # SearchConfig fields that only steer this process and have no `kdnas search` flag.
@@ -27,17 +28,11 @@ def write_model_card(dest: str | Path, entry: dict[str, Any], config: Any) -> Pa
     return path
 
 
-def _origin(entry: dict[str, Any]) -> str:
-    from .neighbours import origin
-
-    return f" ({origin(entry)})" if entry.get("neighbour_of") else ""
-
-
 def model_card(entry: dict[str, Any], config: Any) -> str:
     """The card's text (see `write_model_card`)."""
     pipe = entry.get("sentence_transformers") or {}
     facts = [
-        ("shape (layers x heads x hidden x ffn)", entry["arch"] + _origin(entry)),
+        ("shape (layers x heads x hidden x ffn)", shape_label(entry)),
         ("parameters", f"{int(entry['params']):,}"),
         ("latency, fp32", _latency(entry.get("latency"), config, config.runtime) + _drift(entry)),
         ("latency, int8 (model.int8.onnx)", _latency(entry.get("latency_int8_onnx"), config, "onnxruntime")),

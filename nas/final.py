@@ -7,8 +7,8 @@ from its start for `final_steps` on a transfer set of `final_rows` sequences (`f
 for a long run) with the proxy's held-out rows (so the losses compare), exported (ONNX + fused +
 INT8, parity-checked by `export`), made a sentence-transformers drop-in for the teacher (the
 teacher's pooling and normalization, also inside model.onnx's `sentence_embedding`), given a model
-card, and profiled with the same latency settings as the search. Results are kept in the study (`final`), so a rerun of a finished search
-does not redo them.
+card, and profiled with the same latency settings as the search. Results are kept in the study
+(`final`), so a rerun of a finished search does not redo them.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
 
 class _Stage:
     """The final stage's bookkeeping: the candidates left, the shapes refused over the budget and the
-    neighbours scored (both kept in the study, so a rerun replays them), the shapes that fit."""
+    neighbours scored (both kept in the study, so a rerun replays them), this run's readings."""
 
     def __init__(self, study: optuna.Study, ctx: Any, pool: list[dict[str, Any]]) -> None:
         self.study, self.ctx = study, ctx
@@ -158,8 +158,9 @@ class _Stage:
         self.neighbours = _neighbours(study, ctx.config)
         self.queue = candidates(pool, self.over, self.neighbours)
         self.tried = {r["arch"] for r in trial_rows(study) + pool}
-        self.fits: set[str] = set()  # shipped graphs timed within the budget in this run
-        self.now: dict[str, float] = {}  # each shape's shipped-graph reading in this run
+        # Each shape's shipped-graph reading in this run; a shape over the budget never returns to
+        # the queue, so a shape read here fits.
+        self.now: dict[str, float] = {}
         self.proposed = 0
 
     def refused_trials(self) -> int:
@@ -196,14 +197,13 @@ def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: 
     proxy and waits its turn when it ranks below the next candidate; a finalist about to be trained
     first lets its wider FFN neighbour go ahead of it."""
     ctx = stage.ctx
-    if row["arch"] not in stage.fits:
+    if row["arch"] not in stage.now:
         before, readings, drift = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
         stage.now[row["arch"]] = before
         if before > ctx.budget_ms:
             stage.refuse(_over_record(row, ctx.config, None, before, ctx.budget_ms, readings) | drift)
             stage.propose(row, NARROWER)
             return False
-        stage.fits.add(row["arch"])
         if row["reward"] is None:
             row.update(_score_neighbour(ctx, row, before, stage.now.get(row["neighbour_of"]), label))
             stage.scored(row)

@@ -77,3 +77,8 @@ def origin(row: dict[str, Any]) -> str:
     if parent is None:
         return f"trial #{row.get('trial', row.get('number'))}"
     return f"the FFN neighbour of trial #{row.get('trial', row.get('number'))}'s {parent}"
+
+
+def shape_label(row: dict[str, Any]) -> str:
+    """A shipped finalist's shape, with where it came from when it was a neighbour (not a trial)."""
+    return f"{row['arch']} ({origin(row)})" if row.get("neighbour_of") else row["arch"]

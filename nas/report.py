@@ -17,7 +17,7 @@ import optuna
 import plotly.io as pio
 
 from ._io import atomic_write_text
-from .neighbours import origin
+from .neighbours import shape_label
 from .plots import history_figure, importance_figure, importances, pareto_figure
 from .records import COLUMNS, loss_of, study_facts, trial_rows
 
@@ -94,8 +94,7 @@ def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: lis
                           f"proxy loss {best['loss']:.4f}, {best['latency_median_ms']:.2f} ms" if best else "none yet"),
     ]
     for f in facts.get("final") or []:
-        shape = f"{f['arch']} ({origin(f)})" if f.get("neighbour_of") else f["arch"]
-        lines.append(f"final {html.escape(f['dir'])}: {shape} after {f['steps']} steps, loss {loss_of(f):.4f}, "
+        lines.append(f"final {html.escape(f['dir'])}: {shape_label(f)} after {f['steps']} steps, loss {loss_of(f):.4f}, "
                      f"{f['latency_ms']:.2f} ms, reward {f['reward']:.4f}")
     split = facts["seconds_per_trial"]
     lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}" for k, v in split.items()))

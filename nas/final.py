@@ -13,7 +13,6 @@ card, and profiled with the same latency settings as the search. Results are kep
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import tempfile
@@ -28,7 +27,7 @@ from distill import distill as run_distill
 from core.errors import InputError
 
 from ._io import atomic_write_text
-from .measure import budget_latency, latency_record, measure
+from .measure import beside_teacher, budget_latency, latency_record, measure, scaled
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from .records import pareto_front, trial_rows
 from .resume import worker_alive, worker_identity
@@ -249,30 +248,18 @@ def _shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any]
 
 
 def _final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float], dict[str, float]]:
-    """A finalist's graph as the budget judges it (`budget_latency`: measured again when over).
-
-    A budget set as a share of the teacher (no --budget-ms) is a ratio, and a shared host's speed
-    drifts between the teacher's reading at the start of the search and this one: on 2026-11-24 the
-    same graph read 9.8 ms and, twenty minutes later, 11.1 ms, and a trained finalist was refused
-    for it. So a reading still over such a budget is put beside a fresh reading of the teacher; when
-    the host has slowed since, the reading is scaled by teacher-then / teacher-now, which keeps the
-    student-to-teacher ratio of a side-by-side measurement (and the reward's ratio) exact.
+    """A finalist's graph as the budget judges it: `budget_latency` (measured again when over), then,
+    for a ratio budget, `beside_teacher` (on 2026-11-24 the same graph read 9.8 ms and, twenty
+    minutes later, 11.1 ms, and a trained finalist was refused for the host's drift).
     Returns the result, the graph's readings when there were two, and the teacher's re-reading
     (empty when none was needed)."""
-    cfg = ctx.config
-    result, readings = budget_latency(graph, cfg, ctx.budget_ms)
+    result, readings = budget_latency(graph, ctx.config, ctx.budget_ms)
     _say_readings(ctx, label, readings)
-    if result.median_ms <= ctx.budget_ms or cfg.budget_ms is not None:
-        return result, readings, {}
-    teacher_now = float(measure(cfg.teacher, cfg, use_cache=False).median_ms)
-    slowed = teacher_now / ctx.teacher_latency_ms
-    ctx.progress.phase(f"{label}: the teacher reads {teacher_now:.2f} ms now, {ctx.teacher_latency_ms:.2f} ms "
-                       f"when the budget was set")
-    drift = {"teacher_latency_now_ms": teacher_now, "latency_scaled_by": round(1 / max(slowed, 1.0), 4)}
-    if slowed <= 1.0:
-        return result, readings, drift
-    scaled = {name: getattr(result, name) / slowed for name in ("median_ms", "p90_ms", "min_ms", "mean_ms")}
-    return dataclasses.replace(result, **scaled), readings, drift
+    result, drift = beside_teacher(result, ctx.config, ctx.budget_ms, ctx.teacher_latency_ms)
+    if drift:
+        ctx.progress.phase(f"{label}: the teacher reads {drift['teacher_latency_now_ms']:.2f} ms now, "
+                           f"{ctx.teacher_latency_ms:.2f} ms when the budget was set")
+    return result, readings, drift
 
 
 def _drift_of(entry: dict[str, Any]) -> dict[str, float]:
@@ -333,7 +320,10 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     # The graphs as shipped (fused fp32, INT8), not a rebuild from config.json.
     shipped_latency, readings, drift = _final_latency(ctx, dest / "model.onnx", label)
     latency = latency_record(shipped_latency)
-    int8_latency = latency_record(measure(dest / "model.int8.onnx", cfg))
+    # Read right after the fp32 graph, so on the same scale: scaled by the same teacher drift, if any.
+    int8 = measure(dest / "model.int8.onnx", cfg)
+    factor = drift.get("latency_scaled_by", 1.0)
+    int8_latency = latency_record(scaled(int8, factor)) | ({"read_ms": float(int8.median_ms)} if factor != 1.0 else {})
     entry = {
         "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
         "recipe": _recipe(cfg), "steps": cfg.final_steps, "train": cfg.final_rows, "train_rows": data.num_train,

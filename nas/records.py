@@ -17,7 +17,7 @@ from .storage import SETTINGS_ATTR
 COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
     "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
-    "loss", "loss_se", "fidelity", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
+    "latency_scaled_by", "loss", "loss_se", "fidelity", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
     "seconds_latency", "seconds_distill", "seconds_total", "datetime_start",
 )
 
@@ -64,6 +64,8 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "latency_cv": latency.get("cv"),
         "latency_noisy": latency.get("noisy"),
         "latency_cached": latency.get("cached"),
+        # nas.measure.trial_latency: < 1 where the reading was judged beside a slower teacher re-reading
+        "latency_scaled_by": latency.get("latency_scaled_by"),
         "loss": loss,
         "loss_se": attrs.get("loss_se", loss_se),
         "fidelity": attrs.get("fidelity"),

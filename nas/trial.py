@@ -24,7 +24,7 @@ from core.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig
-from .measure import budget_latency, latency_record
+from .measure import trial_latency
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .resume import failed_shapes, is_surplus, worker_identity
 from .reward import kdnas_reward
@@ -221,8 +221,7 @@ class Objective:
         t0 = time.perf_counter()
         latency = _stored_latency(trial, arch)
         if latency is None:
-            result, readings = budget_latency(spec, cfg, ctx.budget_ms, marginal_only=True)
-            latency = {**latency_record(result), **({"readings_ms": readings} if readings else {})}
+            latency = trial_latency(spec, cfg, ctx.budget_ms, ctx.teacher_latency_ms)
         seconds["latency"] = time.perf_counter() - t0
         trial.set_user_attr("latency", latency)
         median = latency["median_ms"]

@@ -379,6 +379,7 @@ def test_a_finalist_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading
     from types import SimpleNamespace
 
     import nas.final as final
+    import nas.measure
     from latency import LatencyResult
     from nas import SearchConfig
 
@@ -389,7 +390,7 @@ def test_a_finalist_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading
 
     monkeypatch.setattr(final, "budget_latency", lambda graph, cfg, budget: (result(5.5), [5.5, 5.6]))
     teacher_reads = []
-    monkeypatch.setattr(final, "measure", lambda target, cfg, use_cache=True:
+    monkeypatch.setattr(nas.measure, "measure", lambda target, cfg, use_cache=True:
                         teacher_reads.append((target, use_cache)) or result(teacher_now))
     ctx = SimpleNamespace(config=SearchConfig(budget_ms=budget_ms, budget_ratio=0.5), budget_ms=5.0,
                           teacher_latency_ms=10.0, progress=SimpleNamespace(phase=lambda *_: None))
@@ -424,3 +425,37 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
             "9.21 ms on the trials' scale, proxy reward 0.7291") in out
     assert any(line.startswith("final best: 3x12x384x1280 (the FFN neighbour of trial #2's 3x12x384x1536) after")
                for line in out)
+
+
+@pytest.mark.parametrize("shape_ms, teacher_now, budget_ms, expect_ms, teacher_read", [
+    (10.7, 22.0, None, 10.7 * 20.0 / 22.0, True),  # a slow spell during the trials: fits beside the teacher
+    (10.7, 19.0, None, 10.7, True),  # the host is as fast as when the budget was set: over, as read
+    (13.0, 26.0, None, 13.0, False),  # over by more than DRIFT_BAND: over however the host drifts, no reading
+    (9.5, 22.0, None, 9.5, False),  # within the budget: nothing to judge
+    (10.7, 22.0, 10.0, 10.7, False),  # --budget-ms is absolute: judged as read
+])
+def test_a_trial_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading(shape_ms, teacher_now, budget_ms,
+                                                                               expect_ms, teacher_read):
+    from types import SimpleNamespace
+
+    from latency import LatencyResult
+    from nas import SearchConfig
+    from nas.measure import trial_latency
+
+    reads = []
+
+    def measure_once(target, cfg, use_cache=True):
+        reads.append(target)
+        ms = teacher_now if target == "minilm-l6" else shape_ms
+        return LatencyResult(median_ms=ms, p90_ms=ms + 0.2, min_ms=ms - 0.1, mean_ms=ms, cv=0.01, runs=20,
+                             noisy=False, batch=1, seq=128, threads=2, runtime="onnxruntime", cpu="cpu", versions={},
+                             cached=False, key="k")
+
+    cfg = SearchConfig(budget_ms=budget_ms, budget_ratio=0.5)
+    record = trial_latency(SimpleNamespace(arch="3x12x384x1536"), cfg, 10.0, 20.0, measure_once=measure_once)
+    assert record["median_ms"] == pytest.approx(expect_ms)
+    assert ("minilm-l6" in reads) == teacher_read and reads.count("minilm-l6") <= 1
+    if expect_ms != shape_ms:
+        assert record["read_ms"] == shape_ms and record["latency_scaled_by"] == pytest.approx(20.0 / 22.0, abs=1e-4)
+    else:
+        assert "read_ms" not in record

@@ -29,7 +29,7 @@ def measure(target: Any, config: SearchConfig, *, use_cache: bool = True) -> Any
 
 
 def budget_latency(target: Any, config: SearchConfig, budget_ms: float, *, marginal_only: bool = False,
-                   measure_once: Callable[..., Any] = measure) -> tuple[Any, list[float]]:
+                   measure_once: Callable[..., Any] | None = None) -> tuple[Any, list[float]]:
     """`target`'s latency as the budget judges it: one measurement, and when its median is over the
     budget, a second fresh one; the lower median stands. Returns it with the medians of both when
     there were two. Why: on a shared machine one busy spell moved the same graph from 6.89 to
@@ -38,6 +38,7 @@ def budget_latency(target: Any, config: SearchConfig, budget_ms: float, *, margi
     readings.
     `marginal_only` (search trials, where most over-budget shapes are far over): measure again only
     when the reading's fastest run was within the budget, i.e. the budget lies inside its spread."""
+    measure_once = measure_once or measure
     first = measure_once(target, config)
     if first.median_ms <= budget_ms or (marginal_only and first.min_ms > budget_ms):
         return first, []
@@ -77,7 +78,7 @@ def trial_latency(target: Any, config: SearchConfig, budget_ms: float, teacher_t
     reading's spread) and, for a reading up to DRIFT_BAND over a ratio budget, `beside_teacher` — the
     rule the final stage judges finalists by, so a slow spell during the trials does not refuse a
     shape that the final stage would ship. A scaled record keeps its raw median (`read_ms`)."""
-    result, readings = budget_latency(target, config, budget_ms, marginal_only=True, measure_once=measure_once or measure)
+    result, readings = budget_latency(target, config, budget_ms, marginal_only=True, measure_once=measure_once)
     drift: dict[str, float] = {}
     if result.median_ms <= budget_ms * DRIFT_BAND:
         read_ms = float(result.median_ms)

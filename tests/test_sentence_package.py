@@ -369,6 +369,15 @@ def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():
     assert budget_latency("m.onnx", None, 8.0, marginal_only=True, measure_once=once)[1] == [] and calls == [True]
 
 
+def _reading(ms):
+    """A latency reading of `ms` (median), for the unit tests of the budget's judgement."""
+    from latency import LatencyResult
+
+    return LatencyResult(median_ms=ms, p90_ms=ms + 0.2, min_ms=ms - 0.1, mean_ms=ms, cv=0.01, runs=20, noisy=False,
+                         batch=1, seq=128, threads=2, runtime="onnxruntime", cpu="cpu", versions={}, cached=False,
+                         key="k")
+
+
 @pytest.mark.parametrize("teacher_now, budget_ms, shipped_ms", [
     (12.0, None, 5.5 / 1.2),  # the host slowed by 1.2x since the budget was set: judged side by side, fits
     (9.0, None, 5.5),  # the host is faster now: the reading stands (still over)
@@ -380,18 +389,12 @@ def test_a_finalist_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading
 
     import nas.final as final
     import nas.measure
-    from latency import LatencyResult
     from nas import SearchConfig
 
-    def result(ms):
-        return LatencyResult(median_ms=ms, p90_ms=ms + 0.2, min_ms=ms - 0.1, mean_ms=ms, cv=0.01, runs=20, noisy=False,
-                             batch=1, seq=128, threads=2, runtime="onnxruntime", cpu="cpu", versions={}, cached=False,
-                             key="k")
-
-    monkeypatch.setattr(final, "budget_latency", lambda graph, cfg, budget: (result(5.5), [5.5, 5.6]))
+    monkeypatch.setattr(final, "budget_latency", lambda graph, cfg, budget: (_reading(5.5), [5.5, 5.6]))
     teacher_reads = []
     monkeypatch.setattr(nas.measure, "measure", lambda target, cfg, use_cache=True:
-                        teacher_reads.append((target, use_cache)) or result(teacher_now))
+                        teacher_reads.append((target, use_cache)) or _reading(teacher_now))
     ctx = SimpleNamespace(config=SearchConfig(budget_ms=budget_ms, budget_ratio=0.5), budget_ms=5.0,
                           teacher_latency_ms=10.0, progress=SimpleNamespace(phase=lambda *_: None))
     shipped, readings, drift = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
@@ -438,7 +441,6 @@ def test_a_trial_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading(sh
                                                                                expect_ms, teacher_read):
     from types import SimpleNamespace
 
-    from latency import LatencyResult
     from nas import SearchConfig
     from nas.measure import trial_latency
 
@@ -446,10 +448,7 @@ def test_a_trial_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading(sh
 
     def measure_once(target, cfg, use_cache=True):
         reads.append(target)
-        ms = teacher_now if target == "minilm-l6" else shape_ms
-        return LatencyResult(median_ms=ms, p90_ms=ms + 0.2, min_ms=ms - 0.1, mean_ms=ms, cv=0.01, runs=20,
-                             noisy=False, batch=1, seq=128, threads=2, runtime="onnxruntime", cpu="cpu", versions={},
-                             cached=False, key="k")
+        return _reading(teacher_now if target == "minilm-l6" else shape_ms)
 
     cfg = SearchConfig(budget_ms=budget_ms, budget_ratio=0.5)
     record = trial_latency(SimpleNamespace(arch="3x12x384x1536"), cfg, 10.0, 20.0, measure_once=measure_once)

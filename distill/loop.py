@@ -7,6 +7,7 @@ each one only says what a batch is and what its loss is (`train_steps`)."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from core.errors import TrainingError, check_choice
 from core.quiet import wait_while_measuring
 
 Batch = TypeVar("Batch")
+_END = object()
 
 
 @dataclass(frozen=True)
@@ -39,19 +41,67 @@ class Optimization:
     fused: bool = True
 
 
-def warmup_linear_decay(steps: int, warmup_steps: int):
-    """LR factor at step s: (s+1)/warm up to `warmup_steps`, then linear decay to 0 at `steps`."""
-    warm = max(1, warmup_steps)
-    return lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm)))
+def warmup_linear_decay(steps: int | Callable[[], int], warmup_steps: int):
+    """LR factor at step s: (s+1)/warm up to `warmup_steps`, then linear decay to 0 at `steps`.
+    `steps` may be a callable read at every step (a run fitted to a deadline, `StepPlan`); the
+    warm-up of a run cut that short is held to half of its steps, so it still decays to zero."""
+    if not callable(steps):
+        warm = max(1, warmup_steps)
+        return lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm)))
+
+    def factor(s: int) -> float:
+        n = steps()
+        warm = max(1, min(warmup_steps, n // 2))
+        return min((s + 1) / warm, max(0.0, (n - s) / max(1, n - warm)))
+
+    return factor
 
 
-def adamw(params: list[nn.Parameter], optim: Optimization
+# A run fitted to a deadline measures its pace over this many updates before it first decides how
+# many it can make (inside the usual warm-up of 5 % of 1,200), then again every REFIT_EVERY updates.
+FIT_AFTER = 20
+REFIT_EVERY = 50
+
+
+class StepPlan:
+    """How many updates a run makes: `planned`, or fewer when they would not all end by `until` (a
+    `time.monotonic()` value). The pace is measured on the run itself, so a host that slows down
+    mid-run gets a shorter run, and the LR schedule (`warmup_linear_decay`) still decays to zero
+    at the last update. Without `until` it is just `planned`."""
+
+    def __init__(self, planned: int, until: float | None = None) -> None:
+        self.planned, self.until, self.total = planned, until, planned
+        self.started = time.monotonic()
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the deadline cut the run short."""
+        return self.total < self.planned
+
+    def after(self, step: int, now: float | None = None) -> None:
+        """Called after update `step`: refit the total when it is time to."""
+        if self.until is None or step < FIT_AFTER or (step - FIT_AFTER) % REFIT_EVERY:
+            return
+        now = time.monotonic() if now is None else now
+        pace = (now - self.started) / step
+        self.total = fit_steps(step, pace, self.until - now, self.planned)
+
+
+def fit_steps(done: int, pace_s: float, left_s: float, planned: int) -> int:
+    """The updates a run can make in all: `done` so far plus those that fit in `left_s` seconds at
+    `pace_s` each, at most `planned`; never fewer than `done` (a deadline already past stops now)."""
+    more = math.floor(left_s / pace_s) if pace_s > 0 and left_s > 0 else 0
+    return max(done, min(planned, done + more))
+
+
+def adamw(params: list[nn.Parameter], optim: Optimization, plan: StepPlan | None = None
           ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW and its warm-up/decay schedule."""
+    """AdamW and its warm-up/decay schedule (over `plan`'s total when given, else `optim.steps`)."""
     fused = optim.fused and all(p.device.type in ("cpu", "cuda") and p.dtype == torch.float32 for p in params)
     optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay,
                                   fused=fused or None)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear_decay(optim.steps, optim.warmup_steps))
+    steps = optim.steps if plan is None else (lambda: plan.total)
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear_decay(steps, optim.warmup_steps))
 
 
 # "auto": bf16 where the hardware multiplies bf16 natively, fp32 elsewhere; "bf16" or "fp32" forces one.
@@ -103,13 +153,22 @@ def autocast(device: torch.device, precision: str = "auto") -> AbstractContextMa
 
 
 def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: Callable[[Batch], torch.Tensor],
-                optim: Optimization, device: torch.device, precision: str = "auto") -> Iterator[tuple[int, torch.Tensor]]:
-    """Run `optim.steps` updates, one per batch: the loss under autocast (`precision`), backward,
-    gradient clipping, the optimizer and LR-schedule steps. Yields (step from 1, the loss still on
-    the device) after each update, so the caller logs, evaluates or stops without the loop knowing how."""
-    optimizer, schedule = adamw(params, optim)
+                optim: Optimization, device: torch.device, precision: str = "auto",
+                plan: StepPlan | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+    """Run `optim.steps` updates (or `plan.total`, which a deadline may lower as the run goes), one
+    per batch: the loss under autocast (`precision`), backward, gradient clipping, the optimizer and
+    LR-schedule steps. Yields (step from 1, the loss still on the device) after each update, so the
+    caller logs, evaluates or stops without the loop knowing how; the last update is the one where
+    `step == plan.total`."""
+    plan = plan if plan is not None else StepPlan(optim.steps)
+    optimizer, schedule = adamw(params, optim, plan)
     precision = resolve_precision(precision, device)  # the CPU's features probed once, not every step
-    for step, batch in zip(range(1, optim.steps + 1), batches):
+    step, batches = 0, iter(batches)
+    while step < plan.total:
+        batch = next(batches, _END)  # no batch is drawn past the last update (the shuffle's RNG stays put)
+        if batch is _END:
+            return
+        step += 1
         wait_while_measuring()  # a latency measurement on cores this run shares (core.quiet)
         with autocast(device, precision):
             loss = loss_of(batch)
@@ -117,6 +176,7 @@ def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: C
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, optim.max_grad_norm)
         optimizer.step()
+        plan.after(step)  # before the schedule reads the total for the next update
         schedule.step()
         yield step, loss.detach()
 

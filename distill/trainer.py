@@ -33,7 +33,7 @@ from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method
-from .loop import (LossReader, Optimization, check_precision, length_bucketed_batches, resolve_precision,
+from .loop import (LossReader, Optimization, StepPlan, check_precision, length_bucketed_batches, resolve_precision,
                    train_steps)
 from core.spec import StudentSpec
 from .teachers import Teacher, activations, base_model
@@ -123,6 +123,11 @@ class DistillResult:
     tokens_per_second: float = 0.0
     init: dict = field(default_factory=dict)  # how the student started (distill.trainer.initial_student)
     precision: str = "fp32"  # what config.precision resolved to on the run's device
+    steps: int = 0  # updates made: config.steps, or fewer when a deadline (`until`) cut the run short
+
+    @property
+    def cut_short(self) -> bool:
+        return self.steps < self.config.steps
 
     def summary(self) -> dict:
         return {
@@ -135,6 +140,7 @@ class DistillResult:
             "tokens_per_second": round(self.tokens_per_second, 1),
             "init": self.init,
             "precision": self.precision,
+            "steps": self.steps,
         }
 
     def save(self, out_dir: str | os.PathLike, tokenizer, extra: dict | None = None) -> Path:
@@ -193,6 +199,7 @@ def distill(
     evaluator: Evaluator | None = None,
     on_eval: OnEval | None = None,
     student: nn.Module | None = None,
+    until: float | None = None,
 ) -> DistillResult:
     """Distill `teacher` into a student of shape `spec` on `data` with `config.method`.
 
@@ -200,6 +207,8 @@ def distill(
     the teacher runs every step. `evaluator` scores held-out L_HS (defaults to this teacher's);
     `on_eval(step, metrics)` is called at each evaluation and may raise to stop the run (pruning).
     `student` continues from an existing model (multi-stage recipes) instead of a fresh one.
+    `until` (a `time.monotonic()` value) fits the run to a deadline: fewer than `config.steps`
+    updates when the measured pace says they would not all end by then (`distill.loop.StepPlan`).
     """
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
@@ -221,10 +230,11 @@ def distill(
         cache = None
     loop = _Loop(student, method, teacher, data, config, device, cache,
                  evaluator or Evaluator(targets, strategy=config.eval_layer_map), on_eval, spec.arch)
-    metrics, history, seconds, tokens_per_second = loop.run()
+    metrics, history, seconds, tokens_per_second = loop.run(until)
     return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
                          metrics=metrics, history=history, seconds=seconds, tokens_per_second=tokens_per_second,
-                         init=init, precision=resolve_precision(config.precision, device))
+                         init=init, precision=resolve_precision(config.precision, device),
+                         steps=history[-1]["step"] if history else 0)
 
 
 def _prepare_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache, config: DistillConfig,
@@ -267,8 +277,9 @@ class _Loop:
         self.generator = torch.Generator().manual_seed(config.seed)
         self.tokens = 0
 
-    def run(self) -> tuple[dict, list[dict], float, float]:
-        """Train for `config.steps`; returns (last metrics, history, seconds, training tokens/s)."""
+    def run(self, until: float | None = None) -> tuple[dict, list[dict], float, float]:
+        """Train for `config.steps` (fewer to end by `until`); returns (last metrics, history,
+        seconds, training tokens/s)."""
         from tqdm.auto import tqdm
 
         config = self.config
@@ -281,18 +292,21 @@ class _Loop:
         running: list[float] = []  # losses since the last evaluation
         metrics: dict = {}
         start, eval_seconds = time.perf_counter(), 0.0
+        plan = StepPlan(config.steps, until)
         with tqdm(total=config.steps, desc=f"distill {config.method} {self.arch}", disable=not config.progress,
                   dynamic_ncols=True, leave=False) as bar:
-            for step, loss in train_steps(params, batches, self.loss, optim, self.device, config.precision):
+            for step, loss in train_steps(params, batches, self.loss, optim, self.device, config.precision, plan):
                 reader.add(loss)
+                bar.total = plan.total
                 bar.update(1)
-                evaluate = (config.eval_every and step % config.eval_every == 0) or step == config.steps
+                last = step == plan.total
+                evaluate = (config.eval_every and step % config.eval_every == 0) or last
                 if evaluate or step % FINITE_CHECK_EVERY == 0:
                     running += reader.read(step)
                     bar.set_postfix(loss=f"{running[-1]:.4f}")
                 if evaluate:
                     eval_start = time.perf_counter()
-                    metrics = self.evaluate(step, running)
+                    metrics = self.evaluate(step, running, last)
                     history.append(metrics)
                     running = []
                     bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")
@@ -303,8 +317,8 @@ class _Loop:
         # throughput counts training steps, not evaluations
         return metrics, history, seconds, self.tokens / max(seconds - eval_seconds, 1e-9)
 
-    def evaluate(self, step: int, running: list[float]) -> dict:
-        rows = None if step == self.config.steps else self.config.interim_eval_rows
+    def evaluate(self, step: int, running: list[float], last: bool) -> dict:
+        rows = None if last else self.config.interim_eval_rows
         return {"step": step, "train_loss": sum(running) / len(running), **self.evaluator(self.student, rows)}
 
     def loss(self, index: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=d.out, help="output folder (default: %(default)s)")
     p.add_argument("--trials", type=int, default=d.trials,
                    help="total finished trials the study should have; a rerun continues up to it (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock limit for the whole command: trials start only in its first half, and the final "
+                        "run trains as many of --final-steps as fit before it (default: none, the same work on every "
+                        "host)")
     p.add_argument("--budget-ms", type=float, default=None,
                    help="hard CPU latency budget in ms (default: --budget-ratio x the teacher's measured latency)")
     p.add_argument("--budget-ratio", type=float, default=d.budget_ratio,
@@ -289,7 +293,7 @@ def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
 
 def _print_summary(summary: dict, out: Path) -> None:
     from .neighbours import origin, shape_label
-    from .records import loss_of
+    from .records import loss_of, steps_label
 
     best = summary.get("best_trial")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
@@ -313,7 +317,7 @@ def _print_summary(summary: dict, out: Path) -> None:
               f"proxy reward {n['reward']:.4f}")
     for f in summary.get("final") or []:
         method = (f.get("recipe") or {}).get("method", "")
-        print(f"final {f['dir']}: {shape_label(f)} after {f['steps']} steps of {method}: {f['latency_ms']:.2f} ms; "
+        print(f"final {f['dir']}: {shape_label(f)} after {steps_label(f)} of {method}: {f['latency_ms']:.2f} ms; "
               f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
               + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
         quality = f.get("quality") or {}

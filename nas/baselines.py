@@ -44,11 +44,13 @@ def untrained_baselines(teacher: Any, spec: StudentSpec, importance: Any, layer_
     return models, plan
 
 
-def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any) -> dict[str, Any] | None:
-    """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, or None
-    when not asked for (0) or the corpus is too small to hold any out."""
+def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any] | None:
+    """What `fidelity_table` needs besides the student: the held-out sentences, the teacher's
+    embeddings of them and both untrained baselines' rows (None when not asked for). The final
+    stage computes it before training: nothing in it depends on the training, and its time tells
+    what a `--timeout` must leave for after the run."""
     from distill.data import heldout_sentences
-    from evaluation import embedding_fidelity, sentence_embeddings
+    from evaluation import sentence_embeddings
 
     cfg = ctx.config
     if cfg.quality_sentences <= 0:
@@ -57,14 +59,30 @@ def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any) 
         sentences = heldout_sentences(ctx.texts, cfg.quality_sentences, seed=cfg.seed)
     except KdnasError as err:
         return {"skipped": str(err)}
-    teacher, tokenizer, seq = ctx.teacher, ctx.teacher.tokenizer, cfg.latency_seq
-    reference = sentence_embeddings(teacher, sentences, max_len=seq)
-    baselines, _ = untrained_baselines(teacher, spec, cache.importance(), cfg.layer_rule, seq)
-    models = {"student": student, **{f"{name} (untrained)": model for name, model in baselines.items()}}
-    rows = {}
-    for name, model in models.items():
-        emb = sentence_embeddings((model.eval(), tokenizer), sentences, max_len=seq)
-        rows[name] = embedding_fidelity(reference, emb, pairs=PAIRS, seed=cfg.seed)
+    reference = sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency_seq)
+    baselines, _ = untrained_baselines(ctx.teacher, spec, cache.importance(), cfg.layer_rule, cfg.latency_seq)
+    rows = {f"{name} (untrained)": _fidelity(ctx, model, sentences, reference) for name, model in baselines.items()}
+    return {"sentences": sentences, "reference": reference, "rows": rows}
+
+
+def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any,
+                   prepared: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, or None
+    when not asked for (0) or the corpus is too small to hold any out. `prepared` is
+    `baseline_fidelity`'s result when it was computed before."""
+    prepared = baseline_fidelity(ctx, spec, cache) if prepared is None else prepared
+    if prepared is None or "skipped" in prepared:
+        return prepared
+    sentences = prepared["sentences"]
+    rows = {"student": _fidelity(ctx, student, sentences, prepared["reference"]), **prepared["rows"]}
     student_rho = rows["student"]["spearman"]
     beaten = all(student_rho > r["spearman"] for name, r in rows.items() if name != "student")
-    return {"sentences": len(sentences), "max_len": seq, "fidelity": rows, "beats_baselines": beaten}
+    return {"sentences": len(sentences), "max_len": ctx.config.latency_seq, "fidelity": rows, "beats_baselines": beaten}
+
+
+def _fidelity(ctx: Any, model: nn.Module, sentences: list[str], reference: Any) -> dict[str, float]:
+    from evaluation import embedding_fidelity, sentence_embeddings
+
+    cfg = ctx.config
+    emb = sentence_embeddings((model.eval(), ctx.teacher.tokenizer), sentences, max_len=cfg.latency_seq)
+    return embedding_fidelity(reference, emb, pairs=PAIRS, seed=cfg.seed)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._io import atomic_write_text
 from .neighbours import shape_label
+from .records import steps_label
 
 CARD = "README.md"
 # SearchConfig fields that only steer this process and have no `kdnas search` flag.
@@ -122,7 +123,7 @@ def _drift(entry: dict[str, Any]) -> str:
 def _distillation(entry: dict[str, Any]) -> str:
     """Steps, rows, and what the training ran in: the same steps differ in time, not in fidelity,
     between bf16 and fp32 (docs/design/final-recipe.md)."""
-    text = f"{entry.get('steps')} steps on {entry.get('train_rows', entry.get('train'))} sequences"
+    text = f"{steps_label(entry)} on {entry.get('train_rows', entry.get('train'))} sequences"
     seconds = (entry.get("seconds") or {}).get("distill")
     took = None if not seconds else f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
     how = [p for p in (entry.get("precision"), took) if p]

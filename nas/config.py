@@ -31,7 +31,8 @@ PROXIES = ("fidelity", "hs")
 # shown); every other field defines the study. `space` and `device` enter the settings resolved.
 RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_overrides", "final_steps",
                       "final_train", "final_top_k", "final_method", "final_batch_size", "final_lr", "final_unit",
-                      "quality_sentences", "reference", "device", "progress", "stale_after_s"})
+                      "quality_sentences", "reference", "device", "progress", "stale_after_s",
+                      "timeout"})
 SAMPLERS = ("tpe", "nsga2", "random")
 # The final run sees each transfer sentence at most this often (MiniLM, 3x12x384x1536, ρ at step
 # 1,200 of a 3,000-step run: 0.883 after 9.4 passes over 4,096 sentences, 0.903 over 32,768; at
@@ -132,6 +133,9 @@ class SearchConfig:
     # 2-core AMD EPYC with AVX512-BF16 (docs/design/final-recipe.md).
     precision: str = "auto"
     progress: bool = True
+    # Wall-clock seconds for the whole command (nas.time_limit); None: no limit, and a run does the
+    # same work on every host.
+    timeout: float | None = None
     # A RUNNING trial whose worker is on another host and silent this long is presumed dead.
     stale_after_s: float = 1800.0
 
@@ -154,6 +158,9 @@ class SearchConfig:
         _positive_int(self, "final_train", "must be a positive integer (training sequences of the final run)")
         if self.budget_ms is not None and not (math.isfinite(self.budget_ms) and self.budget_ms > 0):
             raise InputError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
+        if self.timeout is not None and not (isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout)
+                                             and self.timeout > 0):
+            raise InputError(f"timeout {self.timeout!r} s must be a positive number of seconds")
         if not (math.isfinite(self.budget_ratio) and self.budget_ratio > 0):
             raise InputError(f"budget ratio {self.budget_ratio!r} must be a positive number")
         if self.objective not in OBJECTIVES:

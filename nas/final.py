@@ -31,6 +31,7 @@ from .measure import beside_teacher, budget_latency, latency_record, measure, sc
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from .records import pareto_front, trial_rows
 from .resume import worker_alive, worker_identity
+from .time_limit import after_training_s
 from .trial import final_transfer_set
 
 
@@ -132,7 +133,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         label = f"final {rank}/{cfg.final_top_k} {row['arch']}"
         if not _ready(stage, row, pipeline, label):
             continue
-        entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline)
+        timing = {"read_s": stage.read_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results)}
+        entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing)
         if entry["within_budget"]:
             results.append(entry | {"rank": rank})
             continue
@@ -160,6 +162,7 @@ class _Stage:
         # Each shape's shipped-graph reading in this run; a shape over the budget never returns to
         # the queue, so a shape read here fits.
         self.now: dict[str, float] = {}
+        self.read_s: dict[str, float] = {}  # and the seconds that reading took (nas.time_limit)
         self.proposed = 0
 
     def refused_trials(self) -> int:
@@ -197,8 +200,9 @@ def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: 
     first lets its wider FFN neighbour go ahead of it."""
     ctx = stage.ctx
     if row["arch"] not in stage.now:
+        t0 = time.perf_counter()
         before, readings, drift = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
-        stage.now[row["arch"]] = before
+        stage.now[row["arch"]], stage.read_s[row["arch"]] = before, time.perf_counter() - t0
         if before > ctx.budget_ms:
             stage.refuse(_over_record(row, ctx.config, None, before, ctx.budget_ms, readings) | drift)
             stage.propose(row, NARROWER)
@@ -295,20 +299,32 @@ def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
 
 
 def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
-            pipeline: dict[str, Any]) -> dict[str, Any]:
-    """Distill one finalist with the final recipe, measure it against the baselines, ship it."""
-    from .baselines import fidelity_table
+            pipeline: dict[str, Any], timing: dict[str, Any]) -> dict[str, Any]:
+    """Distill one finalist with the final recipe, measure it against the baselines, ship it.
+    `timing`: its shipped graph's pre-training reading time and the finalists still to train, from
+    which a `--timeout` fits the run (nas.time_limit)."""
+    from .baselines import baseline_fidelity, fidelity_table
     from .card import write_model_card
 
     cfg, data = ctx.config, cache.data
     spec = _spec(ctx, row)
-    ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})")
+    ctx.progress.phase(f"{label}: untrained baselines' fidelity")
     t0 = time.perf_counter()
-    res = run_distill(spec, ctx.teacher, data, ctx.final_config(), cache=cache)
+    prepared = baseline_fidelity(ctx, spec, cache)
+    baselines_s = time.perf_counter() - t0
+    until = None if ctx.limit is None else ctx.limit.final_until(after_training_s(timing["read_s"], baselines_s),
+                                                                  timing["finalists_left"])
+    ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})"
+                       + ("" if until is None else ", fewer if they would not end by --timeout"))
+    t0 = time.perf_counter()
+    res = run_distill(spec, ctx.teacher, data, ctx.final_config(), cache=cache, until=until)
     student = res.student.eval()
+    if res.cut_short:
+        ctx.progress.note(f"{label}: {res.steps} of {cfg.final_steps} steps fitted in the time --timeout "
+                          f"{cfg.timeout:g} s left")
     t1 = time.perf_counter()
-    ctx.progress.phase(f"{label}: fidelity vs untrained baselines")
-    quality = fidelity_table(ctx, spec, student, cache)
+    ctx.progress.phase(f"{label}: fidelity")
+    quality = fidelity_table(ctx, spec, student, cache, prepared)
     t2 = time.perf_counter()
     ctx.progress.phase(f"{label}: export")
     shipped = _ship(ctx, student, dest, teacher_dir, pipeline,
@@ -326,10 +342,12 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     int8_latency = latency_record(scaled(int8, factor)) | ({"read_ms": float(int8.median_ms)} if factor != 1.0 else {})
     entry = {
         "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
-        "recipe": _recipe(cfg), "steps": cfg.final_steps, "train": cfg.final_rows, "train_rows": data.num_train,
+        "recipe": _recipe(cfg), "steps": res.steps, "steps_planned": cfg.final_steps, "timeout_s": cfg.timeout,
+        "train": cfg.final_rows, "train_rows": data.num_train,
         "init": res.init, "precision": res.precision, "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
         "proxy_reward": row["reward"], **_origin_of(row), "quality": quality, **shipped, **drift,
-        "seconds": {"distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3), "export": round(t3 - t2, 3),
+        "seconds": {"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
+                    "export": round(t3 - t2, 3),
                     "latency": round(time.perf_counter() - t3, 3)},
     }
     atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")

@@ -108,6 +108,14 @@ def loss_of(record: dict[str, Any]) -> float | None:
     return record.get("loss", record.get("l_hs_norm"))
 
 
+def steps_label(record: dict[str, Any]) -> str:
+    """A finalist's training steps: "1200 steps", or "1043 of 1200 steps (fitted to --timeout 570 s)"."""
+    steps, planned = record.get("steps"), record.get("steps_planned")
+    if planned is None or steps == planned:
+        return f"{steps} steps"
+    return f"{steps} of {planned} steps (fitted to --timeout {record.get('timeout_s'):g} s)"
+
+
 def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     feasible = [r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
     return max(feasible, key=lambda r: r["reward"]) if feasible else None

@@ -19,7 +19,7 @@ import plotly.io as pio
 from ._io import atomic_write_text
 from .neighbours import shape_label
 from .plots import history_figure, importance_figure, importances, pareto_figure
-from .records import COLUMNS, loss_of, study_facts, trial_rows
+from .records import COLUMNS, loss_of, steps_label, study_facts, trial_rows
 
 _TABLE_COLUMNS = (
     ("number", "#"), ("status", "status"), ("arch", "L×A×H×F"), ("params", "params (M)"),
@@ -94,7 +94,7 @@ def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: lis
                           f"proxy loss {best['loss']:.4f}, {best['latency_median_ms']:.2f} ms" if best else "none yet"),
     ]
     for f in facts.get("final") or []:
-        lines.append(f"final {html.escape(f['dir'])}: {shape_label(f)} after {f['steps']} steps, loss {loss_of(f):.4f}, "
+        lines.append(f"final {html.escape(f['dir'])}: {shape_label(f)} after {steps_label(f)}, loss {loss_of(f):.4f}, "
                      f"{f['latency_ms']:.2f} ms, reward {f['reward']:.4f}")
     split = facts["seconds_per_trial"]
     lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}" for k, v in split.items()))

@@ -33,6 +33,7 @@ from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, recover, repeated_failure, slots_taken
 from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
+from .time_limit import TRIAL_SHARE, TimeLimit
 from .trial import Objective, SearchContext, proxy_transfer_set
 
 TPE_STARTUP_TRIALS = 5
@@ -58,6 +59,7 @@ def search(config: SearchConfig) -> dict[str, Any]:
 
 
 def _search(cfg: SearchConfig) -> dict[str, Any]:
+    limit = None if cfg.timeout is None else TimeLimit(time.monotonic(), float(cfg.timeout))
     resolved = resolve_device(cfg.device)  # `--device cuda` without CUDA: one line, before anything
     device, dtype = resolved.type, resolve_precision(cfg.precision, resolved)
     progress = Progress(cfg.trials, 0, cfg.progress)
@@ -89,8 +91,8 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         write_pointer(out, url, cfg.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
-                            budget_ms=facts["budget_ms"], progress=progress)
-        _run_trials(study, Objective(ctx), cfg, out, progress)
+                            budget_ms=facts["budget_ms"], progress=progress, limit=limit)
+        _run_trials(study, Objective(ctx), cfg, out, progress, limit)
         if cfg.reference and study.user_attrs.get("reference") is None:
             study.set_user_attr("reference", evaluate_references(ctx))
         _finish(study, ctx, out, progress)
@@ -115,15 +117,21 @@ def _open_study(cfg: SearchConfig, storage, url: str, existing: optuna.Study | N
     return study, existing.user_attrs
 
 
-def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, out: Path, progress: Progress) -> None:
-    """Trials until the study holds exactly `cfg.trials` counted ones (other workers' included); the
-    pages are rewritten after each. While the trials still to do are all running on other workers,
-    this one waits for them (one of them may die and need its retry) instead of starting more."""
+def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, out: Path, progress: Progress,
+                limit: TimeLimit | None = None) -> None:
+    """Trials until the study holds exactly `cfg.trials` counted ones (other workers' included), or
+    until `limit` says no more may start; the pages are rewritten after each. While the trials still
+    to do are all running on other workers, this one waits for them (one of them may die and need its
+    retry) instead of starting more."""
     _show(study, out, progress)
     while True:
         recover(study, cfg.stale_after_s)
         done = counted_trials(study)
         if done >= cfg.trials:
+            return
+        if limit is not None and not limit.trials_may_start(done):
+            progress.note(f"--timeout {limit.seconds:g} s: {TRIAL_SHARE:.0%} of it is spent, so no further trial "
+                          f"starts ({done} of {cfg.trials} done; a rerun with a longer --timeout, or none, adds the rest)")
             return
         if slots_taken(study) >= cfg.trials:
             progress.phase("waiting for other workers' last trials")

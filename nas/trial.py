@@ -30,6 +30,7 @@ from .resume import failed_shapes, is_surplus, worker_identity
 from .reward import kdnas_reward
 from .scored import Scored
 from .space import SearchSpace
+from .time_limit import TimeLimit
 
 # Placeholder objective values for trials that were never trained (invalid or over budget). They
 # are always infeasible through their constraints, so neither samplers nor `best` use the values;
@@ -77,6 +78,7 @@ class SearchContext:
     teacher_latency_ms: float
     budget_ms: float
     progress: Progress
+    limit: TimeLimit | None = None  # --timeout (nas.time_limit)
 
     @cached_property
     def probe(self) -> FidelityProbe:

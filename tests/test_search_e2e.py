@@ -416,3 +416,19 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
     assert not (tmp_path / "new").exists()  # refused before the folder or its study.db is made
     assert digest(out / "study.db") == db and digest(elsewhere / "study.db") == moved
     assert optuna.get_all_study_names(f"sqlite:///{fresh / 'study.db'}") == []  # no study is created
+
+
+def test_a_timeout_stops_the_trials_and_fits_the_final_run(tmp_path):
+    out = tmp_path / "run"
+    # A limit already spent when the first trial ends: no second trial starts, and the final run
+    # stops once it has measured its pace (distill.loop.FIT_AFTER = 20 of its 40 steps).
+    result = kdnas("search", "--out", str(out), "--trials", "3", "--layers", "1", "--heads", "4", "--hidden", "96",
+                   "--ffn", "256", "--budget-ms", "1000", "--proxy-steps", "4", "--final-steps", "40",
+                   "--timeout", "1", *TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--timeout 1 s: 50% of it is spent, so no further trial starts (1 of 3 done" in result.stderr
+    assert "after 20 of 40 steps (fitted to --timeout 1 s) of embed" in result.stdout
+    shipped = json.loads((out / "best" / "search.json").read_text())
+    assert (shipped["steps"], shipped["steps_planned"], shipped["timeout_s"]) == (20, 40, 1.0)
+    assert "20 of 40 steps (fitted to --timeout 1 s)" in (out / "best" / "README.md").read_text()
+    assert len(load(out).trials) == 1

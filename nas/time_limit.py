@@ -1,0 +1,54 @@
+"""`--timeout`: one wall-clock limit for the whole search command, as AutoML tools offer.
+
+Without it a run is the same on every host (its trials and its final steps are fixed); with it the
+command ends in time on a slow or busy host, and says what it gave up. The time is split in two:
+
+- **trials** start only while less than TRIAL_SHARE of it is spent (at least one always runs): the
+  final run usually costs more than all trials together, and it is what ships;
+- **the final run** trains `--final-steps`, or as many as fit before the limit less what still
+  follows it, with the pace measured on the run itself (`distill.loop.StepPlan`). What follows
+  it — the student's fidelity, the export, the latency readings of the shipped graphs — is
+  estimated from the same work timed just before the training, on the same host
+  (`after_training_s`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+TRIAL_SHARE = 0.5
+# After the final run, at most: its fp32 graph read (twice when over the budget), the teacher read
+# again beside it, and the INT8 graph read — four readings, each costing about what the pre-training
+# reading of the same graph cost (an export and a reading).
+READINGS_AFTER = 4
+
+
+@dataclass(frozen=True)
+class TimeLimit:
+    """`seconds` of wall-clock time from `started` (a `time.monotonic()` value)."""
+
+    started: float
+    seconds: float
+
+    @property
+    def end(self) -> float:
+        return self.started + self.seconds
+
+    def trials_may_start(self, done: int, now: float | None = None) -> bool:
+        """Whether another trial may start, `done` being the finished ones."""
+        now = time.monotonic() if now is None else now
+        return done < 1 or now - self.started < TRIAL_SHARE * self.seconds
+
+    def final_until(self, after_s: float, finalists_left: int = 1, now: float | None = None) -> float:
+        """When the next final run must end: the time left less `after_s` for what follows it, shared
+        evenly among the `finalists_left` still to train (`--final-top-k`)."""
+        now = time.monotonic() if now is None else now
+        return now + (self.end - after_s - now) / max(1, finalists_left)
+
+
+def after_training_s(reading_s: float, baselines_s: float) -> float:
+    """Seconds a finalist still needs once trained, from work timed before its training:
+    `reading_s` (its shipped graph exported and read) and `baselines_s` (the teacher's held-out
+    embeddings and the two untrained baselines' — the student's own pass costs less than half)."""
+    return READINGS_AFTER * reading_s + baselines_s / 2

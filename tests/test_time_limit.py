@@ -1,0 +1,114 @@
+"""`--timeout`: a run fitted to a deadline (distill.loop.StepPlan) and the search's split of the time
+(nas.time_limit)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from distill.loop import FIT_AFTER, REFIT_EVERY, Optimization, StepPlan, fit_steps, train_steps, warmup_linear_decay
+from nas import SearchConfig
+from nas.records import steps_label
+from nas.time_limit import READINGS_AFTER, TRIAL_SHARE, TimeLimit, after_training_s
+
+
+@pytest.mark.parametrize("done, pace, left, planned, expected", [
+    (20, 0.25, 100.0, 1200, 420),    # 400 more fit
+    (20, 0.25, 1000.0, 1200, 1200),  # all fit: never more than planned
+    (20, 0.25, -5.0, 1200, 20),      # the deadline has passed: stop now
+    (70, 0.5, 0.2, 1200, 70),        # not even one more
+])
+def test_fit_steps(done, pace, left, planned, expected):
+    assert fit_steps(done, pace, left, planned) == expected
+
+
+def test_a_plan_refits_only_at_its_checkpoints_and_follows_the_measured_pace():
+    plan = StepPlan(1200, until=1000.0)
+    plan.started = 0.0
+    plan.after(FIT_AFTER - 1, now=5.0)
+    assert plan.total == 1200 and not plan.fitted  # too early to judge the pace
+    plan.after(FIT_AFTER, now=10.0)  # 0.5 s per step, 990 s left: 1,980 more would fit
+    assert plan.total == 1200
+    plan.after(FIT_AFTER + 1, now=900.0)  # between checkpoints: nothing changes
+    assert plan.total == 1200
+    step = FIT_AFTER + REFIT_EVERY
+    plan.after(step, now=700.0)  # the host slowed: 10 s per step, 300 s left
+    assert plan.total == step + 30 and plan.fitted
+    unlimited = StepPlan(50)
+    unlimited.after(FIT_AFTER, now=time.monotonic() + 1e6)
+    assert unlimited.total == 50 and not unlimited.fitted
+
+
+def test_a_cut_schedule_still_warms_up_and_decays_to_zero_at_its_last_step():
+    plan = StepPlan(1200)
+    factor = warmup_linear_decay(lambda: plan.total, warmup_steps=60)
+    assert factor(0) == pytest.approx(1 / 60) and factor(60) == pytest.approx(1.0)
+    plan.total = 40  # cut below the warm-up: it is held to half the steps
+    assert factor(19) == pytest.approx(1.0) and factor(40) == 0.0
+    assert all(factor(s) <= 1.0 for s in range(40))
+    fixed = warmup_linear_decay(100, warmup_steps=10)  # a run without a deadline, as before
+    assert fixed(9) == pytest.approx(1.0) and fixed(100) == 0.0
+
+
+def test_a_run_past_its_deadline_stops_after_measuring_its_pace_with_the_lr_at_zero():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    params = list(model.parameters())
+    optim = Optimization(lr=1e-2, steps=500, warmup_steps=25, weight_decay=0.0)
+    plan = StepPlan(500, until=time.monotonic() - 1.0)
+    drawn = []
+
+    def batches():
+        while True:
+            drawn.append(1)
+            yield torch.randn(8, 4)
+
+    steps = [s for s, _ in train_steps(params, batches(), lambda b: model(b).pow(2).mean(), optim,
+                                       torch.device("cpu"), "fp32", plan)]
+    assert steps == list(range(1, FIT_AFTER + 1)) and plan.total == FIT_AFTER and plan.fitted
+    assert len(drawn) == FIT_AFTER  # no batch drawn past the last update
+
+
+def test_the_search_splits_its_time_between_trials_and_the_final_run():
+    limit = TimeLimit(started=100.0, seconds=600.0)
+    assert limit.trials_may_start(done=3, now=100.0 + TRIAL_SHARE * 600 - 1)
+    assert not limit.trials_may_start(done=3, now=100.0 + TRIAL_SHARE * 600)
+    assert limit.trials_may_start(done=0, now=10_000.0)  # one trial always runs
+    after = after_training_s(reading_s=8.0, baselines_s=12.0)
+    assert after == READINGS_AFTER * 8.0 + 6.0
+    assert limit.final_until(after, now=400.0) == pytest.approx(700.0 - after)
+    # two finalists left share the time: the first ends half-way
+    assert limit.final_until(after, finalists_left=2, now=400.0) == pytest.approx(400.0 + (300.0 - after) / 2)
+
+
+def test_the_summary_says_when_the_timeout_cut_the_final_run():
+    assert steps_label({"steps": 1200, "steps_planned": 1200, "timeout_s": 570.0}) == "1200 steps"
+    assert steps_label({"steps": 1200}) == "1200 steps"  # a record from before --timeout
+    assert (steps_label({"steps": 1043, "steps_planned": 1200, "timeout_s": 570.0})
+            == "1043 of 1200 steps (fitted to --timeout 570 s)")
+
+
+@pytest.mark.parametrize("bad", [0, -5.0, float("nan"), float("inf"), "ten"])
+def test_a_bad_timeout_is_refused(bad):
+    from core.errors import InputError
+
+    with pytest.raises(InputError, match=r"timeout .* must be a positive number of seconds"):
+        SearchConfig(timeout=bad)
+
+
+def test_the_timeout_does_not_define_the_study():
+    from nas.config import RUN_ONLY
+
+    assert "timeout" in RUN_ONLY
+
+
+def test_distill_fitted_to_a_deadline_evaluates_at_its_last_step(teacher, small_data):
+    from distill import DistillConfig, TeacherCache, distill, parse_arch
+
+    spec = parse_arch("2x4x128x256", **teacher.student_sizes())
+    config = DistillConfig(method="hs", steps=200, batch_size=8, eval_every=100, progress=False)
+    result = distill(spec, teacher, small_data, config, cache=TeacherCache(teacher, small_data), until=time.monotonic())
+    assert result.steps == FIT_AFTER and result.cut_short and result.summary()["steps"] == FIT_AFTER
+    assert [h["step"] for h in result.history] == [FIT_AFTER]  # the last step's full evaluation

@@ -312,16 +312,11 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     t0 = time.perf_counter()
     prepared = baseline_fidelity(ctx, spec, cache)
     baselines_s = time.perf_counter() - t0
-    until = None if ctx.limit is None else ctx.limit.final_until(after_training_s(timing["read_s"], baselines_s),
-                                                                  timing["finalists_left"])
-    ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})"
-                       + ("" if until is None else ", fewer if they would not end by --timeout"))
+    after_s = after_training_s(timing["read_s"], baselines_s)  # what a --timeout leaves for after the run
     t0 = time.perf_counter()
-    res = run_distill(spec, ctx.teacher, data, ctx.final_config(), cache=cache, until=until)
+    res = _distill_in_time(ctx, cache, spec, label, None if ctx.limit is None else
+                           ctx.limit.final_until(after_s, timing["finalists_left"]))
     student = res.student.eval()
-    if res.cut_short:
-        ctx.progress.note(f"{label}: {res.steps} of {cfg.final_steps} steps fitted in the time --timeout "
-                          f"{cfg.timeout:g} s left")
     t1 = time.perf_counter()
     ctx.progress.phase(f"{label}: fidelity")
     quality = fidelity_table(ctx, spec, student, cache, prepared)
@@ -347,12 +342,24 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
         "init": res.init, "precision": res.precision, "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
         "proxy_reward": row["reward"], **_origin_of(row), "quality": quality, **shipped, **drift,
         "seconds": {"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
-                    "export": round(t3 - t2, 3),
-                    "latency": round(time.perf_counter() - t3, 3)},
+                    "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),
+                    "set_aside_after_distill": round(after_s, 3)},
     }
     atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")
     write_model_card(dest, entry, cfg)
     return entry
+
+
+def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: float | None) -> Any:
+    """The final recipe's run, fitted to end by `until` when a --timeout set one."""
+    cfg = ctx.config
+    ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})"
+                       + ("" if until is None else ", fewer if they would not end by --timeout"))
+    res = run_distill(spec, ctx.teacher, cache.data, ctx.final_config(), cache=cache, until=until)
+    if res.cut_short:
+        ctx.progress.note(f"{label}: {res.steps} of {cfg.final_steps} steps fitted in the time --timeout "
+                          f"{cfg.timeout:g} s left")
+    return res
 
 
 def _ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any], summary: dict) -> dict:

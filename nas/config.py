@@ -158,8 +158,8 @@ class SearchConfig:
         _positive_int(self, "final_train", "must be a positive integer (training sequences of the final run)")
         if self.budget_ms is not None and not (math.isfinite(self.budget_ms) and self.budget_ms > 0):
             raise InputError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
-        if self.timeout is not None and not (isinstance(self.timeout, (int, float)) and math.isfinite(self.timeout)
-                                             and self.timeout > 0):
+        if self.timeout is not None and (isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float))
+                                         or not (math.isfinite(self.timeout) and self.timeout > 0)):
             raise InputError(f"timeout {self.timeout!r} s must be a positive number of seconds")
         if not (math.isfinite(self.budget_ratio) and self.budget_ratio > 0):
             raise InputError(f"budget ratio {self.budget_ratio!r} must be a positive number")

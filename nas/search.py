@@ -171,7 +171,7 @@ def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progre
     if not chosen:
         write_outputs(study, out)
         raise InputError(
-            f"no trial was trained within the budget of {ctx.budget_ms:.2f} ms after {cfg.trials} trials; "
+            f"no trial was trained within the budget of {ctx.budget_ms:.2f} ms after {counted_trials(study)} trials; "
             f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
         )
     if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg):

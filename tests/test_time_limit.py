@@ -90,7 +90,7 @@ def test_the_summary_says_when_the_timeout_cut_the_final_run():
             == "1043 of 1200 steps (fitted to --timeout 570 s)")
 
 
-@pytest.mark.parametrize("bad", [0, -5.0, float("nan"), float("inf"), "ten"])
+@pytest.mark.parametrize("bad", [0, -5.0, float("nan"), float("inf"), "ten", True])
 def test_a_bad_timeout_is_refused(bad):
     from core.errors import InputError
 

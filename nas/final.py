@@ -133,7 +133,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         label = f"final {rank}/{cfg.final_top_k} {row['arch']}"
         if not _ready(stage, row, pipeline, label):
             continue
-        timing = {"read_s": stage.read_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results)}
+        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results)}
         entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing)
         if entry["within_budget"]:
             results.append(entry | {"rank": rank})
@@ -162,7 +162,9 @@ class _Stage:
         # Each shape's shipped-graph reading in this run; a shape over the budget never returns to
         # the queue, so a shape read here fits.
         self.now: dict[str, float] = {}
-        self.read_s: dict[str, float] = {}  # and the seconds that reading took (nas.time_limit)
+        # and the seconds per step of it (the export, each reading of the graph or the teacher) for
+        # a --timeout's estimate of what follows the final run (nas.time_limit)
+        self.step_s: dict[str, float] = {}
         self.proposed = 0
 
     def refused_trials(self) -> int:
@@ -202,7 +204,8 @@ def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: 
     if row["arch"] not in stage.now:
         t0 = time.perf_counter()
         before, readings, drift = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
-        stage.now[row["arch"]], stage.read_s[row["arch"]] = before, time.perf_counter() - t0
+        steps = 1 + max(1, len(readings)) + bool(drift)  # the export, the graph's readings, the teacher's
+        stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / steps
         if before > ctx.budget_ms:
             stage.refuse(_over_record(row, ctx.config, None, before, ctx.budget_ms, readings) | drift)
             stage.propose(row, NARROWER)
@@ -301,8 +304,8 @@ def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
 def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
             pipeline: dict[str, Any], timing: dict[str, Any]) -> dict[str, Any]:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
-    `timing`: its shipped graph's pre-training reading time and the finalists still to train, from
-    which a `--timeout` fits the run (nas.time_limit)."""
+    `timing`: the seconds per step of its shipped graph's pre-training export and reading, and the
+    finalists still to train, from which a `--timeout` fits the run (nas.time_limit)."""
     from .baselines import baseline_fidelity, fidelity_table
     from .card import write_model_card
 
@@ -312,7 +315,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     t0 = time.perf_counter()
     prepared = baseline_fidelity(ctx, spec, cache)
     baselines_s = time.perf_counter() - t0
-    after_s = after_training_s(timing["read_s"], baselines_s)  # what a --timeout leaves for after the run
+    after_s = after_training_s(timing["step_s"], baselines_s)  # what a --timeout leaves for after the run
     t0 = time.perf_counter()
     res = _distill_in_time(ctx, cache, spec, label, None if ctx.limit is None else
                            ctx.limit.final_until(after_s, timing["finalists_left"]))

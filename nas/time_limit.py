@@ -8,7 +8,7 @@ command ends in time on a slow or busy host, and says what it gave up. The time 
 - **the final run** trains `--final-steps`, or as many as fit before the limit less what still
   follows it, with the pace measured on the run itself (`distill.loop.StepPlan`). What follows
   it — the student's fidelity, the export, the latency readings of the shipped graphs — is
-  estimated from the same work timed just before the training, on the same host
+  estimated from the same kinds of work timed just before the training, on the same host
   (`after_training_s`).
 """
 
@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass
 
 TRIAL_SHARE = 0.5
-# After the final run, at most: its fp32 graph read (twice when over the budget), the teacher read
-# again beside it, and the INT8 graph read — four readings, each costing about what the pre-training
-# reading of the same graph cost (an export and a reading).
-READINGS_AFTER = 4
+# After the final run: the export, then at most four readings — its fp32 graph (twice when over the
+# budget), the teacher beside it, the INT8 graph. Each of these steps costs about what one step of
+# the same graph's pre-training export-and-read cost (an export, one to three readings).
+STEPS_AFTER = 5
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,9 @@ class TimeLimit:
         return now + (self.end - after_s - now) / max(1, finalists_left)
 
 
-def after_training_s(reading_s: float, baselines_s: float) -> float:
-    """Seconds a finalist still needs once trained, from work timed before its training:
-    `reading_s` (its shipped graph exported and read) and `baselines_s` (the teacher's held-out
-    embeddings and the two untrained baselines' — the student's own pass costs less than half)."""
-    return READINGS_AFTER * reading_s + baselines_s / 2
+def after_training_s(step_s: float, baselines_s: float) -> float:
+    """Seconds a finalist still needs once trained, from work timed before its training: `step_s`
+    per step of its shipped graph's export-and-read, and `baselines_s` (the teacher's held-out
+    embeddings and the two untrained baselines' — the student's own pass costs less than half).
+    What was set aside and what was taken, run by run: benchmarks/results/search_timeout.json."""
+    return STEPS_AFTER * step_s + baselines_s / 2

@@ -11,7 +11,7 @@ import torch
 from distill.loop import FIT_AFTER, REFIT_EVERY, Optimization, StepPlan, fit_steps, train_steps, warmup_linear_decay
 from nas import SearchConfig
 from nas.records import steps_label
-from nas.time_limit import READINGS_AFTER, TRIAL_SHARE, TimeLimit, after_training_s
+from nas.time_limit import STEPS_AFTER, TRIAL_SHARE, TimeLimit, after_training_s
 
 
 @pytest.mark.parametrize("done, pace, left, planned, expected", [
@@ -76,8 +76,8 @@ def test_the_search_splits_its_time_between_trials_and_the_final_run():
     assert limit.trials_may_start(done=3, now=100.0 + TRIAL_SHARE * 600 - 1)
     assert not limit.trials_may_start(done=3, now=100.0 + TRIAL_SHARE * 600)
     assert limit.trials_may_start(done=0, now=10_000.0)  # one trial always runs
-    after = after_training_s(reading_s=8.0, baselines_s=12.0)
-    assert after == READINGS_AFTER * 8.0 + 6.0
+    after = after_training_s(step_s=4.0, baselines_s=12.0)
+    assert after == STEPS_AFTER * 4.0 + 6.0
     assert limit.final_until(after, now=400.0) == pytest.approx(700.0 - after)
     # two finalists left share the time: the first ends half-way
     assert limit.final_until(after, finalists_left=2, now=400.0) == pytest.approx(400.0 + (300.0 - after) / 2)

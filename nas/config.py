@@ -43,7 +43,8 @@ FINAL_MAX_PASSES = 5
 @dataclass(frozen=True)
 class SearchConfig:
     """Everything `nas.search` needs. Defaults keep the bundled-default search under 10 minutes
-    on a 2-core CPU (the README's "Student quality" section has the measured time)."""
+    on a quiet 2-core CPU (the README's "Student quality" section has the measured time); the demo
+    adds `timeout=570` so that a busy one keeps it too (nas.time_limit)."""
 
     teacher: str = "minilm-l6"
     corpus: str = "news"

@@ -128,12 +128,13 @@ class TeacherCache:
             self._store[key] = self._store[key].to(device)
         return True
 
-    def importance(self, rows: int = 256):
+    def importance(self, rows: int | None = None):
         """Activation importances of the teacher on the first `rows` training rows (the calibration
         batch of `distill.inherit`), measured once per cache."""
-        if rows not in self._importance:
-            from .inherit import measure_importance
+        from .inherit import CALIBRATION_ROWS, measure_importance
 
+        rows = CALIBRATION_ROWS if rows is None else rows
+        if rows not in self._importance:
             ids, mask = self.data.split("train")
             self._importance[rows] = measure_importance(self.teacher, ids[:rows], mask[:rows])
         return self._importance[rows]

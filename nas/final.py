@@ -17,13 +17,15 @@ import json
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import optuna
 
-from distill import StudentSpec
+from distill import StudentSpec, narrowed
 from distill import distill as run_distill
+from distill.inherit import CALIBRATION_ROWS
 from core.errors import InputError
 
 from ._io import atomic_write_text
@@ -134,12 +136,13 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         if not _ready(stage, row, pipeline, label):
             continue
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results)}
-        entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing)
+        entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing,
+                        stage.trained_wider(row))
         if entry["within_budget"]:
             results.append(entry | {"rank": rank})
             continue
         stage.refuse(_over_record(row, cfg, _set_aside(out, entry), entry["latency_ms"], ctx.budget_ms,
-                                  entry["latency_readings_ms"]) | _drift_of(entry))
+                                  entry["latency_readings_ms"]) | _drift_of(entry) | {"steps": entry["steps"]})
         stage.propose(row, NARROWER)
     study.set_user_attr("final", _jsonable(results))
     if not results:
@@ -189,6 +192,17 @@ class _Stage:
         rank_in(self.queue, neighbour)
         return True
 
+    def trained_wider(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """The finalist refused as shipped whose training `row` continues: the same layers, heads and
+        width at the nearest wider FFN, its folder still in over-budget/ (None when there is none).
+        Its trained weights, narrowed, are a far better start than the teacher's: pruned from 1536
+        to 1280 FFN neurons after 600 steps, 100 more steps reach ρ 0.865 where 20 steps from the
+        inherited start reach 0.70 (docs/search.md#the-final-phase-what-gets-shipped)."""
+        shape = _shape(row["arch"])
+        wider = [s for s in self.over if s["stage"] == "as shipped" and s.get("steps") and s.get("dir")
+                 and Path(s["dir"]).is_dir() and _shape(s["arch"])[:3] == shape[:3] and _shape(s["arch"])[3] > shape[3]]
+        return min(wider, key=lambda s: _shape(s["arch"])[3], default=None)
+
     def save(self) -> None:
         self.study.set_user_attr("final_over_budget", _jsonable(self.over))
         self.study.set_user_attr("final_neighbours", _jsonable(self.neighbours))
@@ -233,6 +247,10 @@ def _score_neighbour(ctx: Any, row: dict[str, Any], read_ms: float, parent_now_m
     scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms})
     return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config),
             "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
+
+
+def _shape(arch: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in arch.split("x"))
 
 
 def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:
@@ -302,10 +320,11 @@ def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
 
 
 def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
-            pipeline: dict[str, Any], timing: dict[str, Any]) -> dict[str, Any]:
+            pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> dict[str, Any]:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
     `timing`: the seconds per step of its shipped graph's pre-training export and reading, and the
-    finalists still to train, from which a `--timeout` fits the run (nas.time_limit)."""
+    finalists still to train, from which a `--timeout` fits the run (nas.time_limit); `start`: the
+    refused wider finalist whose training it continues (`_Stage.trained_wider`), if any."""
     from .baselines import baseline_fidelity, fidelity_table
     from .card import write_model_card
 
@@ -318,7 +337,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     after_s = after_training_s(timing["step_s"], baselines_s)  # what a --timeout leaves for after the run
     t0 = time.perf_counter()
     res = _distill_in_time(ctx, cache, spec, label, None if ctx.limit is None else
-                           ctx.limit.final_until(after_s, timing["finalists_left"]))
+                           ctx.limit.final_until(after_s, timing["finalists_left"]), start)
     student = res.student.eval()
     t1 = time.perf_counter()
     ctx.progress.phase(f"{label}: fidelity")
@@ -353,12 +372,26 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     return entry
 
 
-def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: float | None) -> Any:
-    """The final recipe's run, fitted to end by `until` when a --timeout set one."""
-    cfg = ctx.config
+def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: float | None,
+                     start: dict[str, Any] | None) -> Any:
+    """The final recipe's run, fitted to end by `until` when a --timeout set one; from the inherited
+    student, or from `start`'s trained weights narrowed to `spec` (`distill.narrowed`)."""
+    cfg, config, student = ctx.config, ctx.final_config(), None
+    if start is not None:
+        from transformers import AutoModel
+
+        ctx.progress.phase(f"{label}: continues {start['arch']} ({start['steps']} steps, over the budget as shipped), "
+                           f"narrowed by activation importance")
+        ids, mask = cache.data.split("train")
+        trained = AutoModel.from_pretrained(start["dir"], attn_implementation="eager")
+        student, _ = narrowed(trained, ctx.teacher.tokenizer, spec, ids[:CALIBRATION_ROWS], mask[:CALIBRATION_ROWS])
+        config = replace(config, freeze_embeddings=True)  # frozen in the run it continues
     ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})"
                        + ("" if until is None else ", fewer if they would not end by --timeout"))
-    res = run_distill(spec, ctx.teacher, cache.data, ctx.final_config(), cache=cache, until=until)
+    res = run_distill(spec, ctx.teacher, cache.data, config, cache=cache, until=until, student=student)
+    if start is not None:
+        res.init = {"init": "continued", "from": start["arch"], "after_steps": start["steps"],
+                    "narrowed_by": "activation importance (distill.narrowed)"}
     if res.cut_short:
         ctx.progress.note(f"{label}: {res.steps} of {cfg.final_steps} steps fitted in the time --timeout "
                           f"{cfg.timeout:g} s left")

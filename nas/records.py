@@ -109,11 +109,16 @@ def loss_of(record: dict[str, Any]) -> float | None:
 
 
 def steps_label(record: dict[str, Any]) -> str:
-    """A finalist's training steps: "1200 steps", or "1043 of 1200 steps (fitted to --timeout 570 s)"."""
+    """A finalist's training steps: "1200 steps", or "1043 of 1200 steps (fitted to --timeout 570 s)",
+    with the run it continued when a wider finalist handed it on (nas.final)."""
     steps, planned = record.get("steps"), record.get("steps_planned")
-    if planned is None or steps == planned:
-        return f"{steps} steps"
-    return f"{steps} of {planned} steps (fitted to --timeout {record.get('timeout_s'):g} s)"
+    label = f"{steps} steps"
+    if planned is not None and steps != planned:
+        label = f"{steps} of {planned} steps (fitted to --timeout {record.get('timeout_s'):g} s)"
+    init = record.get("init")
+    if isinstance(init, dict) and init.get("init") == "continued" and "from" in init:
+        label += f" on top of {init['after_steps']} as {init['from']} (refused over the budget as shipped, then narrowed)"
+    return label
 
 
 def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -133,3 +133,26 @@ def test_a_pruned_students_embed_projection_starts_as_its_channel_selection(teac
     method.align_to(selection)
     states = torch.randn(2, 3, 192)
     assert torch.equal(method.projection(states)[..., list(chosen.channels)], states)
+
+
+def test_a_trained_student_is_narrowed_as_a_teacher_is(teacher, small_data, importance):
+    from distill import narrowed
+
+    ids, mask = small_data.split("train")
+    ids, mask = ids[:32], mask[:32]
+    source, _ = inherit_student(teacher, _spec(teacher, 2, 12, 384, 1024), importance)
+    # At its own shape the narrowed model is the model.
+    same, _ = narrowed(source, teacher.tokenizer, _spec(teacher, 2, 12, 384, 1024), ids, mask)
+    with torch.no_grad():
+        want = source(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = same(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert (want - got)[mask.bool()].abs().max().item() <= 1e-5
+    # Narrower FFN: every layer keeps its most active neurons, in order, with their weights.
+    small, chosen = narrowed(source, teacher.tokenizer, _spec(teacher, 2, 12, 384, 512), ids, mask)
+    assert chosen.layers == (0, 1)
+    for j, neurons in enumerate(chosen.neurons):
+        assert len(neurons) == 512 and list(neurons) == sorted(neurons)
+        kept = source.encoder.layer[j].intermediate.dense.weight[list(neurons)]
+        assert torch.equal(small.encoder.layer[j].intermediate.dense.weight, kept)
+    with pytest.raises(KdnasError, match="cannot narrow 2 layers to 1x12x384x512"):
+        narrowed(source, teacher.tokenizer, _spec(teacher, 1, 12, 384, 512), ids, mask)

@@ -315,6 +315,54 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 3, "1x4x64x64")
 
 
+def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighbour(
+        teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
+    from types import SimpleNamespace
+
+    import optuna
+
+    import nas.final as final
+    from distill import TeacherCache
+    from nas import SearchConfig
+    from nas.measure import scaled
+    from nas.space import SearchSpace
+    from nas.trial import SearchContext, proxy_transfer_set
+
+    config = SearchConfig(proxy_steps=1, proxy_train=16, final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
+                          batch_size=4, latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
+    data = proxy_transfer_set(config, teacher, news_texts)
+    # What this test sets: every graph fits before training, and 1x4x64x256 reads over as shipped.
+    monkeypatch.setattr(final, "_shipped_graph_latency", lambda ctx, spec, pipeline, label: (1.0, [], {}))
+    real_latency, real_narrowed, narrowed_to = final._final_latency, final.narrowed, []
+
+    def as_shipped(ctx, graph, label):
+        result, readings, drift = real_latency(ctx, graph, label)
+        wide = json.loads((Path(graph).parent / "config.json").read_text())["intermediate_size"] == 256
+        return (scaled(result, 1e5) if wide else result), readings, drift
+
+    def narrowed(model, tokenizer, spec, ids, mask):
+        narrowed_to.append((model.config.intermediate_size, spec.arch))
+        return real_narrowed(model, tokenizer, spec, ids, mask)
+
+    monkeypatch.setattr(final, "_final_latency", as_shipped)
+    monkeypatch.setattr(final, "narrowed", narrowed)
+    ctx = SearchContext(config=config, space=SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128, 256)),
+                        sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts, data=data,
+                        cache=TeacherCache(teacher, data), teacher_latency_ms=10.0, budget_ms=1.5,
+                        progress=SimpleNamespace(phase=lambda *_: None, note=lambda *_: None))
+    study, out = optuna.create_study(), tmp_path / "run"
+    [entry] = final.run_final(study, ctx, out, [{"number": 4, "arch": "1x4x64x256", "layers": 1, "heads": 4,
+                                                 "hidden": 64, "ffn": 256, "reward": 9.0}])
+    [over] = study.user_attrs["final_over_budget"]
+    assert (over["arch"], over["stage"], over["steps"]) == ("1x4x64x256", "as shipped", 2)
+    assert Path(over["dir"]).is_dir() and narrowed_to == [(256, "1x4x64x128")]
+    assert (entry["arch"], entry["neighbour_of"], entry["steps"]) == ("1x4x64x128", "1x4x64x256", 2)
+    assert entry["init"] == {"init": "continued", "from": "1x4x64x256", "after_steps": 2,
+                             "narrowed_by": "activation importance (distill.narrowed)"}
+    card = (out / "best" / "README.md").read_text()
+    assert "2 steps on top of 2 as 1x4x64x256 (refused over the budget as shipped, then narrowed)" in card
+
+
 def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():
     from nas.neighbours import NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 

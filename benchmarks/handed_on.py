@@ -1,0 +1,101 @@
+"""A finalist refused as shipped hands its training on: its narrower FFN neighbour continued from it vs from the teacher.
+
+The final stage (nas.final) trains a finalist, reads its shipped graph over the budget, and trains
+the next candidate, its narrower FFN neighbour, which continues the refused student's training
+narrowed by activation importance (`distill.narrowed`). This measures that start against the
+one it replaced, the neighbour inherited from the teacher, after the same number of steps of the
+final recipe (fp32, `embed`, batch 32, lr 3e-4, 7,680 news sentences, seed 0):
+
+    python benchmarks/handed_on.py --wide-steps 680 --steps 0 20 100
+    python benchmarks/handed_on.py --wide-steps 1200 --steps 1200 --no-fresh
+
+Each run of the wide student ends its own schedule at `--wide-steps` (as a run cut by --timeout
+does); each neighbour run is its own schedule of `--steps`. Every student is scored by embedding
+fidelity (Spearman ρ of pairwise cosines vs the teacher on 1,000 held-out sentences). Appends to
+benchmarks/results/handed_on.json and prints one line per student.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _env import environment  # noqa: E402
+
+
+def main() -> int:
+    from distill import (DistillConfig, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, narrowed,
+                         parse_arch)
+    from distill.data import heldout_sentences
+    from distill.inherit import CALIBRATION_ROWS
+    from evaluation import embedding_fidelity, sentence_embeddings
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wide", default="3x12x384x1536")
+    parser.add_argument("--narrow", default="3x12x384x1280")
+    parser.add_argument("--wide-steps", type=int, default=680)
+    parser.add_argument("--steps", type=int, nargs="+", default=[0, 20, 100])
+    parser.add_argument("--train", type=int, default=7680)
+    parser.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
+                        help="also train the neighbour from the teacher for the same steps (the start it replaced)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "handed_on.json")
+    args = parser.parse_args()
+
+    teacher = load_teacher("minilm-l6")
+    texts = load_corpus("news")
+    data = make_transfer_set(teacher.tokenizer, texts, seq_len=64, num_train=args.train, num_eval=32, seed=0,
+                             unit="sentence")
+    cache = TeacherCache(teacher, data)
+    sentences = heldout_sentences(texts, 1000, seed=0)
+    reference = sentence_embeddings(teacher, sentences)
+    wide, narrow = (parse_arch(a, **teacher.student_sizes()) for a in (args.wide, args.narrow))
+    config = DistillConfig(method="embed", steps=args.wide_steps, batch_size=32, lr=3e-4, layer_rule="even",
+                           dropout=0.0, precision="fp32", progress=False)
+    ids, mask = data.split("train")
+
+    def rho(model) -> float:
+        return round(embedding_fidelity(reference, sentence_embeddings((model.eval(), teacher.tokenizer),
+                                                                       sentences))["spearman"], 4)
+
+    def row(start: str, steps: int, student=None, seconds: float = 0.0) -> dict:
+        run = {"start": start, "arch": args.narrow, "steps": steps, "seconds": round(seconds, 1)}
+        if steps:
+            # as nas.final continues it: the word embeddings stay frozen, as in the run it continues
+            continued = dataclasses.replace(config, steps=steps, freeze_embeddings=student is not None or None)
+            result = distill(narrow, teacher, data, continued, cache=cache, student=student)
+            student, run["seconds"] = result.student, round(result.seconds, 1)
+        run["spearman"] = rho(student)
+        print(json.dumps(run), flush=True)
+        return run
+
+    runs = []
+    trained = distill(wide, teacher, data, config, cache=cache)
+    runs.append({"start": "inherited", "arch": args.wide, "steps": args.wide_steps,
+                 "seconds": round(trained.seconds, 1), "spearman": rho(trained.student)})
+    print(json.dumps(runs[-1]), flush=True)
+    for steps in args.steps:
+        started = time.perf_counter()
+        student, _ = narrowed(trained.student, teacher.tokenizer, narrow, ids[:CALIBRATION_ROWS],
+                              mask[:CALIBRATION_ROWS])
+        runs.append(row(f"{args.wide} after {args.wide_steps} steps, narrowed", steps, student.train(),
+                        time.perf_counter() - started))
+        if steps and args.fresh:
+            runs.append(row("inherited from the teacher", steps))
+    previous = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"runs": previous + [{**r, "environment": environment()} for r in runs]},
+                                   indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,11 +33,9 @@ from _env import environment  # noqa: E402
 
 
 def main() -> int:
-    from distill import (DistillConfig, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, narrowed,
-                         parse_arch)
-    from distill.data import heldout_sentences
+    from _fidelity_setup import fidelity_setup
+    from distill import DistillConfig, distill, narrowed, parse_arch
     from distill.inherit import CALIBRATION_ROWS
-    from evaluation import embedding_fidelity, sentence_embeddings
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wide", default="3x12x384x1536")
@@ -50,21 +48,15 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "handed_on.json")
     args = parser.parse_args()
 
-    teacher = load_teacher("minilm-l6")
-    texts = load_corpus("news")
-    data = make_transfer_set(teacher.tokenizer, texts, seq_len=64, num_train=args.train, num_eval=32, seed=0,
-                             unit="sentence")
-    cache = TeacherCache(teacher, data)
-    sentences = heldout_sentences(texts, 1000, seed=0)
-    reference = sentence_embeddings(teacher, sentences)
+    setup = fidelity_setup("minilm-l6", args.train)
+    teacher, data, cache = setup.teacher, setup.data, setup.cache
     wide, narrow = (parse_arch(a, **teacher.student_sizes()) for a in (args.wide, args.narrow))
     config = DistillConfig(method="embed", steps=args.wide_steps, batch_size=32, lr=3e-4, layer_rule="even",
                            dropout=0.0, precision="fp32", progress=False)
     ids, mask = data.split("train")
 
     def rho(model) -> float:
-        return round(embedding_fidelity(reference, sentence_embeddings((model.eval(), teacher.tokenizer),
-                                                                       sentences))["spearman"], 4)
+        return round(setup.spearman(model), 4)
 
     def row(start: str, steps: int, student=None, seconds: float = 0.0) -> dict:
         run = {"start": start, "arch": args.narrow, "steps": steps, "seconds": round(seconds, 1)}

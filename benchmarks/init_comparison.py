@@ -34,9 +34,8 @@ TASKS = ("sentiment", "topic", "tweets")
 def main() -> int:
     import torch
 
-    from distill import DistillConfig, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch
-    from distill.data import heldout_sentences
-    from evaluation import embedding_fidelity, sentence_embeddings
+    from _fidelity_setup import fidelity_setup
+    from distill import DistillConfig, distill, parse_arch
     from distill.trainer import initial_student
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,13 +47,8 @@ def main() -> int:
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    teacher = load_teacher(args.teacher)
-    texts = load_corpus("news")
-    data = make_transfer_set(teacher.tokenizer, texts, seq_len=64, num_train=args.train, num_eval=32, seed=0,
-                             unit="sentence")
-    cache = TeacherCache(teacher, data)
-    sentences = heldout_sentences(texts, 1000, seed=0)
-    reference = sentence_embeddings(teacher, sentences)
+    setup = fidelity_setup(args.teacher, args.train)
+    teacher, data, cache, sentences = setup.teacher, setup.data, setup.cache, setup.sentences
     rows = []
     for arch in args.shapes.split(","):
         spec = parse_arch(arch, **teacher.student_sizes())
@@ -62,13 +56,11 @@ def main() -> int:
             config = DistillConfig(method="embed", steps=args.steps, batch_size=32, lr=3e-4, init=init,
                                    progress=False)
             before, _ = initial_student(spec, teacher, cache, config)
-            rho_before = embedding_fidelity(reference, sentence_embeddings((before.eval(), teacher.tokenizer),
-                                                                           sentences))["spearman"]
+            rho_before = setup.spearman(before)
             started = time.perf_counter()
             result = distill(spec, teacher, data, config, cache=cache)
             seconds = time.perf_counter() - started
-            after = embedding_fidelity(reference, sentence_embeddings((result.student.eval(), teacher.tokenizer),
-                                                                      sentences))
+            after = setup.fidelity(result.student)
             row = {"arch": arch, "init": init, "init_record": result.init, "steps": args.steps,
                    "l_hs_norm": result.metrics["l_hs_norm"], "fidelity_before": rho_before,
                    "fidelity": after["spearman"], "mean_cosine": after["mean_cosine"],

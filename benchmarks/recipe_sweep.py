@@ -29,10 +29,8 @@ from _env import environment  # noqa: E402
 
 
 def main() -> int:
-    from distill import (DistillConfig, Evaluator, TeacherCache, distill, load_corpus, load_teacher,
-                         make_transfer_set, parse_arch)
-    from distill.data import heldout_sentences
-    from evaluation import embedding_fidelity, sentence_embeddings
+    from _fidelity_setup import fidelity_setup
+    from distill import DistillConfig, Evaluator, distill, parse_arch
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="+")
@@ -50,17 +48,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
     args = parser.parse_args()
 
-    teacher = load_teacher(args.teacher)
-    texts = load_corpus("news")
-    data = make_transfer_set(teacher.tokenizer, texts, seq_len=args.seq_len, num_train=args.train, num_eval=32,
-                             seed=0, unit=args.unit)
-    cache = TeacherCache(teacher, data)
-    sentences = heldout_sentences(texts, 1000, seed=0)
-    reference = sentence_embeddings(teacher, sentences)
+    setup = fidelity_setup(args.teacher, args.train, seq_len=args.seq_len, unit=args.unit)
+    teacher, data, cache = setup.teacher, setup.data, setup.cache
     spec = parse_arch(args.arch, **teacher.student_sizes())
 
     def score(model) -> dict:
-        f = embedding_fidelity(reference, sentence_embeddings((model.eval(), teacher.tokenizer), sentences))
+        f = setup.fidelity(model)
         model.train()
         return {"spearman": round(f["spearman"], 4), "mean_cosine": round(f["mean_cosine"], 4)}
 

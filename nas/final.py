@@ -3,7 +3,9 @@
 The winner is the feasible trial with the best reward (for the Pareto objective: the front
 member with the best KD-NAS reward), or the FFN neighbour of a finalist that the proxy ranks above
 it (`nas.neighbours`: the budget's edge often lies between two FFN widths). It is distilled again
-from its start for `final_steps` on a transfer set of `final_rows` sequences (`final_train`, more
+from its start (or, after a wider finalist of its shape was refused as shipped, from that one's
+trained weights narrowed: `_Stage.trained_wider`)
+for `final_steps` on a transfer set of `final_rows` sequences (`final_train`, more
 for a long run) with the proxy's held-out rows (so the losses compare), exported (ONNX + fused +
 INT8, parity-checked by `export`), made a sentence-transformers drop-in for the teacher (the
 teacher's pooling and normalization, also inside model.onnx's `sentence_embedding`), given a model
@@ -23,9 +25,11 @@ from typing import Any
 
 import optuna
 
-from distill import StudentSpec, narrowed
+from distill import DistillResult, Evaluator, StudentSpec, narrowed
 from distill import distill as run_distill
 from distill.inherit import CALIBRATION_ROWS
+from distill.loop import fit_steps, resolve_precision
+from distill.trainer import resolve_device
 from core.errors import InputError
 
 from ._io import atomic_write_text
@@ -39,6 +43,11 @@ from .trial import final_transfer_set
 
 # A finalist over the budget is not shipped; the next one is trained instead, up to this many extra.
 MAX_OVER_BUDGET = 2
+# A run that continues a refused finalist (`_Stage.trained_wider`) is not made when fewer steps than
+# this fit: at the final recipe's learning rate 20 steps undid part of what the narrowed student
+# keeps (ρ 0.835 → 0.788) where 100 steps added to it (0.873); it then ships as narrowed
+# (benchmarks/results/handed_on.json).
+MIN_CONTINUED_STEPS = 100
 
 
 def finalists(study: optuna.Study, objective: str) -> list[dict[str, Any]]:
@@ -142,7 +151,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
             results.append(entry | {"rank": rank})
             continue
         stage.refuse(_over_record(row, cfg, _set_aside(out, entry), entry["latency_ms"], ctx.budget_ms,
-                                  entry["latency_readings_ms"]) | _drift_of(entry) | {"steps": entry["steps"]})
+                                  entry["latency_readings_ms"]) | _drift_of(entry)
+                     | {"steps": entry["steps"], "distill_s": entry["seconds"]["distill"]})
         stage.propose(row, NARROWER)
     study.set_user_attr("final", _jsonable(results))
     if not results:
@@ -378,24 +388,47 @@ def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until:
     student, or from `start`'s trained weights narrowed to `spec` (`distill.narrowed`)."""
     cfg, config, student = ctx.config, ctx.final_config(), None
     if start is not None:
-        from transformers import AutoModel
-
-        ctx.progress.phase(f"{label}: continues {start['arch']} ({start['steps']} steps, over the budget as shipped), "
-                           f"narrowed by activation importance")
-        ids, mask = cache.data.split("train")
-        trained = AutoModel.from_pretrained(start["dir"], attn_implementation="eager")
-        student, _ = narrowed(trained, ctx.teacher.tokenizer, spec, ids[:CALIBRATION_ROWS], mask[:CALIBRATION_ROWS])
+        student = _narrowed_start(ctx, cache, spec, start, label)
         config = replace(config, freeze_embeddings=True)  # frozen in the run it continues
+        if _continued_steps(cfg, start, until) < MIN_CONTINUED_STEPS:
+            ctx.progress.note(f"{label}: ships as narrowed from {start['arch']}: fewer than "
+                              f"{MIN_CONTINUED_STEPS} steps would fit, and so few take fidelity away")
+            return DistillResult(student=student, spec=spec, config=config, init=_continued(start),
+                                 metrics={"step": 0, **Evaluator(cache, strategy=config.eval_layer_map)(student)},
+                                 precision=resolve_precision(config.precision, resolve_device(config.device)))
     ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})"
                        + ("" if until is None else ", fewer if they would not end by --timeout"))
     res = run_distill(spec, ctx.teacher, cache.data, config, cache=cache, until=until, student=student)
     if start is not None:
-        res.init = {"init": "continued", "from": start["arch"], "after_steps": start["steps"],
-                    "narrowed_by": "activation importance (distill.narrowed)"}
+        res.init = _continued(start)
     if res.cut_short:
         ctx.progress.note(f"{label}: {res.steps} of {cfg.final_steps} steps fitted in the time --timeout "
                           f"{cfg.timeout:g} s left")
     return res
+
+
+def _narrowed_start(ctx: Any, cache: Any, spec: StudentSpec, start: dict[str, Any], label: str) -> Any:
+    """`start`'s trained student, read back from over-budget/ and narrowed to `spec`."""
+    from transformers import AutoModel
+
+    ctx.progress.phase(f"{label}: continues {start['arch']} ({start['steps']} steps, over the budget as shipped), "
+                       f"narrowed by activation importance")
+    ids, mask = cache.data.split("train")
+    trained = AutoModel.from_pretrained(start["dir"], attn_implementation="eager")
+    return narrowed(trained, ctx.teacher.tokenizer, spec, ids[:CALIBRATION_ROWS], mask[:CALIBRATION_ROWS])[0].train()
+
+
+def _continued_steps(cfg: Any, start: dict[str, Any], until: float | None) -> int:
+    """The steps a continued run can make: `final_steps`, or those that fit before `until` at the
+    pace of the refused run (whose FFN was wider, so a little slower: the estimate errs short)."""
+    if until is None or not start.get("distill_s"):
+        return cfg.final_steps
+    return fit_steps(0, start["distill_s"] / max(start["steps"], 1), until - time.monotonic(), cfg.final_steps)
+
+
+def _continued(start: dict[str, Any]) -> dict[str, Any]:
+    return {"init": "continued", "from": start["arch"], "after_steps": start["steps"],
+            "narrowed_by": "activation importance (distill.narrowed)"}
 
 
 def _ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any], summary: dict) -> dict:

@@ -114,7 +114,8 @@ def steps_label(record: dict[str, Any]) -> str:
     steps, planned = record.get("steps"), record.get("steps_planned")
     label = f"{steps} steps"
     if planned is not None and steps != planned:
-        label = f"{steps} of {planned} steps (fitted to --timeout {record.get('timeout_s'):g} s)"
+        timeout = record.get("timeout_s")
+        label = f"{steps} of {planned} steps" + ("" if timeout is None else f" (fitted to --timeout {timeout:g} s)")
     init = record.get("init")
     if isinstance(init, dict) and init.get("init") == "continued" and "from" in init:
         label += f" on top of {init['after_steps']} as {init['from']} (refused over the budget as shipped, then narrowed)"

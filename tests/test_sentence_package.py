@@ -315,8 +315,9 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 3, "1x4x64x64")
 
 
+@pytest.mark.parametrize("min_steps, steps", [(1, 2), (3, 0)])
 def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighbour(
-        teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
+        min_steps, steps, teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
     from types import SimpleNamespace
 
     import optuna
@@ -346,6 +347,8 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
 
     monkeypatch.setattr(final, "_final_latency", as_shipped)
     monkeypatch.setattr(final, "narrowed", narrowed)
+    # fewer steps than the least a continued run makes: it ships as narrowed, with no steps of its own
+    monkeypatch.setattr(final, "MIN_CONTINUED_STEPS", min_steps)
     ctx = SearchContext(config=config, space=SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128, 256)),
                         sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts, data=data,
                         cache=TeacherCache(teacher, data), teacher_latency_ms=10.0, budget_ms=1.5,
@@ -356,11 +359,13 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     [over] = study.user_attrs["final_over_budget"]
     assert (over["arch"], over["stage"], over["steps"]) == ("1x4x64x256", "as shipped", 2)
     assert Path(over["dir"]).is_dir() and narrowed_to == [(256, "1x4x64x128")]
-    assert (entry["arch"], entry["neighbour_of"], entry["steps"]) == ("1x4x64x128", "1x4x64x256", 2)
+    assert (entry["arch"], entry["neighbour_of"], entry["steps"]) == ("1x4x64x128", "1x4x64x256", steps)
     assert entry["init"] == {"init": "continued", "from": "1x4x64x256", "after_steps": 2,
                              "narrowed_by": "activation importance (distill.narrowed)"}
+    assert entry["l_hs_norm"] > 0  # held-out L_HS of what ships, trained or not
     card = (out / "best" / "README.md").read_text()
-    assert "2 steps on top of 2 as 1x4x64x256 (refused over the budget as shipped, then narrowed)" in card
+    said = "2 steps" if steps else "0 of 2 steps"
+    assert f"{said} on top of 2 as 1x4x64x256 (refused over the budget as shipped, then narrowed)" in card
 
 
 def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():

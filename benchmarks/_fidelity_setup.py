@@ -1,0 +1,42 @@
+"""The set-up the fidelity benchmarks share: a teacher, a news transfer set with its teacher targets,
+and the teacher's embeddings of 1,000 held-out news sentences that every student is scored on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FidelitySetup:
+    teacher: Any
+    data: Any
+    cache: Any
+    sentences: list[str]
+    reference: Any
+
+    def spearman(self, model: Any) -> float:
+        """The student's embedding fidelity ρ against the teacher on the held-out sentences."""
+        return self.fidelity(model)["spearman"]
+
+    def fidelity(self, model: Any) -> dict:
+        from evaluation import embedding_fidelity, sentence_embeddings
+
+        was_training = model.training
+        scored = embedding_fidelity(self.reference, sentence_embeddings((model.eval(), self.teacher.tokenizer),
+                                                                        self.sentences))
+        model.train(was_training)
+        return scored
+
+
+def fidelity_setup(teacher: str, train: int, *, seq_len: int = 64, unit: str = "sentence") -> FidelitySetup:
+    from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set
+    from distill.data import heldout_sentences
+    from evaluation import sentence_embeddings
+
+    model = load_teacher(teacher)
+    texts = load_corpus("news")
+    data = make_transfer_set(model.tokenizer, texts, seq_len=seq_len, num_train=train, num_eval=32, seed=0, unit=unit)
+    sentences = heldout_sentences(texts, 1000, seed=0)
+    return FidelitySetup(teacher=model, data=data, cache=TeacherCache(model, data), sentences=sentences,
+                         reference=sentence_embeddings(model, sentences))

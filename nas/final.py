@@ -205,12 +205,13 @@ class _Stage:
     def trained_wider(self, row: dict[str, Any]) -> dict[str, Any] | None:
         """The finalist refused as shipped whose training `row` continues: the same layers, heads and
         width at the nearest wider FFN, its folder still in over-budget/ (None when there is none).
-        Its trained weights, narrowed, are a far better start than the teacher's: pruned from 1536
-        to 1280 FFN neurons after 600 steps, 100 more steps reach ρ 0.865 where 20 steps from the
-        inherited start reach 0.70 (docs/search.md#the-final-phase-what-gets-shipped)."""
-        shape = _shape(row["arch"])
+        Its trained weights, narrowed, are a far better start than the teacher's: 3x12x384x1536 after
+        680 steps, cut to 1280 FFN neurons, reaches ρ 0.873 after 100 more steps, the teacher-inherited
+        3x12x384x1280 0.803 (docs/design/final-recipe.md, "A refused finalist's training, handed on")."""
+        layers, heads, hidden, ffn = _shape(row["arch"])
         wider = [s for s in self.over if s["stage"] == "as shipped" and s.get("steps") and s.get("dir")
-                 and Path(s["dir"]).is_dir() and _shape(s["arch"])[:3] == shape[:3] and _shape(s["arch"])[3] > shape[3]]
+                 and Path(s["dir"]).is_dir() and _shape(s["arch"])[:3] == (layers, heads, hidden)
+                 and _shape(s["arch"])[3] > ffn]
         return min(wider, key=lambda s: _shape(s["arch"])[3], default=None)
 
     def save(self) -> None:

@@ -118,7 +118,8 @@ def steps_label(record: dict[str, Any]) -> str:
         label = f"{steps} of {planned} steps" + ("" if timeout is None else f" (fitted to --timeout {timeout:g} s)")
     init = record.get("init")
     if isinstance(init, dict) and init.get("init") == "continued" and "from" in init:
-        label += f" on top of {init['after_steps']} as {init['from']} (refused over the budget as shipped, then narrowed)"
+        label += (f" on top of {init['after_steps']} as {init['from']} "
+                  "(refused over the budget as shipped, then narrowed)")
     return label
 
 

@@ -315,7 +315,8 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 3, "1x4x64x64")
 
 
-@pytest.mark.parametrize("min_steps, steps", [(1, 2), (3, 0)])
+# The default run keeps the common path (the run continues); shipping as narrowed is in -m slow.
+@pytest.mark.parametrize("min_steps, steps", [(1, 2), pytest.param(3, 0, marks=pytest.mark.slow)])
 def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighbour(
         min_steps, steps, teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
     from types import SimpleNamespace

@@ -1,4 +1,4 @@
-"""A finalist refused as shipped hands its training on: its narrower FFN neighbour continued from it vs from the teacher.
+"""A finalist refused as shipped hands its training on: its narrower neighbour continued from it vs from the teacher.
 
 The final stage (nas.final) trains a finalist, reads its shipped graph over the budget, and trains
 the next candidate, its narrower FFN neighbour, which continues the refused student's training

@@ -35,7 +35,6 @@ from _env import environment  # noqa: E402
 def main() -> int:
     from _fidelity_setup import fidelity_setup
     from distill import DistillConfig, distill, narrowed, parse_arch
-    from distill.inherit import CALIBRATION_ROWS
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wide", default="3x12x384x1536")
@@ -62,7 +61,7 @@ def main() -> int:
         run = {"start": start, "arch": args.narrow, "steps": steps, "seconds": round(seconds, 1)}
         if steps:
             # as nas.final continues it: the word embeddings stay frozen, as in the run it continues
-            continued = dataclasses.replace(config, steps=steps, freeze_embeddings=student is not None or None)
+            continued = dataclasses.replace(config, steps=steps, freeze_embeddings=True if student is not None else None)
             result = distill(narrow, teacher, data, continued, cache=cache, student=student)
             student, run["seconds"] = result.student, round(result.seconds, 1)
         run["spearman"] = rho(student)
@@ -76,8 +75,7 @@ def main() -> int:
     print(json.dumps(runs[-1]), flush=True)
     for steps in args.steps:
         started = time.perf_counter()
-        student, _ = narrowed(trained.student, teacher.tokenizer, narrow, ids[:CALIBRATION_ROWS],
-                              mask[:CALIBRATION_ROWS])
+        student, _ = narrowed(trained.student, teacher.tokenizer, narrow, ids, mask)
         runs.append(row(f"{args.wide} after {args.wide_steps} steps, narrowed", steps, student.train(),
                         time.perf_counter() - started))
         if steps and args.fresh:

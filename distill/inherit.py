@@ -341,16 +341,18 @@ def inherit_student(teacher: Teacher, spec: StudentSpec, importance: Importance,
 def narrowed(model: nn.Module, tokenizer: object, spec: StudentSpec, ids: torch.Tensor,
              mask: torch.Tensor) -> tuple[nn.Module, InheritPlan]:
     """A trained student cut down to the narrower `spec` as a teacher is (every layer kept in order,
-    heads, FFN neurons and channels ranked by their activations on the calibration rows `ids`/`mask`):
-    Minitron's prune-then-distil applied to a student already distilled, so a finalist refused over
-    the budget hands its training on to its narrower neighbour (nas.final)."""
+    heads, FFN neurons and channels ranked by their activations on the first CALIBRATION_ROWS rows
+    of `ids`/`mask`, the calibration batch `TeacherCache.importance` uses): Minitron's
+    prune-then-distil applied to a student already distilled, so a finalist refused over the budget
+    hands its training on to its narrower neighbour (nas.final)."""
     source = Teacher(name="trained student", model=model.eval(), tokenizer=tokenizer, fingerprint="",
                      has_mlm_head=False)
     reason = inherit_reason(source, spec)
     if reason is not None or spec.layers != source.dims.layers:
         raise InputError(f"cannot narrow {model.config.num_hidden_layers} layers to {spec.arch}: "
                          f"{reason or 'narrowing keeps every layer'}")
-    return inherit_student(source, spec, measure_importance(source, ids, mask), "first")
+    importance = measure_importance(source, ids[:CALIBRATION_ROWS], mask[:CALIBRATION_ROWS])
+    return inherit_student(source, spec, importance, "first")
 
 
 def first_layers(teacher: Teacher, layers: int, importance: Importance) -> nn.Module:

@@ -25,9 +25,8 @@ from typing import Any
 
 import optuna
 
-from distill import DistillResult, Evaluator, StudentSpec, narrowed
+from distill import DistillResult, Evaluator, StudentSpec, narrowed, parse_arch
 from distill import distill as run_distill
-from distill.inherit import CALIBRATION_ROWS
 from distill.loop import fit_steps, resolve_precision
 from distill.trainer import resolve_device
 from core.errors import InputError
@@ -208,11 +207,11 @@ class _Stage:
         Its trained weights, narrowed, are a far better start than the teacher's: 3x12x384x1536 after
         680 steps, cut to 1280 FFN neurons, reaches ρ 0.873 after 100 more steps, the teacher-inherited
         3x12x384x1280 0.803 (docs/design/final-recipe.md, "A refused finalist's training, handed on")."""
-        layers, heads, hidden, ffn = _shape(row["arch"])
-        wider = [s for s in self.over if s["stage"] == "as shipped" and s.get("steps") and s.get("dir")
-                 and Path(s["dir"]).is_dir() and _shape(s["arch"])[:3] == (layers, heads, hidden)
-                 and _shape(s["arch"])[3] > ffn]
-        return min(wider, key=lambda s: _shape(s["arch"])[3], default=None)
+        mine = _spec(self.ctx, row)
+        trained = [(parse_arch(s["arch"], **self.ctx.sizes), s) for s in self.over
+                   if s["stage"] == "as shipped" and s.get("steps") and s.get("dir") and Path(s["dir"]).is_dir()]
+        wider = [(spec.ffn, s) for spec, s in trained if replace(spec, ffn=mine.ffn) == mine and spec.ffn > mine.ffn]
+        return min(wider, key=lambda pair: pair[0])[1] if wider else None
 
     def save(self) -> None:
         self.study.set_user_attr("final_over_budget", _jsonable(self.over))
@@ -258,10 +257,6 @@ def _score_neighbour(ctx: Any, row: dict[str, Any], read_ms: float, parent_now_m
     scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms})
     return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config),
             "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
-
-
-def _shape(arch: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in arch.split("x"))
 
 
 def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:
@@ -414,9 +409,8 @@ def _narrowed_start(ctx: Any, cache: Any, spec: StudentSpec, start: dict[str, An
 
     ctx.progress.phase(f"{label}: continues {start['arch']} ({start['steps']} steps, over the budget as shipped), "
                        f"narrowed by activation importance")
-    ids, mask = cache.data.split("train")
     trained = AutoModel.from_pretrained(start["dir"], attn_implementation="eager")
-    return narrowed(trained, ctx.teacher.tokenizer, spec, ids[:CALIBRATION_ROWS], mask[:CALIBRATION_ROWS])[0].train()
+    return narrowed(trained, ctx.teacher.tokenizer, spec, *cache.data.split("train"))[0].train()
 
 
 def _continued_steps(cfg: Any, start: dict[str, Any], until: float | None) -> int:

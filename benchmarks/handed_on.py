@@ -61,7 +61,8 @@ def main() -> int:
         run = {"start": start, "arch": args.narrow, "steps": steps, "seconds": round(seconds, 1)}
         if steps:
             # as nas.final continues it: the word embeddings stay frozen, as in the run it continues
-            continued = dataclasses.replace(config, steps=steps, freeze_embeddings=True if student is not None else None)
+            frozen = True if student is not None else None
+            continued = dataclasses.replace(config, steps=steps, freeze_embeddings=frozen)
             result = distill(narrow, teacher, data, continued, cache=cache, student=student)
             student, run["seconds"] = result.student, round(result.seconds, 1)
         run["spearman"] = rho(student)

@@ -4,10 +4,12 @@ The final stage (nas.final) trains a finalist, reads its shipped graph over the 
 the next candidate, its narrower FFN neighbour, which continues the refused student's training
 narrowed by activation importance (`distill.narrowed`). This measures that start against the
 one it replaced, the neighbour inherited from the teacher, after the same number of steps of the
-final recipe (fp32, `embed`, batch 32, lr 3e-4, 7,680 news sentences, seed 0):
+final recipe (fp32, `embed`, batch 32, `--lr` (default: the search's final_lr), 7,680 news
+sentences, seed 0):
 
-    python benchmarks/handed_on.py --wide-steps 680 --steps 0 20 100
-    python benchmarks/handed_on.py --wide-steps 1200 --steps 1200 --no-fresh
+    python benchmarks/handed_on.py --wide-steps 680 --steps 0 20 100 --lr 3e-4
+    python benchmarks/handed_on.py --wide-steps 1200 --steps 1200 --no-fresh --lr 3e-4
+    python benchmarks/handed_on.py --wide-steps 680 --steps 100
 
 Each run of the wide student ends its own schedule at `--wide-steps` (as a run cut by --timeout
 does); each neighbour run is its own schedule of `--steps`. Every student is scored by embedding
@@ -35,6 +37,7 @@ from _env import environment  # noqa: E402
 def main() -> int:
     from _fidelity_setup import fidelity_setup
     from distill import DistillConfig, distill, narrowed, parse_arch
+    from nas import SearchConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wide", default="3x12x384x1536")
@@ -42,6 +45,7 @@ def main() -> int:
     parser.add_argument("--wide-steps", type=int, default=680)
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 20, 100])
     parser.add_argument("--train", type=int, default=7680)
+    parser.add_argument("--lr", type=float, default=SearchConfig().final_lr, help="peak learning rate of every run")
     parser.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
                         help="also train the neighbour from the teacher for the same steps (the start it replaced)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "handed_on.json")
@@ -50,7 +54,7 @@ def main() -> int:
     setup = fidelity_setup("minilm-l6", args.train)
     teacher, data, cache = setup.teacher, setup.data, setup.cache
     wide, narrow = (parse_arch(a, **teacher.student_sizes()) for a in (args.wide, args.narrow))
-    config = DistillConfig(method="embed", steps=args.wide_steps, batch_size=32, lr=3e-4, layer_rule="even",
+    config = DistillConfig(method="embed", steps=args.wide_steps, batch_size=32, lr=args.lr, layer_rule="even",
                            dropout=0.0, precision="fp32", progress=False)
     ids, mask = data.split("train")
 
@@ -58,7 +62,7 @@ def main() -> int:
         return round(setup.spearman(model), 4)
 
     def row(start: str, steps: int, student=None, seconds: float = 0.0) -> dict:
-        run = {"start": start, "arch": args.narrow, "steps": steps, "seconds": round(seconds, 1)}
+        run = {"start": start, "arch": args.narrow, "steps": steps, "lr": args.lr, "seconds": round(seconds, 1)}
         if steps:
             # as nas.final continues it: the word embeddings stay frozen, as in the run it continues
             frozen = True if student is not None else None
@@ -71,7 +75,7 @@ def main() -> int:
 
     runs = []
     trained = distill(wide, teacher, data, config, cache=cache)
-    runs.append({"start": "inherited", "arch": args.wide, "steps": args.wide_steps,
+    runs.append({"start": "inherited", "arch": args.wide, "steps": args.wide_steps, "lr": args.lr,
                  "seconds": round(trained.seconds, 1), "spearman": rho(trained.student)})
     print(json.dumps(runs[-1]), flush=True)
     for steps in args.steps:

@@ -97,13 +97,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "proxy_fidelity.json")
     args = parser.parse_args()
     steps = {"fidelity": args.fidelity_steps, "hs": args.hs_steps}
-    earlier = _earlier_rows(args.reuse, args.final_steps) if args.reuse else {}
+    d = SearchConfig()
+    earlier = _earlier_rows(args.reuse, args.final_steps, d.final_lr) if args.reuse else {}
     rows = Runner(args.final_steps, args.sentences).rows(args.archs, steps, earlier)
     taus = {kind: _taus(rows, kind, lengths) for kind, lengths in steps.items() if lengths}
-    d = SearchConfig()
     result = {"proxies": {kind: _proxy_facts(SearchConfig(proxy=kind), steps[kind]) for kind in steps},
               "final": {"method": d.final_method, "unit": d.final_unit, "train": d.final_train,
-                        "steps": args.final_steps, "sentences": args.sentences},
+                        "lr": d.final_lr, "steps": args.final_steps, "sentences": args.sentences},
               "taus": taus, "rows": rows, "environment": environment(),
               # runs taken from an earlier result (same code path and settings) rather than run again
               "reused_from": str(args.reuse) if args.reuse else None}
@@ -181,16 +181,18 @@ class Runner:
         emb = sentence_embeddings((final.student.eval(), self.teacher.tokenizer), self.sentences,
                                   max_len=ctx.config.latency_seq)
         fidelity = embedding_fidelity(self.reference, emb, pairs=PAIRS, seed=ctx.config.seed)
-        return {"steps": ctx.config.final_steps, "spearman": round(fidelity["spearman"], 4),
+        return {"steps": ctx.config.final_steps, "lr": ctx.config.final_lr, "spearman": round(fidelity["spearman"], 4),
                 "mean_cosine": round(fidelity["mean_cosine"], 4), "seconds": round(time.perf_counter() - started, 1)}
 
 
-def _earlier_rows(path: Path, final_steps: int) -> dict[str, dict]:
-    """Rows of an earlier result by shape; a result from before both proxies were measured held the hs one as `proxy`."""
+def _earlier_rows(path: Path, final_steps: int, final_lr: float) -> dict[str, dict]:
+    """Rows of an earlier result by shape; a result from before both proxies were measured held the hs one as `proxy`,
+    and one from before the final run's learning rate was recorded ran it at 3e-4."""
     rows = {}
     for row in json.loads(path.read_text())["rows"]:
         proxies = row.get("proxies") or {"hs": {n: {"loss": r["l_hs_norm"], **r} for n, r in row["proxy"].items()}}
-        final = row["final"] if row["final"]["steps"] == final_steps else None
+        same = row["final"]["steps"] == final_steps and row["final"].get("lr", 3e-4) == final_lr
+        final = row["final"] if same else None
         rows[row["arch"]] = {"proxies": proxies, "final": final}
     return rows
 
@@ -207,8 +209,10 @@ def _taus(rows: list[dict], kind: str, lengths: list[int]) -> dict:
 
 
 def _proxy_facts(cfg, steps: list[int]) -> dict:
+    from nas.trial import PROXY_FINAL_LR
+
     if cfg.proxy == "fidelity":
-        return {"recipe": cfg.final_method, "unit": cfg.final_unit, "train": cfg.final_train, "lr": cfg.final_lr,
+        return {"recipe": cfg.final_method, "unit": cfg.final_unit, "train": cfg.final_train, "lr": PROXY_FINAL_LR,
                 "batch_size": cfg.final_batch_size, "sentences": cfg.proxy_sentences, "steps": steps}
     return {"method": cfg.method, "init": cfg.init, "train": cfg.proxy_train, "eval": cfg.proxy_eval,
             "lr": cfg.lr, "batch_size": cfg.batch_size, "steps": steps}

@@ -42,6 +42,10 @@ INTERIM_EVAL_ROWS = 32
 # The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
 # verdict, which the trial stored before training.
 SCORE_ATTRS = tuple(f.name for f in fields(Scored) if f.name not in ("arch", "params", "latency", "within_budget"))
+# The fidelity proxy's peak learning rate: the one its ranking of shapes was measured with (Kendall's
+# tau +0.88, docs/benchmarks/proxy-fidelity.md). The final run's own (`final_lr`) is higher since a
+# 1,200-step run gains from it (docs/design/final-recipe.md); 30 steps were not measured at it.
+PROXY_FINAL_LR = 3e-4
 
 
 def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
@@ -90,7 +94,7 @@ class SearchContext:
         `steps` and evaluated at its end (fidelity proxy), or the paper's hs proxy."""
         cfg = self.config
         if cfg.proxy == "fidelity":
-            return self.final_recipe(steps, eval_every or steps)
+            return self.final_recipe(steps, eval_every or steps, lr=PROXY_FINAL_LR)
         extra = {} if cfg.lr is None else {"lr": cfg.lr}
         return DistillConfig(method=cfg.method, steps=steps, batch_size=cfg.batch_size,
                              eval_every=cfg.eval_every if eval_every is None else eval_every,
@@ -100,13 +104,13 @@ class SearchContext:
 
     def final_config(self) -> DistillConfig:
         """The winner's recipe: `final_method` for `final_steps`, evaluated five times on the way."""
-        return self.final_recipe(self.config.final_steps, max(1, self.config.final_steps // 5))
+        return self.final_recipe(self.config.final_steps, max(1, self.config.final_steps // 5), lr=self.config.final_lr)
 
-    def final_recipe(self, steps: int, eval_every: int) -> DistillConfig:
-        """`final_method` with the final run's batch, learning rate and start, for `steps`."""
+    def final_recipe(self, steps: int, eval_every: int, *, lr: float) -> DistillConfig:
+        """`final_method` with the final run's batch and start, at peak learning rate `lr`, for `steps`."""
         cfg = self.config
         return DistillConfig(method=cfg.final_method, steps=steps, batch_size=cfg.final_batch_size,
-                             lr=cfg.final_lr, eval_every=eval_every, init=cfg.init,
+                             lr=lr, eval_every=eval_every, init=cfg.init,
                              interim_eval_rows=INTERIM_EVAL_ROWS, layer_map=cfg.layer_map, layer_rule=cfg.layer_rule,
                              seed=cfg.seed, device=cfg.device, precision=cfg.precision,
                              progress=False).for_method(cfg.final_method)

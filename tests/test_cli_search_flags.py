@@ -72,3 +72,19 @@ def test_each_method_gets_only_the_options_it_takes():
     ctx = SearchContext(config=SearchConfig(precision="fp32"), space=None, sizes={}, teacher=None, texts=None,
                         data=None, cache=None, teacher_latency_ms=1.0, budget_ms=1.0, progress=None)
     assert ctx.distill_config(30).precision == ctx.final_config().precision == "fp32"
+
+
+def test_the_fidelity_proxy_keeps_the_learning_rate_its_ranking_was_measured_at():
+    from nas.trial import PROXY_FINAL_LR, SearchContext
+
+    def context(**changes):
+        return SearchContext(config=SearchConfig(**changes), space=None, sizes={}, teacher=None, texts=None,
+                             data=None, cache=None, teacher_latency_ms=1.0, budget_ms=1.0, progress=None)
+
+    ctx = context()
+    assert (ctx.distill_config(30).lr, ctx.final_config().lr) == (PROXY_FINAL_LR, SearchConfig().final_lr)
+    assert SearchConfig().final_lr > PROXY_FINAL_LR  # the final run's own, measured over 1,200 steps
+    assert (context(final_lr=1e-4).distill_config(30).lr, context(final_lr=1e-4).final_config().lr) == (3e-4, 1e-4)
+    # the same recipe otherwise: method, batch, steps' schedule
+    proxy, final = ctx.distill_config(30), ctx.final_config()
+    assert (proxy.method, proxy.batch_size, proxy.steps) == (final.method, final.batch_size, 30)

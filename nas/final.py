@@ -36,7 +36,7 @@ from .measure import beside_teacher, budget_latency, latency_record, measure, sc
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from .records import pareto_front, trial_rows
 from .resume import worker_alive, worker_identity
-from .time_limit import after_training_s
+from .time_limit import after_training_s, fallback_s, marginal
 from .trial import final_transfer_set
 
 
@@ -143,7 +143,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         label = f"final {rank}/{cfg.final_top_k} {row['arch']}"
         if not _ready(stage, row, pipeline, label):
             continue
-        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results)}
+        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results),
+                  "marginal": stage.marginal.get(row["arch"], False), "proxy_s": row.get("seconds_distill") or 0.0}
         entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing,
                         stage.trained_wider(row))
         if entry["within_budget"]:
@@ -177,6 +178,8 @@ class _Stage:
         # and the seconds per step of it (the export, each reading of the graph or the teacher) for
         # a --timeout's estimate of what follows the final run (nas.time_limit)
         self.step_s: dict[str, float] = {}
+        # and whether that reading was too close to the budget to count on (nas.time_limit.marginal)
+        self.marginal: dict[str, bool] = {}
         self.proposed = 0
 
     def refused_trials(self) -> int:
@@ -230,6 +233,7 @@ def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: 
         before, readings, drift = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
         steps = 1 + max(1, len(readings)) + bool(drift)  # the export, the graph's readings, the teacher's
         stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / steps
+        stage.marginal[row["arch"]] = marginal(before, ctx.budget_ms, bool(readings))
         if before > ctx.budget_ms:
             stage.refuse(_over_record(row, ctx.config, None, before, ctx.budget_ms, readings) | drift)
             stage.propose(row, NARROWER)
@@ -254,9 +258,11 @@ def _score_neighbour(ctx: Any, row: dict[str, Any], read_ms: float, parent_now_m
     ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row['neighbour_of']})")
     spec = _spec(ctx, row)
     latency_ms, factor = on_trial_scale(read_ms, row.get("parent_latency_ms"), parent_now_ms)
+    t0 = time.perf_counter()
     scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms})
     return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config),
-            "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
+            "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4),
+            "seconds_distill": round(time.perf_counter() - t0, 3)}  # as a trial's record names it
 
 
 def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:
@@ -328,9 +334,10 @@ def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
 def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
             pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> dict[str, Any]:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
-    `timing`: the seconds per step of its shipped graph's pre-training export and reading, and the
-    finalists still to train, from which a `--timeout` fits the run (nas.time_limit); `start`: the
-    refused wider finalist whose training it continues (`_Stage.trained_wider`), if any."""
+    `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
+    that reading was marginal, its proxy run's seconds and the finalists still to train, from which
+    a `--timeout` fits the run (nas.time_limit); `start`: the refused wider finalist whose training
+    it continues (`_Stage.trained_wider`), if any."""
     from .baselines import baseline_fidelity, fidelity_table
     from .card import write_model_card
 
@@ -341,6 +348,8 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     prepared = baseline_fidelity(ctx, spec, cache)
     baselines_s = time.perf_counter() - t0
     after_s = after_training_s(timing["step_s"], baselines_s)  # what a --timeout leaves for after the run
+    if timing["marginal"]:  # and for the next candidate, should this one read over the budget as shipped
+        after_s += fallback_s(after_s, timing["step_s"], baselines_s, timing["proxy_s"])
     t0 = time.perf_counter()
     res = _distill_in_time(ctx, cache, spec, label, None if ctx.limit is None else
                            ctx.limit.final_until(after_s, timing["finalists_left"]), start)

@@ -22,6 +22,11 @@ TRIAL_SHARE = 0.5
 # budget), the teacher beside it, the INT8 graph. Each of these steps costs about what one step of
 # the same graph's pre-training export-and-read cost (an export, one to three readings).
 STEPS_AFTER = 5
+# A finalist whose shipped graph reads within this share of the budget before its training (or fits
+# only on a second reading) may well read over it once trained: two readings of one graph on a
+# shared 2-core host differ by more (6.89 and 8.64 ms; 13.32 and 12.14 ms). Its run leaves time for
+# the fallback (`fallback_s`), so a refusal does not overrun the limit.
+MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -53,3 +58,17 @@ def after_training_s(step_s: float, baselines_s: float) -> float:
     embeddings and the two untrained baselines' — the student's own pass costs less than half).
     What was set aside and what was taken, run by run: benchmarks/results/search_timeout.json."""
     return STEPS_AFTER * step_s + baselines_s / 2
+
+
+def marginal(read_ms: float, budget_ms: float, read_twice: bool) -> bool:
+    """Whether a finalist's pre-training reading of its shipped graph is too close to the budget to
+    count on: within MARGIN of it, or within it only on a second reading."""
+    return read_twice or read_ms > (1 - MARGIN) * budget_ms
+
+
+def fallback_s(after_s: float, step_s: float, baselines_s: float, proxy_s: float) -> float:
+    """Seconds the candidate after a finalist refused as shipped needs, from the same timings: its
+    shipped graph exported and read beside its parent's (three steps of `step_s`), the proxy that
+    scores it (`proxy_s`, a trial's), its untrained baselines, and what follows any run (`after_s`).
+    It continues the refused run only with the time this leaves (nas.final.MIN_CONTINUED_STEPS)."""
+    return 3 * step_s + proxy_s + baselines_s + after_s

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 import tempfile
 import time
 from dataclasses import replace
@@ -136,6 +137,9 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         ctx.progress.phase(f"final: transfer set of {cfg.final_rows} {cfg.final_unit}s, teacher targets")
         cache = TeacherCache(ctx.teacher, final_transfer_set(cfg, ctx.teacher, ctx.texts))
     stage = _Stage(study, ctx, pool)
+    # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first
+    # trial's also holds the teacher targets of the transfer set)
+    proxy_s = statistics.median([r["seconds_distill"] for r in pool if r.get("seconds_distill")] or [0.0])
     results: list[dict[str, Any]] = []
     while stage.queue and len(results) < cfg.final_top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
         row = stage.queue.pop(0)
@@ -144,7 +148,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         if not _ready(stage, row, pipeline, label):
             continue
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results),
-                  "marginal": stage.marginal.get(row["arch"], False), "proxy_s": row.get("seconds_distill") or 0.0}
+                  "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s}
         entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing,
                         stage.trained_wider(row))
         if entry["within_budget"]:
@@ -258,11 +262,9 @@ def _score_neighbour(ctx: Any, row: dict[str, Any], read_ms: float, parent_now_m
     ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row['neighbour_of']})")
     spec = _spec(ctx, row)
     latency_ms, factor = on_trial_scale(read_ms, row.get("parent_latency_ms"), parent_now_ms)
-    t0 = time.perf_counter()
     scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms})
     return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config),
-            "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4),
-            "seconds_distill": round(time.perf_counter() - t0, 3)}  # as a trial's record names it
+            "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
 
 
 def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:
@@ -335,7 +337,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
             pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> dict[str, Any]:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
     `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
-    that reading was marginal, its proxy run's seconds and the finalists still to train, from which
+    that reading was marginal, a proxy run's seconds and the finalists still to train, from which
     a `--timeout` fits the run (nas.time_limit); `start`: the refused wider finalist whose training
     it continues (`_Stage.trained_wider`), if any."""
     from .baselines import baseline_fidelity, fidelity_table

@@ -3,11 +3,13 @@
     from latency import profile
     res = profile("4x12x192x768", batch=1, seq=128, threads=2)   # or a StudentSpec, folder, .onnx
     res.median_ms, res.p90_ms, res.cv, res.noisy, res.cached
+    pair = profile_pair("3x12x384x1280", "minilm-l6")   # the two timed in alternation, one process
+    pair.ratio, pair.ratio_low, pair.ratio_high
 """
 
 from core.quiet import LATENCY_CORES_ENV
 
-from ._profile import LatencyResult, cpu_model, default_cache_dir, library_versions, profile
+from ._profile import LatencyResult, PairResult, cpu_model, default_cache_dir, library_versions, profile, profile_pair
 from ._worker import latency_cores
 
-__all__ = ["profile", "LatencyResult", "cpu_model", "default_cache_dir", "library_versions", "LATENCY_CORES_ENV", "latency_cores"]
+__all__ = ["profile", "profile_pair", "LatencyResult", "PairResult", "cpu_model", "default_cache_dir", "library_versions", "LATENCY_CORES_ENV", "latency_cores"]

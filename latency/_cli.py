@@ -33,13 +33,26 @@ def register(subparsers) -> None:
     parser.add_argument("--no-cache", dest="use_cache", action="store_false",
                         help="measure even if a cached result exists (and do not store it)")
     parser.add_argument("--cache-dir", default=None, help="cache folder (default $KDNAS_CACHE/latency)")
+    parser.add_argument("--beside", metavar="MODEL_OR_ARCH", default=None,
+                        help="time the target side by side with this one (e.g. its teacher) in one process, in "
+                             "alternating rounds, and report the ratio: what a budget set as a share of a teacher "
+                             "needs on a host whose speed drifts between two separate measurements (never cached)")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import profile
+    from . import profile, profile_pair
 
+    if args.beside is not None:
+        if args.int8:
+            from core.errors import InputError
+
+            raise InputError("--int8 with --beside: time the INT8 .onnx file itself (kdnas export --int8 writes it)")
+        pair = profile_pair(args.target, args.beside, batch=args.batch, seq=args.seq, threads=args.threads,
+                            runtime=args.runtime, optimized=args.optimized)
+        print(json.dumps(pair.to_dict(), indent=2) if args.json else pair.summary())
+        return 0
     result = profile(
         args.target, batch=args.batch, seq=args.seq, threads=args.threads, runtime=args.runtime,
         optimized=args.optimized, int8=args.int8, cache_dir=args.cache_dir, use_cache=args.use_cache,

@@ -133,6 +133,102 @@ def profile(
     return result
 
 
+@dataclass(frozen=True)
+class PairResult:
+    """`target` timed beside `reference` in one process, in alternating rounds (`profile_pair`)."""
+
+    ratio: float  # target / reference: the median over rounds of each round's ratio of medians
+    ratio_low: float  # the round ratios' quartiles
+    ratio_high: float
+    target_ms: float  # each one's median over all its runs
+    reference_ms: float
+    rounds: int
+    batch: int
+    seq: int
+    threads: int
+    runtime: str
+    cpu: str
+    versions: dict[str, str]
+    target: str = ""
+    reference: str = ""
+    target_stats: dict[str, float] = field(default_factory=dict)  # the target's median/p90/min/mean/cv/runs
+    cores: list[int] = field(default_factory=list)
+    window: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def on_scale(self, reference_ms: float) -> LatencyResult:
+        """The target's timings as they stand beside a reference that reads `reference_ms`: its median
+        is `ratio × reference_ms`, its other figures move with it."""
+        s = self.target_stats
+        k = self.ratio * reference_ms / s["median_ms"]
+        return LatencyResult(median_ms=self.ratio * reference_ms, p90_ms=s["p90_ms"] * k, min_ms=s["min_ms"] * k,
+                             mean_ms=s["mean_ms"] * k, cv=s["cv"], runs=int(s["runs"]), noisy=False, batch=self.batch,
+                             seq=self.seq, threads=self.threads, runtime=self.runtime, cpu=self.cpu,
+                             versions=self.versions, cached=False, key="", target=self.target, cores=self.cores,
+                             window=self.window)
+
+    def summary(self) -> str:
+        return (f"{self.target} beside {self.reference}  {self.runtime}  batch={self.batch} seq={self.seq} "
+                f"threads={self.threads}: {self.ratio:.3f}x (rounds' quartiles {self.ratio_low:.3f}-"
+                f"{self.ratio_high:.3f}; medians {self.target_ms:.2f} and {self.reference_ms:.2f} ms, "
+                f"{self.rounds} alternating rounds)")
+
+
+def profile_pair(target, reference, *, batch: int = 1, seq: int = 128, threads: int = 2,
+                 runtime: str = "onnxruntime", optimized: bool = True, rounds: int = 12, runs: int = 15,
+                 timeout: float = 900.0) -> PairResult:
+    """`target`'s latency relative to `reference`'s, the two timed in alternation in one pinned
+    process (`_stats.measure_pair`): what a budget set as a share of a teacher's latency needs on a
+    host whose speed drifts between two separate measurements. Targets as for `profile`; never cached."""
+    _check_settings(batch, seq, threads, runtime)
+    resolved = {"target": _resolve(target), "reference": _resolve(reference)}
+    for r in resolved.values():
+        if runtime == "torch" and r["kind"] == "onnx":
+            raise InputError("runtime torch needs a model folder or an architecture, not an .onnx file")
+        if r["max_seq"] is not None and seq > r["max_seq"]:
+            raise InputError(f"seq={seq} exceeds {r['label']}'s {r['max_seq']} positions")
+    vocabs = [r["vocab_size"] for r in resolved.values() if r["vocab_size"]]
+    request = {"target": resolved["target"]["worker"], "reference": resolved["reference"]["worker"],
+               "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
+               "vocab_size": min(vocabs) if vocabs else None, "pair": {"rounds": rounds, "runs": runs}}
+    if runtime == "onnxruntime":
+        for key, r in resolved.items():
+            if r["kind"] != "onnx":
+                request[key] = {"kind": "onnx", "path": str(_exported_graph(r, optimized))}
+    with quiet_host():
+        reply = _run_worker(request, threads, timeout)
+    return PairResult(ratio=reply["ratio"], ratio_low=reply["ratio_low"], ratio_high=reply["ratio_high"],
+                      target_ms=reply["target"]["median_ms"], reference_ms=reply["reference"]["median_ms"],
+                      rounds=reply["rounds"], batch=batch, seq=seq, threads=threads, runtime=runtime,
+                      cpu=cpu_name(), versions=library_versions(runtime), target=resolved["target"]["label"],
+                      reference=resolved["reference"]["label"], cores=reply["cores"], window=reply["window"],
+                      target_stats={k: reply["target"][k] for k in ("median_ms", "p90_ms", "min_ms", "mean_ms", "cv",
+                                                                   "runs")})
+
+
+def _exported_graph(resolved: dict, optimized: bool) -> Path:
+    """The random-weight ONNX graph of a shape or model folder, exported once per cache: a teacher
+    timed beside each finalist costs its export (about 5 s for MiniLM) only the first time."""
+    identity = {"target": resolved["identity"], "optimized": optimized, "versions": library_versions("onnxruntime")}
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+    graph = default_cache_dir() / "graphs" / key / "model.onnx"
+    if graph.is_file():
+        return graph
+    graph.parent.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{key}.", dir=graph.parent.parent) as tmp:
+        (Path(tmp) / "graph").mkdir()
+        built, _ = _graph_to_time(resolved["worker"], optimized, False, Path(tmp) / "graph")
+        # the optimizer may write the weights beside the graph: keep the folder whole, then move it in
+        try:
+            os.replace(Path(built["path"]).parent, graph.parent)
+        except OSError:
+            if not graph.is_file():  # not another process that moved the same graph in first
+                raise
+    return graph
+
+
 def _measure(request: dict, resolved: dict, identity: dict, cache_file: Path | None,
              timeout: float) -> tuple[LatencyResult | None, dict, dict[str, int]]:
     """One at a time per host, training on its cores paused: the cache re-read after the wait (another

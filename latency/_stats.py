@@ -88,6 +88,56 @@ def measure_blocks(run_once: Callable[[], object], rule: StopRule = StopRule(), 
     return min(done, key=lambda s: (not s.stable, s.median_ms)), done, quiet
 
 
+@dataclass(frozen=True)
+class PairStats:
+    """Two models timed in alternation: the ratio of their latencies and each one's runs."""
+
+    ratio: float  # median over the rounds of (target's median / reference's median) in that round
+    ratio_low: float  # the round ratios' lower and upper quartiles: how far one round strays
+    ratio_high: float
+    target: Stats
+    reference: Stats
+    rounds: int
+
+
+def measure_pair(run_target: Callable[[], object], run_reference: Callable[[], object], *, rounds: int = 12,
+                 runs: int = 15, warmup_runs: int = 5, clock: Callable[[], float] = time.perf_counter) -> PairStats:
+    """The latency of `run_target` relative to `run_reference`, timed side by side.
+
+    A shared host's speed drifts by more than a budget's margin between two measurements made
+    seconds apart (one graph read 12.39, 10.88 and 9.09 ms within a minute), so a student and its
+    teacher measured one after the other can land on either side of "half the teacher". Here the
+    two alternate in short rounds of `runs` runs each (the order flips every round, so a steady
+    drift weighs on both alike); a burst of other work slows both within a round and mostly cancels
+    in that round's ratio, and the median over rounds sets aside the rounds it did not."""
+    for _ in range(warmup_runs):
+        run_target()
+        run_reference()
+    ratios: list[float] = []
+    target_ms: list[float] = []
+    reference_ms: list[float] = []
+    for r in range(rounds):
+        pair = (run_target, run_reference) if r % 2 == 0 else (run_reference, run_target)
+        first, second = (_timed_runs(run, runs, clock) for run in pair)
+        target, reference = (first, second) if r % 2 == 0 else (second, first)
+        ratios.append(statistics.median(target) / statistics.median(reference))
+        target_ms += target
+        reference_ms += reference
+    ordered = sorted(ratios)
+    return PairStats(ratio=statistics.median(ratios), ratio_low=_percentile(ordered, 0.25),
+                     ratio_high=_percentile(ordered, 0.75), target=summarize(target_ms),
+                     reference=summarize(reference_ms), rounds=rounds)
+
+
+def _timed_runs(run_once: Callable[[], object], runs: int, clock: Callable[[], float]) -> list[float]:
+    times = []
+    for _ in range(runs):
+        t0 = clock()
+        run_once()
+        times.append((clock() - t0) * 1e3)
+    return times
+
+
 def summarize(samples_ms: list[float], stable: bool = True) -> Stats:
     if not samples_ms:
         raise ValueError("no samples")

@@ -39,14 +39,27 @@ def run(request: dict) -> dict:
     # Pin to `threads` cores: a runtime that sees more cores than it may use oversubscribes them.
     cores = latency_cores(threads)
     os.sched_setaffinity(0, cores)
-    rule = _stats.StopRule(**request.get("rule", {}))
     runner = _torch_runner if request["runtime"] == "torch" else _ort_runner
+    if "reference" in request:
+        return _run_pair(request, runner, threads, cores)
+    rule = _stats.StopRule(**request.get("rule", {}))
     run_once = runner(request, threads)
     started = time.time()  # the timed runs (what must not overlap another measurement) start here
     best, blocks, quiet = _stats.measure_blocks(run_once, rule, blocks=int(request.get("blocks", 1)),
                                                 retries=int(request["retries"]), max_cv=request["max_cv"])
     return {**best.__dict__, "attempts": len(blocks), "block_medians": [round(b.median_ms, 4) for b in blocks],
             "quiet": quiet, "cores": cores, "window": [started, time.time()]}
+
+
+def _run_pair(request: dict, runner, threads: int, cores: list[int]) -> dict:
+    """`request["target"]` and `request["reference"]` timed in alternation (`_stats.measure_pair`)."""
+    run_target = runner(request, threads)
+    run_reference = runner({**request, "target": request["reference"]}, threads)
+    started = time.time()
+    pair = _stats.measure_pair(run_target, run_reference, **request.get("pair", {}))
+    return {"ratio": pair.ratio, "ratio_low": pair.ratio_low, "ratio_high": pair.ratio_high, "rounds": pair.rounds,
+            "target": pair.target.__dict__, "reference": pair.reference.__dict__, "cores": cores,
+            "window": [started, time.time()]}
 
 
 def latency_cores(threads: int) -> list[int]:

@@ -305,7 +305,10 @@ def _print_summary(summary: dict, out: Path) -> None:
     for s in summary.get("final_over_budget") or []:
         twice = " twice (" + " and ".join(f"{r:.2f}" for r in s["latency_readings_ms"]) + " ms)" \
             if len(s.get("latency_readings_ms") or []) == 2 else ""
-        if s.get("latency_scaled_by", 1.0) < 1.0:  # nas.final._final_latency: judged beside a fresh teacher reading
+        if "ratio_to_teacher" in s:  # nas.final._final_latency: timed side by side with the teacher
+            twice += (f": {s['ratio_to_teacher']:.3f}x the teacher side by side (the teacher "
+                      f"{s['teacher_latency_now_ms']:.2f} ms, it {s['read_ms']:.2f} ms)")
+        elif s.get("latency_scaled_by", 1.0) < 1.0:  # a study of an earlier version: one fresh teacher reading
             twice += f", scaled by {s['latency_scaled_by']:.3f} (the teacher read {s['teacher_latency_now_ms']:.2f} ms beside it)"
         print(f"not shipped: {s['arch']} ({origin(s)}) measured {s['latency_ms']:.2f} ms {s['stage']}{twice}, "
               f"over the budget of {s['budget_ms']:.2f} ms" + (f"; moved to {s['dir']}" if s.get("dir") else ""))

@@ -112,7 +112,12 @@ def _choices(choices: Any) -> str:
 
 
 def _drift(entry: dict[str, Any]) -> str:
-    """Says so when the fp32 reading was scaled to the host's speed when the budget was set (nas.final)."""
+    """How the fp32 reading stands to the teacher's: timed side by side (a ratio budget, nas.final), or
+    scaled to the host's speed when the budget was set (a study of an earlier version)."""
+    if "ratio_to_teacher" in entry:
+        return (f"; {entry['ratio_to_teacher']:.3f}x the teacher, the two timed side by side in alternating "
+                f"rounds (here {entry['read_ms']:.2f} and {entry['teacher_latency_now_ms']:.2f} ms), stated on "
+                "the scale of the teacher reading that set the budget")
     scale = entry.get("latency_scaled_by", 1.0)
     if scale >= 1.0:
         return ""

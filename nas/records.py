@@ -64,7 +64,7 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "latency_cv": latency.get("cv"),
         "latency_noisy": latency.get("noisy"),
         "latency_cached": latency.get("cached"),
-        # nas.measure.trial_latency: < 1 where the reading was judged beside a slower teacher re-reading
+        # nas.measure.trial_latency: set where the reading was judged side by side with the teacher
         "latency_scaled_by": latency.get("latency_scaled_by"),
         "loss": loss,
         "loss_se": attrs.get("loss_se", loss_se),

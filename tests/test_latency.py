@@ -11,8 +11,8 @@ import pytest
 from core.errors import KdnasError
 from core.spec import StudentSpec
 import latency._profile as latency_profile
-from latency import LatencyResult, latency_cores, profile
-from latency._stats import StopRule, measure, measure_blocks, summarize
+from latency import LatencyResult, latency_cores, profile, profile_pair
+from latency._stats import StopRule, measure, measure_blocks, measure_pair, summarize
 
 TINY = "2x2x64x128"  # measured in seconds; real onnxruntime, real export
 
@@ -63,6 +63,54 @@ def test_time_cap_ends_a_slow_measurement():
     stats = measure(clock.run_once, rule, clock=clock)
     assert stats.runs == 6  # after 5 runs 9 s have passed, the 6th ends at 12 s
     assert not stats.stable and stats.median_ms == pytest.approx(2000.0)
+
+
+class DriftingHost:
+    """Two models on a host whose speed drifts: a run of `model` costs its base time times the host's
+    slowness, which grows by `drift` per run, with a 3x burst of other work over runs `burst`."""
+
+    def __init__(self, drift: float, burst: range) -> None:
+        self.now, self.runs, self.drift, self.burst = 0.0, 0, drift, burst
+
+    def __call__(self) -> float:
+        return self.now
+
+    def runner(self, base_s: float):
+        def run_once() -> None:
+            slow = (1 + self.drift * self.runs) * (3.0 if self.runs in self.burst else 1.0)
+            self.now += base_s * slow
+            self.runs += 1
+        return run_once
+
+
+def test_a_pair_timed_in_alternation_keeps_the_ratio_on_a_drifting_host():
+    # The host slows by half over the measurement and a burst hits a few runs: the student (5 ms)
+    # read alone at the end would be 1.5x as slow as at the start, but its ratio to the teacher
+    # (10 ms) stays 0.5 whatever the drift: each round times both, and the burst lands in one round.
+    host = DriftingHost(drift=0.5 / 380, burst=range(100, 104))
+    pair = measure_pair(host.runner(0.005), host.runner(0.010), rounds=12, runs=15, warmup_runs=5, clock=host)
+    assert pair.ratio == pytest.approx(0.5, rel=0.01)
+    assert pair.ratio_low <= pair.ratio <= pair.ratio_high and pair.rounds == 12
+    assert pair.target.runs == pair.reference.runs == 12 * 15 and host.runs == 10 + 2 * 12 * 15
+    # a solo reading cannot tell: the student's own runs spread with the host's drift
+    assert pair.target.p90_ms / pair.target.min_ms > 1.3
+
+
+def test_profile_pair_times_two_real_graphs_side_by_side(isolated_cache):
+    small, large = "1x2x64x128", "4x2x128x512"
+    pair = profile_pair(small, large, threads=1, rounds=4, runs=5)
+    assert 0 < pair.ratio < 1 and pair.ratio_low <= pair.ratio <= pair.ratio_high
+    assert pair.target == small and pair.reference == large and pair.rounds == 4
+    assert pair.target_ms < pair.reference_ms and pair.target_stats["runs"] == 20
+    on_scale = pair.on_scale(100.0)  # as if the reference read 100 ms
+    assert on_scale.median_ms == pytest.approx(100.0 * pair.ratio) and on_scale.min_ms <= on_scale.median_ms
+    graphs = sorted((latency_profile.default_cache_dir() / "graphs").glob("*/model.onnx"))
+    assert len(graphs) == 2, "each graph exported once, kept for the next pair"
+    again = profile_pair(large, small, threads=1, rounds=4, runs=5)
+    assert sorted((latency_profile.default_cache_dir() / "graphs").glob("*/model.onnx")) == graphs
+    assert again.ratio > 1 and again.target == large
+    with pytest.raises(KdnasError, match="seq=4096 exceeds"):
+        profile_pair(small, large, seq=4096)
 
 
 BLOCK_RULE = StopRule(warmup_runs=1, warmup_seconds=0.0, min_runs=10, min_seconds=0.0, window=5, rel_tol=1.0)
@@ -224,6 +272,20 @@ def test_cli_profile_json_and_errors(tmp_path, capsys, monkeypatch):
 
     for argv in (["profile", TINY, "--batch", "0"], ["profile", str(tmp_path / "missing.onnx")],
                  ["profile", "3x7x384x1024"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("kdnas profile: error:") and err.count("\n") == 1
+
+
+def test_cli_profile_beside_reports_the_ratio_and_refuses_bad_input(isolated_cache, capsys):
+    from kdnas.cli import main
+
+    assert main(["profile", "1x2x64x128", "--beside", "4x2x128x512", "--seq", "16", "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("1x2x64x128 beside 4x2x128x512") and "alternating rounds" in text
+    assert main(["profile", "1x2x64x128", "--beside", "4x2x128x512", "--seq", "16", "--threads", "1", "--json"]) == 0
+    assert 0 < json.loads(capsys.readouterr().out)["ratio"] < 1
+    for argv in (["profile", TINY, "--beside", "3x7x384x1024"], ["profile", TINY, "--beside", TINY, "--int8"]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("kdnas profile: error:") and err.count("\n") == 1

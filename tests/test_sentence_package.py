@@ -158,6 +158,10 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     drifted = write_model_card(tmp_path, {**entry, "latency_scaled_by": 0.9, "teacher_latency_now_ms": 22.2},
                                config).read_text()
     assert "3.21 ms median" in drifted and "scaled by 0.900: the host had slowed, the teacher read 22.20 ms" in drifted
+    paired = write_model_card(tmp_path, {**entry, "ratio_to_teacher": 0.4591, "read_ms": 3.5, "latency_scaled_by": 0.9,
+                                         "teacher_latency_now_ms": 7.62}, config).read_text()
+    assert "3.21 ms median" in paired and "0.459x the teacher, the two timed side by side" in paired
+    assert "(here 3.50 and 7.62 ms)" in paired and "the host had slowed" not in paired
     quick = write_model_card(tmp_path, {**entry, "precision": "fp32", "seconds": {"distill": 3.2}}, config).read_text()
     assert "| 50 steps on 1024 sequences (fp32, 3 s) |" in quick
     command = card.split("```bash\n", 1)[1].split("\n```", 1)[0]
@@ -254,8 +258,10 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     over = study.user_attrs["final_over_budget"]
     assert [(s["trial"], s["stage"]) for s in over] == [(0, "before training"), (1, "before training")]
     assert all(s["latency_ms"] > s["budget_ms"] for s in over)
-    # Over on the first reading, so measured once more (fresh, not from the cache); over on both.
-    assert all(len(s["latency_readings_ms"]) == 2 and min(s["latency_readings_ms"]) == s["latency_ms"] for s in over)
+    # A ratio budget: each graph timed side by side with the teacher (real graphs, real onnxruntime),
+    # its latency stated on the scale of the teacher's reading that set the budget.
+    assert all(s["latency_readings_ms"] == [] and 0 < s["ratio_to_teacher"] < 1 for s in over)
+    assert all(s["latency_ms"] == pytest.approx(s["ratio_to_teacher"] * 10.0, abs=1e-3) for s in over)  # ratio to 4 places
     assert _shippable(study, pool, config) == []  # a rerun with the same recipe does not retrain them
     assert _shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does
 
@@ -432,13 +438,45 @@ def _reading(ms):
                          key="k")
 
 
-@pytest.mark.parametrize("teacher_now, budget_ms, shipped_ms", [
-    (12.0, None, 5.5 / 1.2),  # the host slowed by 1.2x since the budget was set: judged side by side, fits
-    (9.0, None, 5.5),  # the host is faster now: the reading stands (still over)
-    (12.0, 5.0, 5.5),  # --budget-ms is absolute: no teacher re-reading, the reading stands
+def _pair(ratio, teacher_ms):
+    """A side-by-side measurement of a graph at `ratio` of a teacher that read `teacher_ms` in it."""
+    from latency import PairResult
+
+    target_ms = ratio * teacher_ms
+    return PairResult(ratio=ratio, ratio_low=ratio - 0.003, ratio_high=ratio + 0.002, target_ms=target_ms,
+                      reference_ms=teacher_ms, rounds=12, batch=1, seq=128, threads=2, runtime="onnxruntime", cpu="cpu",
+                      versions={}, target="model.onnx", reference="minilm-l6",
+                      target_stats={"median_ms": target_ms, "p90_ms": target_ms * 1.1, "min_ms": target_ms * 0.95,
+                                    "mean_ms": target_ms, "cv": 0.02, "runs": 180})
+
+
+@pytest.mark.parametrize("ratio, teacher_now, fits", [
+    (0.459, 24.0, True),  # the host slowed since the budget was set (teacher 20 ms then): the ratio decides
+    (0.459, 17.0, True),  # ... or sped up: the same
+    (0.506, 24.0, False),  # over half the teacher side by side: over, however fast each reads alone
 ])
-def test_a_finalist_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading(monkeypatch, teacher_now, budget_ms,
-                                                                                    shipped_ms):
+def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(monkeypatch, ratio, teacher_now, fits):
+    from types import SimpleNamespace
+
+    import nas.final as final
+    import nas.measure
+    from nas import SearchConfig
+
+    monkeypatch.setattr(final, "budget_latency", lambda *a, **k: pytest.fail("a ratio budget is not read alone"))
+    pairs = []
+    monkeypatch.setattr(nas.measure, "measure_beside_teacher", lambda target, cfg: pairs.append(target)
+                        or _pair(ratio, teacher_now))
+    ctx = SimpleNamespace(config=SearchConfig(budget_ratio=0.5), budget_ms=10.0, teacher_latency_ms=20.0,
+                          progress=SimpleNamespace(phase=lambda *_: None))
+    shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
+    assert pairs == [Path("model.onnx")] and readings == []
+    assert shipped.median_ms == pytest.approx(ratio * 20.0) and (shipped.median_ms <= ctx.budget_ms) == fits
+    assert facts["ratio_to_teacher"] == ratio and facts["teacher_latency_now_ms"] == teacher_now
+    assert facts["latency_scaled_by"] == pytest.approx(20.0 / teacher_now, abs=1e-4)  # for the INT8 read alone
+    assert facts["read_ms"] == pytest.approx(ratio * teacher_now)
+
+
+def test_a_finalist_under_an_absolute_budget_is_read_alone(monkeypatch):
     from types import SimpleNamespace
 
     import nas.final as final
@@ -446,18 +484,11 @@ def test_a_finalist_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading
     from nas import SearchConfig
 
     monkeypatch.setattr(final, "budget_latency", lambda graph, cfg, budget: (_reading(5.5), [5.5, 5.6]))
-    teacher_reads = []
-    monkeypatch.setattr(nas.measure, "measure", lambda target, cfg, use_cache=True:
-                        teacher_reads.append((target, use_cache)) or _reading(teacher_now))
-    ctx = SimpleNamespace(config=SearchConfig(budget_ms=budget_ms, budget_ratio=0.5), budget_ms=5.0,
-                          teacher_latency_ms=10.0, progress=SimpleNamespace(phase=lambda *_: None))
-    shipped, readings, drift = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
-    assert shipped.median_ms == pytest.approx(shipped_ms) and readings == [5.5, 5.6]
-    if budget_ms is None:
-        assert teacher_reads == [("minilm-l6", False)] and drift["teacher_latency_now_ms"] == teacher_now
-        assert drift["latency_scaled_by"] == pytest.approx(min(1.0, 10.0 / teacher_now), abs=1e-4)
-    else:
-        assert teacher_reads == [] and drift == {}
+    monkeypatch.setattr(nas.measure, "measure_beside_teacher", lambda *a: pytest.fail("--budget-ms has no teacher"))
+    ctx = SimpleNamespace(config=SearchConfig(budget_ms=5.0), budget_ms=5.0, teacher_latency_ms=10.0,
+                          progress=SimpleNamespace(phase=lambda *_: None))
+    shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
+    assert (shipped.median_ms, readings, facts) == (5.5, [5.5, 5.6], {})
 
 
 def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teacher_reading(capsys, tmp_path):
@@ -467,7 +498,10 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
             "budget_ms": 9.87, "latency_readings_ms": [10.15, 10.13], "teacher_latency_now_ms": 19.93,
             "latency_scaled_by": 0.99}
     summary = {"trials": 8, "counts": {"feasible": 8}, "budget_ms": 9.87, "teacher_latency": {"median_ms": 19.73},
-               "final_over_budget": [over, {**over, "trial": 3, "latency_scaled_by": 1.0}]}
+               "final_over_budget": [over, {**over, "trial": 3, "latency_scaled_by": 1.0},
+                                     {**over, "trial": 4, "latency_ms": 10.12, "latency_readings_ms": [],
+                                      "ratio_to_teacher": 0.5127, "teacher_latency_now_ms": 21.4, "read_ms": 10.97,
+                                      "latency_scaled_by": 0.922}]}
     summary["final_neighbours"] = [{"arch": "3x12x384x1280", "neighbour_of": "3x12x384x1536", "reward": 0.7291,
                                     "proxy": {"latency_ms": 9.21}, "latency_read_ms": 9.93, "parent_read_ms": 8.9,
                                     "latency_scaled_by": 0.9275}]
@@ -478,37 +512,36 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
     lines = [line for line in out if line.startswith("not shipped")]
     assert "twice (10.15 and 10.13 ms), scaled by 0.990 (the teacher read 19.93 ms beside it)" in lines[0]
     assert "scaled" not in lines[1]
+    assert lines[2].startswith("not shipped: 3x12x384x1536 (trial #4) measured 10.12 ms before training: 0.513x the "
+                               "teacher side by side (the teacher 21.40 ms, it 10.97 ms), over the budget of 9.87 ms")
     assert ("FFN neighbour 3x12x384x1280 of 3x12x384x1536: 9.93 ms as shipped beside 8.90 ms for 3x12x384x1536: "
             "9.21 ms on the trials' scale, proxy reward 0.7291") in out
     assert any(line.startswith("final best: 3x12x384x1280 (the FFN neighbour of trial #2's 3x12x384x1536) after")
                for line in out)
 
 
-@pytest.mark.parametrize("shape_ms, teacher_now, budget_ms, expect_ms, teacher_read", [
-    (10.7, 22.0, None, 10.7 * 20.0 / 22.0, True),  # a slow spell during the trials: fits beside the teacher
-    (10.7, 19.0, None, 10.7, True),  # the host is as fast as when the budget was set: over, as read
-    (13.0, 26.0, None, 13.0, False),  # over by more than DRIFT_BAND: over however the host drifts, no reading
-    (9.5, 22.0, None, 9.5, False),  # within the budget: nothing to judge
-    (10.7, 22.0, 10.0, 10.7, False),  # --budget-ms is absolute: judged as read
+@pytest.mark.parametrize("shape_ms, ratio, budget_ms, expect_ms, paired", [
+    (10.7, 0.486, None, 0.486 * 20.0, True),  # a slow spell during the trials: fits side by side
+    (10.7, 0.512, None, 0.512 * 20.0, True),  # over side by side too
+    (13.0, 0.6, None, 13.0, False),  # over by more than DRIFT_BAND: over however the host drifts, no pair
+    (9.5, 0.45, None, 9.5, False),  # within the budget: nothing to judge
+    (10.7, 0.486, 10.0, 10.7, False),  # --budget-ms is absolute: judged as read
 ])
-def test_a_trial_over_a_ratio_budget_is_judged_beside_a_fresh_teacher_reading(shape_ms, teacher_now, budget_ms,
-                                                                               expect_ms, teacher_read):
+def test_a_trial_over_a_ratio_budget_is_timed_side_by_side_with_the_teacher(shape_ms, ratio, budget_ms, expect_ms,
+                                                                           paired):
     from types import SimpleNamespace
 
     from nas import SearchConfig
     from nas.measure import trial_latency
 
-    reads = []
-
-    def measure_once(target, cfg, use_cache=True):
-        reads.append(target)
-        return _reading(teacher_now if target == "minilm-l6" else shape_ms)
-
+    pairs = []
     cfg = SearchConfig(budget_ms=budget_ms, budget_ratio=0.5)
-    record = trial_latency(SimpleNamespace(arch="3x12x384x1536"), cfg, 10.0, 20.0, measure_once=measure_once)
-    assert record["median_ms"] == pytest.approx(expect_ms)
-    assert ("minilm-l6" in reads) == teacher_read and reads.count("minilm-l6") <= 1
-    if expect_ms != shape_ms:
-        assert record["read_ms"] == shape_ms and record["latency_scaled_by"] == pytest.approx(20.0 / 22.0, abs=1e-4)
+    record = trial_latency(SimpleNamespace(arch="3x12x384x1536"), cfg, 10.0, 20.0,
+                           measure_once=lambda target, cfg, use_cache=True: _reading(shape_ms),
+                           measure_pair=lambda target, cfg: pairs.append(target) or _pair(ratio, 22.0))
+    assert record["median_ms"] == pytest.approx(expect_ms) and bool(pairs) == paired
+    if paired:
+        assert record["ratio_to_teacher"] == ratio and record["read_ms"] == pytest.approx(ratio * 22.0)
+        assert record["latency_scaled_by"] == pytest.approx(20.0 / 22.0, abs=1e-4)
     else:
-        assert "read_ms" not in record
+        assert "read_ms" not in record and "ratio_to_teacher" not in record

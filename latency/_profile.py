@@ -9,7 +9,7 @@ import platform
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from core.errors import InputError, LatencyError, check_choice
@@ -57,6 +57,13 @@ class LatencyResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def scaled(self, factor: float) -> "LatencyResult":
+        """These timings multiplied by `factor` (this result itself for 1.0): a reading put on the
+        scale of another moment's host speed."""
+        if factor == 1.0:
+            return self
+        return replace(self, **{name: getattr(self, name) * factor for name in ("median_ms", "p90_ms", "min_ms", "mean_ms")})
 
     def summary(self) -> str:
         flavour = self.runtime
@@ -140,20 +147,17 @@ class PairResult:
     ratio: float  # target / reference: the median over rounds of each round's ratio of medians
     ratio_low: float  # the round ratios' quartiles
     ratio_high: float
-    target_ms: float  # each one's median over all its runs
-    reference_ms: float
     rounds: int
-    batch: int
-    seq: int
-    threads: int
-    runtime: str
-    cpu: str
-    versions: dict[str, str]
-    target: str = ""
-    reference: str = ""
-    target_stats: dict[str, float] = field(default_factory=dict)  # the target's median/p90/min/mean/cv/runs
-    cores: list[int] = field(default_factory=list)
-    window: list[float] = field(default_factory=list)
+    target: LatencyResult  # each one's runs over all the rounds
+    reference: LatencyResult
+
+    @property
+    def target_ms(self) -> float:
+        return self.target.median_ms
+
+    @property
+    def reference_ms(self) -> float:
+        return self.reference.median_ms
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -161,17 +165,12 @@ class PairResult:
     def on_scale(self, reference_ms: float) -> LatencyResult:
         """The target's timings as they stand beside a reference that reads `reference_ms`: its median
         is `ratio × reference_ms`, its other figures move with it."""
-        s = self.target_stats
-        k = self.ratio * reference_ms / s["median_ms"]
-        return LatencyResult(median_ms=self.ratio * reference_ms, p90_ms=s["p90_ms"] * k, min_ms=s["min_ms"] * k,
-                             mean_ms=s["mean_ms"] * k, cv=s["cv"], runs=int(s["runs"]), noisy=False, batch=self.batch,
-                             seq=self.seq, threads=self.threads, runtime=self.runtime, cpu=self.cpu,
-                             versions=self.versions, cached=False, key="", target=self.target, cores=self.cores,
-                             window=self.window)
+        return self.target.scaled(self.ratio * reference_ms / self.target.median_ms)
 
     def summary(self) -> str:
-        return (f"{self.target} beside {self.reference}  {self.runtime}  batch={self.batch} seq={self.seq} "
-                f"threads={self.threads}: {self.ratio:.3f}x (rounds' quartiles {self.ratio_low:.3f}-"
+        t = self.target
+        return (f"{t.target} beside {self.reference.target}  {t.runtime}  batch={t.batch} seq={t.seq} "
+                f"threads={t.threads}: {self.ratio:.3f}x (rounds' quartiles {self.ratio_low:.3f}-"
                 f"{self.ratio_high:.3f}; medians {self.target_ms:.2f} and {self.reference_ms:.2f} ms, "
                 f"{self.rounds} alternating rounds)")
 
@@ -199,13 +198,14 @@ def profile_pair(target, reference, *, batch: int = 1, seq: int = 128, threads: 
                 request[key] = {"kind": "onnx", "path": str(_exported_graph(r, optimized))}
     with quiet_host():
         reply = _run_worker(request, threads, timeout)
+    common = {"batch": batch, "seq": seq, "threads": threads, "runtime": runtime, "cpu": cpu_name(),
+              "versions": library_versions(runtime), "cached": False, "key": "", "cores": reply["cores"],
+              "window": reply["window"], "noisy": False}
+    timed = {key: LatencyResult(**{k: reply[key][k] for k in ("median_ms", "p90_ms", "min_ms", "mean_ms", "cv",
+                                                             "runs")}, target=resolved[key]["label"], **common)
+             for key in ("target", "reference")}
     return PairResult(ratio=reply["ratio"], ratio_low=reply["ratio_low"], ratio_high=reply["ratio_high"],
-                      target_ms=reply["target"]["median_ms"], reference_ms=reply["reference"]["median_ms"],
-                      rounds=reply["rounds"], batch=batch, seq=seq, threads=threads, runtime=runtime,
-                      cpu=cpu_name(), versions=library_versions(runtime), target=resolved["target"]["label"],
-                      reference=resolved["reference"]["label"], cores=reply["cores"], window=reply["window"],
-                      target_stats={k: reply["target"][k] for k in ("median_ms", "p90_ms", "min_ms", "mean_ms", "cv",
-                                                                   "runs")})
+                      rounds=reply["rounds"], **timed)
 
 
 def _exported_graph(resolved: dict, optimized: bool) -> Path:

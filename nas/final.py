@@ -33,7 +33,7 @@ from distill.trainer import resolve_device
 from core.errors import InputError
 
 from ._io import atomic_write_text
-from .measure import beside_teacher, budget_latency, latency_record, measure, scaled
+from .measure import beside_teacher, budget_latency, latency_record, measure
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from .records import pareto_front, trial_rows
 from .resume import worker_alive, worker_identity
@@ -377,7 +377,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     # Read right after the fp32 graph beside the teacher, so scaled by the teacher's drift in that pair.
     int8 = measure(dest / "model.int8.onnx", cfg)
     factor = drift.get("latency_scaled_by", 1.0)
-    int8_latency = latency_record(scaled(int8, factor)) | ({"read_ms": float(int8.median_ms)} if factor != 1.0 else {})
+    int8_latency = latency_record(int8.scaled(factor)) | ({"read_ms": float(int8.median_ms)} if factor != 1.0 else {})
     entry = {
         "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
         "recipe": _recipe(cfg), "steps": res.steps, "steps_planned": cfg.final_steps, "timeout_s": cfg.timeout,

@@ -2,12 +2,11 @@
 
 The KD-NAS reward compares student and teacher latencies, so both must come from the same runtime,
 threads, batch and sequence length (docs/methods.md); this is the one place that calls
-`latency.profile` for the search.
+`latency.profile` and `latency.profile_pair` for the search.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 from .config import SearchConfig
@@ -73,14 +72,6 @@ def measure_beside_teacher(target: Any, config: SearchConfig) -> Any:
 
     return profile_pair(target, config.teacher, batch=config.latency_batch, seq=config.latency_seq,
                         threads=config.threads, runtime=config.runtime)
-
-
-def scaled(result: Any, factor: float) -> Any:
-    """`result` with its timings multiplied by `factor` (1.0: `result` itself)."""
-    if factor == 1.0:
-        return result
-    return dataclasses.replace(result, **{name: getattr(result, name) * factor
-                                          for name in ("median_ms", "p90_ms", "min_ms", "mean_ms")})
 
 
 def trial_latency(target: Any, config: SearchConfig, budget_ms: float, teacher_then_ms: float, *,

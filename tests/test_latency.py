@@ -100,15 +100,15 @@ def test_profile_pair_times_two_real_graphs_side_by_side(isolated_cache):
     small, large = "1x2x64x128", "4x2x128x512"
     pair = profile_pair(small, large, threads=1, rounds=4, runs=5)
     assert 0 < pair.ratio < 1 and pair.ratio_low <= pair.ratio <= pair.ratio_high
-    assert pair.target == small and pair.reference == large and pair.rounds == 4
-    assert pair.target_ms < pair.reference_ms and pair.target_stats["runs"] == 20
+    assert pair.target.target == small and pair.reference.target == large and pair.rounds == 4
+    assert pair.target_ms < pair.reference_ms and pair.target.runs == pair.reference.runs == 20
     on_scale = pair.on_scale(100.0)  # as if the reference read 100 ms
     assert on_scale.median_ms == pytest.approx(100.0 * pair.ratio) and on_scale.min_ms <= on_scale.median_ms
     graphs = sorted((latency_profile.default_cache_dir() / "graphs").glob("*/model.onnx"))
     assert len(graphs) == 2, "each graph exported once, kept for the next pair"
     again = profile_pair(large, small, threads=1, rounds=4, runs=5)
     assert sorted((latency_profile.default_cache_dir() / "graphs").glob("*/model.onnx")) == graphs
-    assert again.ratio > 1 and again.target == large
+    assert again.ratio > 1 and again.target.target == large
     with pytest.raises(KdnasError, match="seq=4096 exceeds"):
         profile_pair(small, large, seq=4096)
 

@@ -332,7 +332,6 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     import nas.final as final
     from distill import TeacherCache
     from nas import SearchConfig
-    from nas.measure import scaled
     from nas.space import SearchSpace
     from nas.trial import SearchContext, proxy_transfer_set
 
@@ -346,7 +345,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     def as_shipped(ctx, graph, label):
         result, readings, drift = real_latency(ctx, graph, label)
         wide = json.loads((Path(graph).parent / "config.json").read_text())["intermediate_size"] == 256
-        return (scaled(result, 1e5) if wide else result), readings, drift
+        return (result.scaled(1e5) if wide else result), readings, drift
 
     def narrowed(model, tokenizer, spec, ids, mask):
         narrowed_to.append((model.config.intermediate_size, spec.arch))
@@ -440,14 +439,13 @@ def _reading(ms):
 
 def _pair(ratio, teacher_ms):
     """A side-by-side measurement of a graph at `ratio` of a teacher that read `teacher_ms` in it."""
+    from dataclasses import replace
+
     from latency import PairResult
 
-    target_ms = ratio * teacher_ms
-    return PairResult(ratio=ratio, ratio_low=ratio - 0.003, ratio_high=ratio + 0.002, target_ms=target_ms,
-                      reference_ms=teacher_ms, rounds=12, batch=1, seq=128, threads=2, runtime="onnxruntime", cpu="cpu",
-                      versions={}, target="model.onnx", reference="minilm-l6",
-                      target_stats={"median_ms": target_ms, "p90_ms": target_ms * 1.1, "min_ms": target_ms * 0.95,
-                                    "mean_ms": target_ms, "cv": 0.02, "runs": 180})
+    student = replace(_reading(ratio * teacher_ms), target="model.onnx", runs=180)
+    return PairResult(ratio=ratio, ratio_low=ratio - 0.003, ratio_high=ratio + 0.002, rounds=12, target=student,
+                      reference=replace(_reading(teacher_ms), target="minilm-l6", runs=180))
 
 
 @pytest.mark.parametrize("ratio, teacher_now, fits", [

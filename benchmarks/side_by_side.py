@@ -41,10 +41,12 @@ def main() -> int:
         for shape in args.shapes:
             student, teacher = profile(shape, use_cache=False), profile(args.teacher, use_cache=False)
             pair = profile_pair(shape, args.teacher)
-            rows[shape]["alone"].append({"student_ms": round(student.median_ms, 3), "teacher_ms": round(teacher.median_ms, 3),
+            rows[shape]["alone"].append({"student_ms": round(student.median_ms, 3),
+                                         "teacher_ms": round(teacher.median_ms, 3),
                                          "ratio": round(student.median_ms / teacher.median_ms, 4)})
             rows[shape]["side_by_side"].append({"student_ms": round(pair.target_ms, 3),
-                                                "teacher_ms": round(pair.reference_ms, 3), "ratio": round(pair.ratio, 4),
+                                                "teacher_ms": round(pair.reference_ms, 3),
+                                                "ratio": round(pair.ratio, 4),
                                                 "quartiles": [round(pair.ratio_low, 4), round(pair.ratio_high, 4)]})
             print(f"{repeat + 1}/{args.repeats} {shape}: alone {student.median_ms:.2f} / {teacher.median_ms:.2f} ms = "
                   f"{student.median_ms / teacher.median_ms:.3f}; side by side {pair.ratio:.3f}", flush=True)

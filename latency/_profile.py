@@ -63,7 +63,8 @@ class LatencyResult:
         scale of another moment's host speed."""
         if factor == 1.0:
             return self
-        return replace(self, **{name: getattr(self, name) * factor for name in ("median_ms", "p90_ms", "min_ms", "mean_ms")})
+        timings = ("median_ms", "p90_ms", "min_ms", "mean_ms")
+        return replace(self, **{name: getattr(self, name) * factor for name in timings})
 
     def summary(self) -> str:
         flavour = self.runtime
@@ -103,10 +104,7 @@ def profile(
     """
     _check_settings(batch, seq, threads, runtime)
     resolved = _resolve(target)
-    if runtime == "torch" and resolved["kind"] == "onnx":
-        raise InputError("runtime torch needs a model folder or an architecture, not an .onnx file")
-    if resolved["max_seq"] is not None and seq > resolved["max_seq"]:
-        raise InputError(f"seq={seq} exceeds the model's {resolved['max_seq']} positions")
+    _check_target(resolved, runtime, seq, "the model's")
     onnx_flavour = runtime == "onnxruntime"
     cpu, versions = cpu_name(), library_versions(runtime)
     identity = {
@@ -184,10 +182,7 @@ def profile_pair(target, reference, *, batch: int = 1, seq: int = 128, threads: 
     _check_settings(batch, seq, threads, runtime)
     resolved = {"target": _resolve(target), "reference": _resolve(reference)}
     for r in resolved.values():
-        if runtime == "torch" and r["kind"] == "onnx":
-            raise InputError("runtime torch needs a model folder or an architecture, not an .onnx file")
-        if r["max_seq"] is not None and seq > r["max_seq"]:
-            raise InputError(f"seq={seq} exceeds {r['label']}'s {r['max_seq']} positions")
+        _check_target(r, runtime, seq, f"{r['label']}'s")
     vocabs = [r["vocab_size"] for r in resolved.values() if r["vocab_size"]]
     request = {"target": resolved["target"]["worker"], "reference": resolved["reference"]["worker"],
                "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
@@ -287,6 +282,14 @@ def _check_settings(batch: int, seq: int, threads: int, runtime: str) -> None:
     if threads > available:
         raise InputError(f"threads={threads} exceeds the {available} CPU cores available to this process")
     check_choice("runtime", runtime, RUNTIMES)
+
+
+def _check_target(resolved: dict, runtime: str, seq: int, whose: str) -> None:
+    """A resolved target the runtime can time at `seq` tokens, else one clear error (`whose` positions)."""
+    if runtime == "torch" and resolved["kind"] == "onnx":
+        raise InputError("runtime torch needs a model folder or an architecture, not an .onnx file")
+    if resolved["max_seq"] is not None and seq > resolved["max_seq"]:
+        raise InputError(f"seq={seq} exceeds {whose} {resolved['max_seq']} positions")
 
 
 def default_cache_dir() -> Path:

@@ -261,7 +261,8 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     # A ratio budget: each graph timed side by side with the teacher (real graphs, real onnxruntime),
     # its latency stated on the scale of the teacher's reading that set the budget.
     assert all(s["latency_readings_ms"] == [] and 0 < s["ratio_to_teacher"] < 1 for s in over)
-    assert all(s["latency_ms"] == pytest.approx(s["ratio_to_teacher"] * 10.0, abs=1e-3) for s in over)  # ratio to 4 places
+    # (the ratio is kept to 4 places)
+    assert all(s["latency_ms"] == pytest.approx(s["ratio_to_teacher"] * 10.0, abs=1e-3) for s in over)
     assert _shippable(study, pool, config) == []  # a rerun with the same recipe does not retrain them
     assert _shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does
 

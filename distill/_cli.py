@@ -33,7 +33,7 @@ Teacher targets are cached on disk (--cache-dir) and reused by later runs on the
 def register(subparsers: argparse._SubParsersAction) -> None:
     from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
     from .loop import PRECISIONS
-    from .methods import EMBED_TERMS
+    from .methods import EMBED_DEFAULT_TERMS, EMBED_TERMS
     from .trainer import DistillConfig
 
     d = DistillConfig()  # one source for the defaults: the CLI shows the dataclass's
@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="which teacher layers an inherited student keeps: the first, evenly spaced, or the "
                         "largest block influence (default: %(default)s)")
     p.add_argument("--embed-terms", default=None,
-                   help=f"embed method: '+'-joined terms of {', '.join(EMBED_TERMS)} (default: tok+cos+rel)")
+                   help=f"embed method: '+'-joined terms of {', '.join(EMBED_TERMS)} (default: {EMBED_DEFAULT_TERMS})")
     p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
                    help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda (default: %(default)s)")

@@ -538,17 +538,22 @@ def anchor_relation_loss(student: torch.Tensor, teacher: torch.Tensor, anchors: 
 
 
 def token_state_loss(student: torch.Tensor, teacher: torch.Tensor, projection: Projection = None,
-                     attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                     attention_mask: torch.Tensor | None = None, *, per_feature: bool = True) -> torch.Tensor:
     """`L_tok = mean over real tokens and features of (h_S W − h_T)² / Var_T(feature)`.
 
     The variance is the teacher's, per feature, over the batch's real tokens, so a few outlier
     dimensions (sentence encoders have some) do not dominate; predicting the mean scores 1.0.
+
+    With `per_feature=False` it is `L_mse = mean (h_S W − h_T)² / mean_f Var_T(f)`: the plain MSE,
+    scaled only so that predicting the mean still scores 1.0. There the large-variance features
+    weigh as much as they do in the mean-pooled, normalised embedding whose cosines users compare.
     """
     _same_tokens(student, teacher)
     with _fp32(student):
         tokens = _token_mask(attention_mask, student)
         target = teacher.float()[tokens]
-        variance = target.var(0, unbiased=False).clamp_min(1e-6).detach()
+        variance = target.var(0, unbiased=False)
+        variance = (variance if per_feature else variance.mean()).clamp_min(1e-6).detach()
         return ((_project(student, projection)[tokens] - target).pow(2) / variance).mean()
 
 

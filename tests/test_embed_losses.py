@@ -62,6 +62,28 @@ def test_embed_method_is_zero_for_the_teacher_itself_and_trains_its_projection()
     assert narrow.projection.weight.grad is not None and narrow.teacher_needs().hidden == frozenset({2})
 
 
+def test_token_state_mse_weighs_features_by_their_scale():
+    torch.manual_seed(0)
+    teacher = torch.randn(2, 5, 3) * torch.tensor([1.0, 10.0, 100.0])
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+    real = teacher[mask.bool()]
+    mean = real.mean(0).expand_as(teacher)
+    assert token_state_loss(mean, teacher, None, mask, per_feature=False).item() == pytest.approx(1.0, rel=1e-5)
+    # the same 10 % error on the smallest and on the largest feature: per feature they cost the same,
+    # as plain MSE the large one costs 100² times as much, as it does in the pooled embedding's cosine
+    small, large = teacher.clone(), teacher.clone()
+    small[..., 0] *= 1.1
+    large[..., 2] *= 1.1
+    per_feature = [token_state_loss(x, teacher, None, mask).item() for x in (small, large)]
+    plain = [token_state_loss(x, teacher, None, mask, per_feature=False).item() for x in (small, large)]
+    assert per_feature[1] / per_feature[0] < 10
+    assert plain[1] / plain[0] > 1000
+    dims = ModelDims(layers=1, hidden=3, heads=1)
+    states = Activations(hidden={1: small})
+    method = build_method("embed", dims, dims, embed_terms="mse")
+    assert method(states, Activations(hidden={1: teacher}), mask).item() == pytest.approx(plain[0], rel=1e-5)
+
+
 @pytest.mark.parametrize("terms", ["", "tok+tok", "cos+magic", "-1*rel", "x*rel"])
 def test_embed_terms_are_checked(terms):
     dims = ModelDims(layers=2, hidden=8, heads=2)

@@ -37,6 +37,7 @@ from _env import environment  # noqa: E402
 def main() -> int:
     from _fidelity_setup import fidelity_setup
     from distill import DistillConfig, distill, narrowed, parse_arch
+    from distill.methods import EMBED_DEFAULT_TERMS
     from nas import SearchConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,7 +63,8 @@ def main() -> int:
         return round(setup.spearman(model), 4)
 
     def row(start: str, steps: int, student=None, seconds: float = 0.0) -> dict:
-        run = {"start": start, "arch": args.narrow, "steps": steps, "lr": args.lr, "seconds": round(seconds, 1)}
+        run = {"start": start, "arch": args.narrow, "steps": steps, "lr": args.lr, "terms": EMBED_DEFAULT_TERMS,
+               "seconds": round(seconds, 1)}
         if steps:
             # as nas.final continues it: the word embeddings stay frozen, as in the run it continues
             frozen = True if student is not None else None
@@ -76,7 +78,7 @@ def main() -> int:
     runs = []
     trained = distill(wide, teacher, data, config, cache=cache)
     runs.append({"start": "inherited", "arch": args.wide, "steps": args.wide_steps, "lr": args.lr,
-                 "seconds": round(trained.seconds, 1), "spearman": rho(trained.student)})
+                 "terms": EMBED_DEFAULT_TERMS, "seconds": round(trained.seconds, 1), "spearman": rho(trained.student)})
     print(json.dumps(runs[-1]), flush=True)
     for steps in args.steps:
         started = time.perf_counter()

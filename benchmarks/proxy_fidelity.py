@@ -84,6 +84,7 @@ def tau_with_interval(x: list[float], y: list[float]) -> dict:
 
 
 def main() -> int:
+    from distill.methods import EMBED_DEFAULT_TERMS
     from nas import SearchConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,7 +99,7 @@ def main() -> int:
     args = parser.parse_args()
     steps = {"fidelity": args.fidelity_steps, "hs": args.hs_steps}
     d = SearchConfig()
-    earlier = _earlier_rows(args.reuse, args.final_steps, d.final_lr) if args.reuse else {}
+    earlier = _earlier_rows(args.reuse, args.final_steps, d.final_lr, EMBED_DEFAULT_TERMS) if args.reuse else {}
     rows = Runner(args.final_steps, args.sentences).rows(args.archs, steps, earlier)
     taus = {kind: _taus(rows, kind, lengths) for kind, lengths in steps.items() if lengths}
     result = {"proxies": {kind: _proxy_facts(SearchConfig(proxy=kind), steps[kind]) for kind in steps},
@@ -158,6 +159,7 @@ class Runner:
 
     def proxy(self, kind: str, arch: str, steps: int) -> dict:
         from distill import parse_arch
+        from distill.methods import EMBED_DEFAULT_TERMS
         from nas.proxy import proxy_loss
 
         ctx = self.contexts[kind]
@@ -165,12 +167,14 @@ class Runner:
         started = time.perf_counter()
         metrics = ctx.proxy(parse_arch(arch, **self.teacher.student_sizes())).metrics
         loss, se = proxy_loss(ctx.config, metrics)
+        terms = {"terms": EMBED_DEFAULT_TERMS} if kind == "fidelity" else {}  # the fidelity proxy trains `embed`
         return {"loss": round(loss, 4), "loss_se": round(se, 4), "l_hs_norm": round(metrics["l_hs_norm"], 4),
-                "seconds": round(time.perf_counter() - started, 1)}
+                **terms, "seconds": round(time.perf_counter() - started, 1)}
 
     def final(self, arch: str) -> dict:
         from distill import distill as run_distill
         from distill import parse_arch
+        from distill.methods import EMBED_DEFAULT_TERMS
         from evaluation import embedding_fidelity, sentence_embeddings
         from nas.baselines import PAIRS
 
@@ -181,17 +185,26 @@ class Runner:
         emb = sentence_embeddings((final.student.eval(), self.teacher.tokenizer), self.sentences,
                                   max_len=ctx.config.latency_seq)
         fidelity = embedding_fidelity(self.reference, emb, pairs=PAIRS, seed=ctx.config.seed)
-        return {"steps": ctx.config.final_steps, "lr": ctx.config.final_lr, "spearman": round(fidelity["spearman"], 4),
+        return {"steps": ctx.config.final_steps, "lr": ctx.config.final_lr, "terms": EMBED_DEFAULT_TERMS,
+                "spearman": round(fidelity["spearman"], 4),
                 "mean_cosine": round(fidelity["mean_cosine"], 4), "seconds": round(time.perf_counter() - started, 1)}
 
 
-def _earlier_rows(path: Path, final_steps: int, final_lr: float) -> dict[str, dict]:
-    """Rows of an earlier result by shape; a result from before both proxies were measured held the hs one as `proxy`,
-    and one from before the final run's learning rate was recorded ran it at 3e-4."""
+# What a run recorded without a learning rate or `embed` terms ran with (the defaults of that day).
+UNRECORDED = {"lr": 3e-4, "terms": "tok+cos+rel"}
+
+
+def _earlier_rows(path: Path, final_steps: int, final_lr: float, terms: str) -> dict[str, dict]:
+    """Rows of an earlier result by shape, without the runs made with other settings than today's: a
+    final run of other steps, rate or `embed` terms, a fidelity proxy of other terms. A result from before
+    both proxies were measured held the hs one as `proxy`."""
     rows = {}
     for row in json.loads(path.read_text())["rows"]:
         proxies = row.get("proxies") or {"hs": {n: {"loss": r["l_hs_norm"], **r} for n, r in row["proxy"].items()}}
-        same = row["final"]["steps"] == final_steps and row["final"].get("lr", 3e-4) == final_lr
+        proxies["fidelity"] = {n: r for n, r in proxies.get("fidelity", {}).items()
+                               if r.get("terms", UNRECORDED["terms"]) == terms}
+        same = (row["final"]["steps"] == final_steps and row["final"].get("lr", UNRECORDED["lr"]) == final_lr
+                and row["final"].get("terms", UNRECORDED["terms"]) == terms)
         final = row["final"] if same else None
         rows[row["arch"]] = {"proxies": proxies, "final": final}
     return rows

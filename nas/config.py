@@ -69,16 +69,16 @@ class SearchConfig:
     #   the embedding fidelity rho on `proxy_sentences` held-out sentences; the reward's loss is 1 - rho.
     # "hs": the paper's KD-NAS proxy: `method` (hs) on `proxy_train` windows, scored by held-out L_HS.
     # Measured on MiniLM, 12 shapes (benchmarks/results/proxy_fidelity.json): Kendall's tau against
-    # the final student's fidelity +0.88 for "fidelity" at 30 steps, +0.76 for "hs" at 60.
+    # the final student's fidelity +0.91 for "fidelity" at 30 steps, +0.67 for "hs" at 60.
     proxy: str = "fidelity"
     proxy_sentences: int = 300
     # The options below, to `proxy_train`, shape the "hs" proxy only.
     method: str = "hs"
     layer_map: str = "uniform"
-    # None: 30 for "fidelity" (tau +0.88 at 30 steps, +0.91 at 60: inside each other's intervals, at
+    # None: 30 for "fidelity" (tau +0.91 at 30 steps, +0.94 at 60: inside each other's intervals, at
     # half the cost), 60 for "hs" (60, not 20: tau vs a 10x longer run +0.86 at 60 vs +0.36 at 20 on
-    # random starts; on inherited starts, tau vs the final student's fidelity +0.76 at 60, +0.70 at
-    # 20, +0.67 at 150).
+    # random starts; on inherited starts, tau vs the final student's fidelity +0.67 at 60, +0.61 at
+    # 20, +0.58 at 150).
     proxy_steps: int | None = None
     proxy_train: int = 96
     # Held-out rows for L_HS: the ridge map (up to 385x384 per layer pair) is cross-fitted on halves,

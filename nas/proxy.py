@@ -8,7 +8,7 @@ shipped student, so the search never picks a shape by the sentences it is finall
 The reward's loss is then 1 − ρ: the KD-NAS reward (1 − loss)·(lat(S)/(0.6·lat(T)))^−0.06 with
 the paper's L_HS replaced by what a sentence-embedding user keeps of the teacher. Why: on MiniLM,
 across 12 shapes, this proxy (30 steps) orders shapes as their final students turn out with
-Kendall's τ +1.00, the paper's hs/L_HS proxy with +0.76 (docs/benchmarks/proxy-fidelity.md).
+Kendall's τ +0.91, the paper's hs/L_HS proxy with +0.67 (docs/benchmarks/proxy-fidelity.md).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ INTERIM_EVAL_ROWS = 32
 # verdict, which the trial stored before training.
 SCORE_ATTRS = tuple(f.name for f in fields(Scored) if f.name not in ("arch", "params", "latency", "within_budget"))
 # The fidelity proxy's peak learning rate: the one its ranking of shapes was measured with (Kendall's
-# tau +0.88, docs/benchmarks/proxy-fidelity.md). The final run's own (`final_lr`) is higher since a
+# tau +0.91, docs/benchmarks/proxy-fidelity.md). The final run's own (`final_lr`) is higher since a
 # 1,200-step run gains from it (docs/design/final-recipe.md); 30 steps were not measured at it.
 PROXY_FINAL_LR = 3e-4
 

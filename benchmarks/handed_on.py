@@ -4,12 +4,12 @@ The final stage (nas.final) trains a finalist, reads its shipped graph over the 
 the next candidate, its narrower FFN neighbour, which continues the refused student's training
 narrowed by activation importance (`distill.narrowed`). This measures that start against the
 one it replaced, the neighbour inherited from the teacher, after the same number of steps of the
-final recipe (fp32, `embed`, batch 32, `--lr` (default: the search's final_lr), 7,680 news
-sentences, seed 0):
+final recipe (fp32, `embed` with `--terms` (default: its own), batch 32, `--lr` (default: the
+search's final_lr), 7,680 news sentences, seed 0):
 
-    python benchmarks/handed_on.py --wide-steps 680 --steps 0 20 100 --lr 3e-4
-    python benchmarks/handed_on.py --wide-steps 1200 --steps 1200 --no-fresh --lr 3e-4
-    python benchmarks/handed_on.py --wide-steps 680 --steps 100
+    python benchmarks/handed_on.py --wide-steps 680 --steps 0 20 100 --lr 3e-4 --terms tok+cos+rel
+    python benchmarks/handed_on.py --wide-steps 1200 --steps 1200 --no-fresh --lr 3e-4 --terms tok+cos+rel
+    python benchmarks/handed_on.py --wide-steps 680 --steps 0 20 100
 
 Each run of the wide student ends its own schedule at `--wide-steps` (as a run cut by --timeout
 does); each neighbour run is its own schedule of `--steps`. Every student is scored by embedding
@@ -47,6 +47,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 20, 100])
     parser.add_argument("--train", type=int, default=7680)
     parser.add_argument("--lr", type=float, default=SearchConfig().final_lr, help="peak learning rate of every run")
+    parser.add_argument("--terms", default=EMBED_DEFAULT_TERMS, help="embed's loss terms in every run (its default)")
     parser.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
                         help="also train the neighbour from the teacher for the same steps (the start it replaced)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "handed_on.json")
@@ -56,14 +57,14 @@ def main() -> int:
     teacher, data, cache = setup.teacher, setup.data, setup.cache
     wide, narrow = (parse_arch(a, **teacher.student_sizes()) for a in (args.wide, args.narrow))
     config = DistillConfig(method="embed", steps=args.wide_steps, batch_size=32, lr=args.lr, layer_rule="even",
-                           dropout=0.0, precision="fp32", progress=False)
+                           dropout=0.0, precision="fp32", progress=False, embed_terms=args.terms)
     ids, mask = data.split("train")
 
     def rho(model) -> float:
         return round(setup.spearman(model), 4)
 
     def row(start: str, steps: int, student=None, seconds: float = 0.0) -> dict:
-        run = {"start": start, "arch": args.narrow, "steps": steps, "lr": args.lr, "terms": EMBED_DEFAULT_TERMS,
+        run = {"start": start, "arch": args.narrow, "steps": steps, "lr": args.lr, "terms": args.terms,
                "seconds": round(seconds, 1)}
         if steps:
             # as nas.final continues it: the word embeddings stay frozen, as in the run it continues
@@ -78,7 +79,7 @@ def main() -> int:
     runs = []
     trained = distill(wide, teacher, data, config, cache=cache)
     runs.append({"start": "inherited", "arch": args.wide, "steps": args.wide_steps, "lr": args.lr,
-                 "terms": EMBED_DEFAULT_TERMS, "seconds": round(trained.seconds, 1), "spearman": rho(trained.student)})
+                 "terms": args.terms, "seconds": round(trained.seconds, 1), "spearman": rho(trained.student)})
     print(json.dumps(runs[-1]), flush=True)
     for steps in args.steps:
         started = time.perf_counter()

@@ -127,6 +127,7 @@ class Runner:
 
         from distill import TeacherCache, load_corpus, load_teacher
         from distill.data import heldout_sentences
+        from distill.methods import EMBED_DEFAULT_TERMS
         from evaluation import sentence_embeddings
         from nas import SearchConfig
         from nas.trial import SearchContext, final_transfer_set, proxy_transfer_set
@@ -143,6 +144,7 @@ class Runner:
                                                 budget_ms=1.0, progress=SimpleNamespace(phase=lambda *_: None))
         self.final_cache = TeacherCache(self.teacher, final_transfer_set(base, self.teacher, texts))
         self.sentences = heldout_sentences(texts, sentences, seed=base.seed)  # the probe's come after these
+        self.terms = EMBED_DEFAULT_TERMS  # what the search's `embed` runs train with (it sets no terms)
         self.reference = sentence_embeddings(self.teacher, self.sentences, max_len=base.latency_seq)
 
     def rows(self, archs: list[str], steps: dict[str, list[int]], earlier: dict[str, dict]) -> list[dict]:
@@ -159,7 +161,6 @@ class Runner:
 
     def proxy(self, kind: str, arch: str, steps: int) -> dict:
         from distill import parse_arch
-        from distill.methods import EMBED_DEFAULT_TERMS
         from nas.proxy import proxy_loss
 
         ctx = self.contexts[kind]
@@ -167,14 +168,13 @@ class Runner:
         started = time.perf_counter()
         metrics = ctx.proxy(parse_arch(arch, **self.teacher.student_sizes())).metrics
         loss, se = proxy_loss(ctx.config, metrics)
-        terms = {"terms": EMBED_DEFAULT_TERMS} if kind == "fidelity" else {}  # the fidelity proxy trains `embed`
+        terms = {"terms": self.terms} if kind == "fidelity" else {}  # the fidelity proxy trains `embed`
         return {"loss": round(loss, 4), "loss_se": round(se, 4), "l_hs_norm": round(metrics["l_hs_norm"], 4),
                 **terms, "seconds": round(time.perf_counter() - started, 1)}
 
     def final(self, arch: str) -> dict:
         from distill import distill as run_distill
         from distill import parse_arch
-        from distill.methods import EMBED_DEFAULT_TERMS
         from evaluation import embedding_fidelity, sentence_embeddings
         from nas.baselines import PAIRS
 
@@ -185,7 +185,7 @@ class Runner:
         emb = sentence_embeddings((final.student.eval(), self.teacher.tokenizer), self.sentences,
                                   max_len=ctx.config.latency_seq)
         fidelity = embedding_fidelity(self.reference, emb, pairs=PAIRS, seed=ctx.config.seed)
-        return {"steps": ctx.config.final_steps, "lr": ctx.config.final_lr, "terms": EMBED_DEFAULT_TERMS,
+        return {"steps": ctx.config.final_steps, "lr": ctx.config.final_lr, "terms": self.terms,
                 "spearman": round(fidelity["spearman"], 4),
                 "mean_cosine": round(fidelity["mean_cosine"], 4), "seconds": round(time.perf_counter() - started, 1)}
 

@@ -37,8 +37,16 @@ from _env import environment  # noqa: E402
 def main() -> int:
     from _fidelity_setup import fidelity_setup
     from distill import DistillConfig, distill, narrowed, parse_arch
-    from distill.methods import EMBED_DEFAULT_TERMS
+    from core.errors import InputError
+    from distill.methods import EMBED_DEFAULT_TERMS, weighted_embed_terms
     from nas import SearchConfig
+
+    def terms(text: str) -> str:  # checked before anything loads: one line from argparse
+        try:
+            weighted_embed_terms(text)
+        except InputError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+        return text
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wide", default="3x12x384x1536")
@@ -47,7 +55,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, nargs="+", default=[0, 20, 100])
     parser.add_argument("--train", type=int, default=7680)
     parser.add_argument("--lr", type=float, default=SearchConfig().final_lr, help="peak learning rate of every run")
-    parser.add_argument("--terms", default=EMBED_DEFAULT_TERMS, help="embed's loss terms in every run (its default)")
+    parser.add_argument("--terms", type=terms, default=EMBED_DEFAULT_TERMS, help="embed's loss terms in every run (its default)")
     parser.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
                         help="also train the neighbour from the teacher for the same steps (the start it replaced)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "handed_on.json")

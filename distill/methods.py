@@ -459,7 +459,7 @@ class ODMethod(Method):
 # sentence embedding
 
 
-def _weighted_terms(text: str) -> dict[str, float]:
+def weighted_embed_terms(text: str) -> dict[str, float]:
     """'tok+cos+10*rel' -> {"tok": 1.0, "cos": 1.0, "rel": 10.0}: distinct terms, positive weights."""
     terms: dict[str, float] = {}
     for part in (p.strip() for p in str(text).split("+")):
@@ -492,7 +492,7 @@ class EmbedMethod(Method):
 
     def __init__(self, teacher: ModelDims, student: ModelDims, embed_terms: str = EMBED_DEFAULT_TERMS) -> None:
         super().__init__(teacher, student)
-        self.terms = _weighted_terms(embed_terms)
+        self.terms = weighted_embed_terms(embed_terms)
         # Equal widths: no projection at all. The shipped embedding is the student's own, so `mse` and
         # `cos` must pull the student to the teacher, not a map absorb the difference (measured on
         # 3x12x384x1536, 300 steps: rho 0.861 without a map against 0.852 with a trained one).

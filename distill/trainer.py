@@ -32,7 +32,7 @@ from core.errors import InputError, TrainingError, check_choice
 from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
-from .methods import build_method
+from .methods import build_method, weighted_embed_terms
 from .loop import (LossReader, Optimization, StepPlan, check_precision, length_bucketed_batches, resolve_precision,
                    train_steps)
 from core.spec import StudentSpec
@@ -96,6 +96,8 @@ class DistillConfig:
         check_choice("layer rule", self.layer_rule, LAYER_RULES)
         check_device(self.device)
         check_precision(self.precision)
+        if self.embed_terms is not None:  # malformed terms fail here, not after the teacher and corpus load
+            weighted_embed_terms(self.embed_terms)
 
     def method_options(self) -> dict:
         """The method options that were set; `build_method` rejects any the method does not take."""

@@ -91,6 +91,14 @@ def test_embed_terms_are_checked(terms):
         build_method("embed", dims, dims, embed_terms=terms if terms else "+")
 
 
+@pytest.mark.parametrize("terms", ["", "mse+mse", "mse+magic", "0*mse"])
+def test_a_config_refuses_malformed_embed_terms_before_any_run(terms):
+    from distill import DistillConfig
+
+    with pytest.raises(KdnasError, match="embed_terms="):
+        DistillConfig(method="embed", embed_terms=terms)
+
+
 def test_embed_terms_take_weights():
     dims = ModelDims(layers=1, hidden=4, heads=2)
     method = build_method("embed", dims, dims, embed_terms="cos+10*rel")

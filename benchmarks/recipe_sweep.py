@@ -10,7 +10,8 @@ with both batch orders.
 
     python benchmarks/recipe_sweep.py --arch 3x12x384x1536 --unit sentence --steps 300 \\
         "embed=tok+cos+rel:even:3e-4" "hs:even:3e-4"
-Writes benchmarks/results/recipe_sweep.json (appending runs) and prints one line per run.
+Writes benchmarks/results/recipe_sweep.json (appending runs) and prints one line per run; `--save DIR`
+keeps each student as a sentence-transformers folder that benchmarks/student_quality.py measures.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
                         help="run every recipe with each of these seeds (the order of the batches)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
+    parser.add_argument("--save", type=Path, default=None,
+                        help="keep each run's student in DIR/<arch>-<steps>-<n> (weights, tokenizer, distill.json), "
+                             "so benchmarks/student_quality.py can measure it beside the demo's")
     args = parser.parse_args()
 
     setup = fidelity_setup(args.teacher, args.train, seq_len=args.seq_len, unit=args.unit)
@@ -84,6 +88,9 @@ def main() -> int:
                # the steps and evaluations alone (the first run also pays for the teacher's targets)
                "loop_seconds": round(result.seconds, 1), "l_hs_norm": round(result.metrics["l_hs_norm"], 4),
                "checkpoints": checkpoints, **score(result.student)}
+        if args.save is not None:
+            folder = args.save / f"{args.arch}-{args.steps}-{len(runs)}"
+            run["saved"] = str(save_student(result, data, args.unit, teacher, folder))
         print(json.dumps(run), flush=True)
         runs.append(run)
     previous = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
@@ -91,6 +98,18 @@ def main() -> int:
     args.out.write_text(json.dumps({"runs": previous + [{**r, "environment": environment()} for r in runs]},
                                    indent=2) + "\n")
     return 0
+
+
+def save_student(result, data, unit: str, teacher, folder: Path) -> Path:
+    """The run's student as a loadable folder with the sentence-transformers modules of its teacher and
+    the distill.json fields student_quality.py rebuilds its baselines from (the transfer set's shape)."""
+    from core.assets import teacher_path
+    from export import write_sentence_transformers
+
+    transfer = {"train": data.num_train, "eval": data.num_eval, "seq_len": data.seq_len, "unit": unit}
+    result.save(folder, teacher.tokenizer, extra={"transfer_set": transfer})
+    write_sentence_transformers(folder, teacher_path(teacher.name), hidden_size=result.student.config.hidden_size)
+    return folder
 
 
 class _Scoring:

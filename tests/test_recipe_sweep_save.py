@@ -1,0 +1,33 @@
+"""benchmarks/recipe_sweep.py --save keeps a student that benchmarks/student_quality.py can measure."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from recipe_sweep import save_student  # noqa: E402
+from student_quality import build_baselines  # noqa: E402
+
+
+def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuild(teacher, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from distill import DistillConfig, distill, load_corpus, make_transfer_set, parse_arch
+
+    data = make_transfer_set(teacher.tokenizer, load_corpus("news"), seq_len=32, num_train=64, num_eval=8, seed=0,
+                             unit="sentence")
+    spec = parse_arch("2x12x384x256", **teacher.student_sizes())
+    result = distill(spec, teacher, data, DistillConfig(method="embed", steps=2, batch_size=8, progress=False))
+    folder = save_student(result, data, "sentence", teacher, tmp_path / "student")
+
+    record = json.loads((folder / "distill.json").read_text())
+    assert record["transfer_set"] == {"train": 64, "eval": 8, "seq_len": 32, "unit": "sentence"}
+    assert record["init"]["init"] == "inherit" and record["steps"] == 2
+    model = SentenceTransformer(str(folder), device="cpu")
+    assert model.encode(["A sentence."]).shape == (1, 384)
+    # the benchmark rebuilds this student's untrained start from the record and checks it is the same
+    baselines = build_baselines(folder, "minilm-l6", "news", tmp_path / "work")
+    assert sorted(baselines) == ["first-1-layers", "inherited-2x12x384x256"]

@@ -12,12 +12,12 @@ from recipe_sweep import save_student  # noqa: E402
 from student_quality import build_baselines  # noqa: E402
 
 
-def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuild(teacher, tmp_path):
+def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuild(teacher, news_texts, tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    from distill import DistillConfig, distill, load_corpus, make_transfer_set, parse_arch
+    from distill import DistillConfig, distill, make_transfer_set, parse_arch
 
-    data = make_transfer_set(teacher.tokenizer, load_corpus("news"), seq_len=32, num_train=64, num_eval=8, seed=0,
+    data = make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=64, num_eval=8, seed=0,
                              unit="sentence")
     spec = parse_arch("2x12x384x256", **teacher.student_sizes())
     result = distill(spec, teacher, data, DistillConfig(method="embed", steps=2, batch_size=8, progress=False))

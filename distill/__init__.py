@@ -3,7 +3,8 @@
 Public API:
     load_teacher, Teacher                   teachers (bundled names, local folders, hub names)
     load_corpus, make_transfer_set          unlabeled text -> fixed-length sequences
-    TeacherCache                            teacher targets computed once, reused by every student
+    TeacherCache, targets_dir               teacher targets computed once, reused by every student (and
+                                            by later runs, on disk)
     DistillConfig, distill, DistillResult   one method for N steps
     hs_then_od, with_assistant              multi-stage recipes
     Evaluator                               held-out L_HS, raw and normalized
@@ -15,7 +16,7 @@ Public API:
 """
 
 from .activations import Activations, ModelDims, Needs
-from .cache import TeacherCache
+from .cache import TeacherCache, targets_dir
 from .data import TransferSet, load_corpus, make_transfer_set
 from core.errors import KdnasError
 from .evaluate import Evaluator
@@ -32,5 +33,5 @@ __all__ = [
     "StudentSpec", "Teacher", "TeacherCache", "TransferSet", "build_method", "build_student", "distill",
     "hs_then_od", "inherit_student", "layer_map", "measure_importance", "narrowed", "load_corpus", "load_teacher",
     "make_transfer_set", "minilmv2_loss",
-    "parse_arch", "wants_assistant", "with_assistant",
+    "parse_arch", "targets_dir", "wants_assistant", "with_assistant",
 ]

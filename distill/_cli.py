@@ -92,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from core.errors import InputError
-    from .cache import TeacherCache
+    from .cache import TeacherCache, targets_dir
     from .data import load_corpus, make_transfer_set
     from .inherit import inherit_reason
     from .recipes import hs_then_od, wants_assistant, with_assistant
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     data = make_transfer_set(teacher.tokenizer, texts, seq_len=args.seq_len, num_train=args.train_size,
                              num_eval=args.eval_size, seed=args.seed, unit=args.unit)
     log(f"corpus {args.corpus}: {data.num_train} training and {data.num_eval} held-out sequences of {data.seq_len} tokens")
-    cache = TeacherCache(teacher, data, directory=_cache_dir(args.cache_dir))
+    cache = TeacherCache(teacher, data, directory=targets_dir(args.cache_dir))
 
     use_assistant = args.assistant == "on" or (args.assistant == "auto" and wants_assistant(teacher, spec))
     if args.method == "hs+od":
@@ -161,12 +161,3 @@ def _check_args(args: argparse.Namespace) -> Path:
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")
     return out
-
-
-def _cache_dir(value: str | None) -> Path | None:
-    """--cache-dir: default under $KDNAS_CACHE, `none` for no disk cache, else the folder given."""
-    from core import assets
-
-    if value is None:
-        return assets.cache_root() / "targets"
-    return None if value.lower() == "none" else Path(value)

@@ -9,7 +9,9 @@ different entries share the ones they have in common.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -19,6 +21,16 @@ from core.quiet import wait_while_measuring
 from .activations import Activations, Needs
 from .data import TransferSet
 from .teachers import Teacher
+
+def targets_dir(value: str | os.PathLike | None = None) -> Path | None:
+    """Where teacher targets live on disk (the `--cache-dir` of `kdnas distill` and `kdnas search`):
+    `None` for `$KDNAS_CACHE/targets`, `"none"` for nowhere (memory only), else the folder given."""
+    from core.assets import cache_root
+
+    if value is None:
+        return cache_root() / "targets"
+    return None if str(value).lower() == "none" else Path(value)
+
 
 def _entries(needs: Needs) -> list[tuple[str, int]]:
     entries = [("hidden", i) for i in sorted(needs.hidden)]
@@ -50,6 +62,7 @@ class TeacherCache:
         self.batch_size = batch_size
         self._store: dict[tuple[str, str, int], torch.Tensor] = {}
         self.teacher_passes = 0  # full passes over a split; tests and benchmarks read it
+        self._writable = True
         self._importance: dict[int, object] = {}
 
     def _file(self, split: str, kind: str, layer: int) -> Path:
@@ -78,12 +91,23 @@ class TeacherCache:
             if (kind, layer) not in missing:
                 continue  # computed alongside (e.g. all of Q/K/V of a layer); keep what was asked
             self._store[(split, kind, layer)] = tensor
-            if self.directory is not None:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                path = self._file(split, kind, layer)
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                torch.save(tensor, tmp)
-                tmp.replace(path)
+            if self.directory is not None and self._writable:
+                self._keep(self._file(split, kind, layer), tensor)
+
+    def _keep(self, path: Path, tensor: torch.Tensor) -> None:
+        """Write one entry for later runs. A cache that cannot be written (a full disk) costs those
+        runs a teacher pass, not this run its work: say so once and go on from memory."""
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(tensor, tmp)
+            tmp.replace(path)
+        except OSError as err:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            warnings.warn(f"teacher targets not kept in {path.parent}: {err.strerror or err}; this run goes on "
+                          "with them in memory", RuntimeWarning, stacklevel=3)
+            self._writable = False  # what is on disk is still read
 
     def _teacher_pass(self, split: str, wanted: Needs) -> dict[tuple[str, int], torch.Tensor]:
         """One teacher pass over `split`, in length-sorted batches cut to their longest row (short

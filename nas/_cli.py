@@ -86,6 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="start N workers on this machine that share one study (needs --storage postgresql... or "
                         "journal:PATH; one GPU each when there are N); the final stage runs once (default: %(default)s)")
     p.add_argument("--device", default=d.device, help="training device: auto, cpu, cuda (default: %(default)s)")
+    p.add_argument("--cache-dir", default=d.cache_dir,
+                   help="where teacher targets are stored and reused by later runs (default: $KDNAS_CACHE/targets); "
+                        "'none' keeps them in memory only")
     p.add_argument("--precision", default=d.precision, choices=PRECISIONS,
                    help="training precision; auto: bf16 autocast where the device multiplies bf16 natively "
                         "(CUDA, CPUs with AVX512-BF16 or AMX), else fp32 (default: %(default)s)")

@@ -21,7 +21,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def ensure_writable_dir(path: Path, what: str = "--out") -> Path:
+def ensure_writable_dir(path: Path, what: str = "--out", hint: str = "") -> Path:
     """Create `path` if needed and prove a file can be written there; else a one-line user error."""
     path = Path(path).expanduser()
     try:
@@ -30,5 +30,5 @@ def ensure_writable_dir(path: Path, what: str = "--out") -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as err:
-        raise InputError(f"{what} {path} is not writable: {err.strerror or err}") from None
+        raise InputError(f"{what} {path} is not writable: {err.strerror or err}{hint}") from None
     return path

@@ -122,7 +122,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     """Distill, ship and profile the best `final_top_k` candidates whose shipped model.onnx is within
     the budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
     A finalist over the budget is moved to `over-budget/` and the next candidate is tried."""
-    from distill import TeacherCache
+    from distill import TeacherCache, targets_dir
     from core.assets import teacher_path
     from export import read_sentence_pipeline
     from export._graph import check_pooling
@@ -136,7 +136,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         cache = ctx.cache  # the fidelity proxy trained on this transfer set: its teacher targets are computed
     else:
         ctx.progress.phase(f"final: transfer set of {cfg.final_rows} {cfg.final_unit}s, teacher targets")
-        cache = TeacherCache(ctx.teacher, final_transfer_set(cfg, ctx.teacher, ctx.texts))
+        data = final_transfer_set(cfg, ctx.teacher, ctx.texts)
+        cache = TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.cache_dir))
     stage = _Stage(study, ctx, pool)
     # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first
     # trial's also holds the teacher targets of the transfer set)

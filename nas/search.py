@@ -16,7 +16,7 @@ from typing import Any
 
 import optuna
 
-from distill import TeacherCache, load_corpus, load_teacher
+from distill import TeacherCache, load_corpus, load_teacher, targets_dir
 from core.errors import InputError, TrainingError
 from distill.loop import resolve_precision
 from distill.trainer import resolve_device
@@ -67,6 +67,8 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
         space = cfg.resolve_space(teacher.dims)  # a space with no valid shape: refused before anything is written
+        if (targets := targets_dir(cfg.cache_dir)) is not None:  # before --out: a refusal writes nothing there
+            ensure_writable_dir(targets, "--cache-dir", "; give another folder, or 'none' to keep targets in memory")
         out = ensure_writable_dir(Path(cfg.out))
         url = cfg.storage or default_storage_url(out)
         storage = open_storage(url)
@@ -85,7 +87,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         if cfg.proxy == "fidelity":
             probe_sentences(cfg, texts)  # a corpus too small for the probe: refused before the study exists
         data = proxy_transfer_set(cfg, teacher, texts)
-        cache = TeacherCache(teacher, data)
+        cache = TeacherCache(teacher, data, directory=targets)
 
         study, facts = _open_study(cfg, storage, url, existing, facts, settings)
         write_pointer(out, url, cfg.study_name)

@@ -1,3 +1,6 @@
+import warnings
+
+import pytest
 import torch
 
 from distill import Needs, TeacherCache
@@ -37,3 +40,19 @@ def test_disk_cache_is_reused_by_a_new_process_view(teacher, small_data, tmp_pat
 def test_place_leaves_targets_on_the_host_without_cuda(teacher, small_data):
     cache = TeacherCache(teacher, small_data)
     assert cache.place("train", torch.device("cpu")) is False
+
+
+
+def test_a_cache_folder_that_cannot_be_written_costs_a_warning_not_the_run(teacher, small_data, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    needs = Needs(hidden=frozenset({6}))
+    cache = TeacherCache(teacher, small_data, directory=blocker / "targets")  # a folder under a file
+    with pytest.warns(RuntimeWarning, match="not kept in .*a-file/targets.*in memory"):
+        cache.ensure("eval", needs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the run goes on from memory
+        cache.ensure("train", needs)
+    assert cache.teacher_passes == 2 and list(tmp_path.iterdir()) == [blocker]
+    assert torch.equal(cache.batch("eval", torch.arange(2), needs).hidden[6],
+                       TeacherCache(teacher, small_data).batch("eval", torch.arange(2), needs).hidden[6])

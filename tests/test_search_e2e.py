@@ -279,10 +279,10 @@ def _wait_for(out: Path, predicate, timeout: float, proc: subprocess.Popen | Non
 
 
 def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, budget_ms):
-    out = tmp_path / "killed"
+    out, targets = tmp_path / "killed", tmp_path / "targets"
     args = ["search", "--out", str(out), "--trials", "3", "--layers", "1-2", "--heads", "4", "--hidden", "96",
             "--ffn", "256,512", "--budget-ms", "1000", "--proxy", "hs", "--proxy-steps", "40", "--eval-every", "5",
-            "--final-steps", "4", *TINY]  # hs: its pruner reports show a trial mid-distillation
+            "--final-steps", "4", "--cache-dir", str(targets), *TINY]  # hs: its pruner reports show a trial mid-distillation
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     log = tmp_path / "killed.stderr"
     with log.open("w") as stderr:
@@ -305,9 +305,17 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
     finished = {t.number: (t.state, t.values, t.params, t.intermediate_values, t.user_attrs)
                 for t in load(out).trials if t.state.is_finished()}
     assert finished
+    # the finished trial's teacher targets are on disk, under --cache-dir
+    written = {p.name: (p.stat().st_mtime_ns, digest(p)) for p in targets.glob("*.pt")}
+    assert written, sorted(p.name for p in targets.iterdir())
 
     result = kdnas(*args)
     assert result.returncode == 0, result.stderr[-3000:]
+    # The resumed search read them instead of running the teacher again (not one rewritten); the
+    # final run's own, larger transfer set added its targets beside them.
+    assert {name: (p.stat().st_mtime_ns, digest(p)) for name, p in
+            ((p.name, p) for p in targets.glob("*.pt")) if name in written} == written
+    assert len(list(targets.glob("*.pt"))) > len(written)
     after = load(out)
     trials = {t.number: t for t in after.trials}
     for number, kept in finished.items():  # nothing finished was redone or lost
@@ -402,6 +410,8 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         (swap("--budget-ms", "-1"), ("budget",)),
         ([*args, "--storage", f"sqlite:///{tmp_path}/no/such/dir/x.db"], ("storage",)),
         (swap("--out", str(blocker / "sub")), ("not writable",)),
+        ([*swap("--out", str(tmp_path / "new")), "--cache-dir", str(blocker / "targets")],
+         ("--cache-dir", "not writable", "'none'")),
         (swap("--out", str(elsewhere)), ("was timed on", "Some Other CPU 9000", "CPU model")),
         # A budget under the fastest shape of the space names that shape and its latency.
         ([*swap("--out", str(fresh)), "--budget-ms", "0.001"], ("below the fastest", "1x4x96x256", "ms median")),

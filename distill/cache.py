@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -21,6 +22,12 @@ from core.quiet import wait_while_measuring
 from .activations import Activations, Needs
 from .data import TransferSet
 from .teachers import Teacher
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: processes sharing a cache folder each compute what they miss
+    fcntl = None
+
 
 def targets_dir(value: str | os.PathLike | None = None) -> Path | None:
     """Where teacher targets live on disk (the `--cache-dir` of `kdnas distill` and `kdnas search`):
@@ -73,14 +80,19 @@ class TeacherCache:
     def ensure(self, split: str, needs: Needs) -> None:
         """Make every entry of `needs` available for `split`, in at most one teacher pass."""
         missing = [e for e in _entries(needs) if (split, *e) not in self._store]
-        if self.directory is not None:
-            for kind, layer in list(missing):
-                path = self._file(split, kind, layer)
-                if path.is_file():
-                    self._store[(split, kind, layer)] = torch.load(path, mmap=True, weights_only=True)
-                    missing.remove((kind, layer))
         if not missing:
             return
+        with self._turn(split):
+            if self.directory is not None:
+                for kind, layer in list(missing):
+                    path = self._file(split, kind, layer)
+                    if path.is_file():
+                        self._store[(split, kind, layer)] = torch.load(path, mmap=True, weights_only=True)
+                        missing.remove((kind, layer))
+            if missing:
+                self._compute(split, missing)
+
+    def _compute(self, split: str, missing: list[tuple[str, int]]) -> None:
         wanted = Needs(
             hidden=frozenset(i for k, i in missing if k == "hidden"),
             qkv=frozenset(i for k, i in missing if k != "hidden"),
@@ -93,6 +105,27 @@ class TeacherCache:
             self._store[(split, kind, layer)] = tensor
             if self.directory is not None and self._writable:
                 self._keep(self._file(split, kind, layer), tensor)
+
+    @contextlib.contextmanager
+    def _turn(self, split: str) -> Iterator[None]:
+        """Held while this process looks on disk for the entries of `split` and computes what is not
+        there. A second process on the same folder and transfer set — a search worker started beside
+        this one — waits, then reads them, instead of running the teacher a second time on the same
+        cores. An advisory flock: the kernel drops it when its holder dies. Without a folder to lock,
+        nothing is coordinated (each process computes)."""
+        fd = None
+        if self.directory is not None and self._writable and fcntl is not None:
+            with contextlib.suppress(OSError):
+                self.directory.mkdir(parents=True, exist_ok=True)
+                name = f"{self.teacher.fingerprint}-{self.data.fingerprint}-s{self.data.seq_len}-{split}.lock"
+                fd = os.open(self.directory / name, os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # closing releases the lock
 
     def _keep(self, path: Path, tensor: torch.Tensor) -> None:
         """Write one entry for later runs. A cache that cannot be written (a full disk) costs those

@@ -28,7 +28,7 @@ def test_disk_cache_is_reused_by_a_new_process_view(teacher, small_data, tmp_pat
     needs = Needs(hidden=frozenset({6}))
     first = TeacherCache(teacher, small_data, directory=tmp_path)
     first.ensure("eval", needs)
-    files = sorted(p.name for p in tmp_path.iterdir())
+    files = sorted(p.name for p in tmp_path.glob("*.pt"))
     assert len(files) == 1 and small_data.fingerprint in files[0] and teacher.fingerprint in files[0]
     second = TeacherCache(teacher, small_data, directory=tmp_path)
     second.ensure("eval", needs)
@@ -56,3 +56,25 @@ def test_a_cache_folder_that_cannot_be_written_costs_a_warning_not_the_run(teach
     assert cache.teacher_passes == 2 and list(tmp_path.iterdir()) == [blocker]
     assert torch.equal(cache.batch("eval", torch.arange(2), needs).hidden[6],
                        TeacherCache(teacher, small_data).batch("eval", torch.arange(2), needs).hidden[6])
+
+
+def test_two_processes_on_one_folder_run_the_teacher_once(teacher, small_data, tmp_path):
+    """Two search workers started together on one machine: the second waits for the first's
+    targets and reads them (each cache here opens its own lock, as a second process would)."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    needs = Needs(hidden=frozenset({2, 4, 6}))
+    together = Barrier(2)
+
+    def worker(_: int) -> TeacherCache:
+        cache = TeacherCache(teacher, small_data, directory=tmp_path)
+        together.wait()
+        cache.ensure("train", needs)
+        return cache
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first, second = pool.map(worker, range(2))
+    assert first.teacher_passes + second.teacher_passes == 1
+    index = torch.arange(5)
+    assert torch.equal(first.batch("train", index, needs).hidden[4], second.batch("train", index, needs).hidden[4])

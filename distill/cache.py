@@ -23,6 +23,10 @@ from .activations import Activations, Needs
 from .data import TransferSet
 from .teachers import Teacher
 
+# What a stored entry is (how the teacher pass computes and lays it out); a change there bumps it, so
+# a later version never reads targets an earlier one computed differently.
+FORMAT = 1
+
 try:
     import fcntl
 except ImportError:  # not POSIX: processes sharing a cache folder each compute what they miss
@@ -74,8 +78,10 @@ class TeacherCache:
 
     def _file(self, split: str, kind: str, layer: int) -> Path:
         assert self.directory is not None
-        name = f"{self.teacher.fingerprint}-{self.data.fingerprint}-s{self.data.seq_len}-{split}-{kind}{layer}.pt"
-        return self.directory / name
+        return self.directory / f"{self._prefix(split)}-{kind}{layer}.pt"
+
+    def _prefix(self, split: str) -> str:
+        return f"{self.teacher.fingerprint}-{self.data.fingerprint}-s{self.data.seq_len}-v{FORMAT}-{split}"
 
     def ensure(self, split: str, needs: Needs) -> None:
         """Make every entry of `needs` available for `split`, in at most one teacher pass."""
@@ -117,8 +123,7 @@ class TeacherCache:
         if self.directory is not None and self._writable and fcntl is not None:
             with contextlib.suppress(OSError):
                 self.directory.mkdir(parents=True, exist_ok=True)
-                name = f"{self.teacher.fingerprint}-{self.data.fingerprint}-s{self.data.seq_len}-{split}.lock"
-                fd = os.open(self.directory / name, os.O_RDONLY | os.O_CREAT, 0o666)
+                fd = os.open(self.directory / f"{self._prefix(split)}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
         try:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)

@@ -28,24 +28,28 @@ except ImportError:  # not POSIX: no host-wide coordination, measurements and tr
 LATENCY_CORES_ENV = "KDNAS_LATENCY_CORES"  # set by `kdnas search --workers`: cores kept free of training
 
 
-def _open_lock() -> int | None:
-    """A descriptor on the host's lock file (read-only, so a file another user created serves too),
-    or None where there is no flock or the file cannot be opened: then nothing is coordinated,
-    rather than a measurement or a training run failing for it."""
+def _open_lock(path: Path) -> int | None:
+    """A descriptor on the lock file `path`, created if need be (read-only, so a file another user
+    created serves too), or None where there is no flock or the file cannot be opened: then nothing is
+    coordinated, rather than a measurement or a training run failing for it."""
     if fcntl is None:
         return None
     try:
-        return os.open(Path(tempfile.gettempdir()) / "kdnas-latency.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        return os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
     except OSError:
         return None
 
 
+def _latency_lock() -> Path:
+    return Path(tempfile.gettempdir()) / "kdnas-latency.lock"
+
+
 @contextlib.contextmanager
-def quiet_host() -> Iterator[None]:
-    """Held around a timed measurement: other measurements on this host wait for it, and training
-    that shares its cores waits at its next step until it ends (a step already running finishes
-    first, while the measuring process starts and builds its model)."""
-    fd = _open_lock()
+def exclusive(path: Path) -> Iterator[None]:
+    """Held while the block runs: an exclusive advisory flock on `path`, so processes on this host that
+    ask for the same file take turns; the kernel drops it when its holder dies. Where there is no
+    flock or the file cannot be opened the block runs unguarded."""
+    fd = _open_lock(path)
     if fd is None:
         yield
         return
@@ -54,6 +58,15 @@ def quiet_host() -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+@contextlib.contextmanager
+def quiet_host() -> Iterator[None]:
+    """Held around a timed measurement: other measurements on this host wait for it, and training
+    that shares its cores waits at its next step until it ends (a step already running finishes
+    first, while the measuring process starts and builds its model)."""
+    with exclusive(_latency_lock()):
+        yield
 
 
 def reserved_latency_cores() -> list[int] | None:
@@ -74,7 +87,7 @@ def wait_while_measuring() -> None:
     shares its cores: then wait until it is released. Costs an open, a flock and a close."""
     if not shares_latency_cores():
         return
-    fd = _open_lock()
+    fd = _open_lock(_latency_lock())
     if fd is not None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)

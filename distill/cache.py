@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from core.quiet import wait_while_measuring
+from core.quiet import exclusive, wait_while_measuring
 
 from .activations import Activations, Needs
 from .data import TransferSet
@@ -26,11 +26,6 @@ from .teachers import Teacher
 # What a stored entry is (how the teacher pass computes and lays it out); a change there bumps it, so
 # a later version never reads targets an earlier one computed differently.
 FORMAT = 1
-
-try:
-    import fcntl
-except ImportError:  # not POSIX: processes sharing a cache folder each compute what they miss
-    fcntl = None
 
 
 def targets_dir(value: str | os.PathLike | None = None) -> Path | None:
@@ -117,20 +112,14 @@ class TeacherCache:
         """Held while this process looks on disk for the entries of `split` and computes what is not
         there. A second process on the same folder and transfer set — a search worker started beside
         this one — waits, then reads them, instead of running the teacher a second time on the same
-        cores. An advisory flock: the kernel drops it when its holder dies. Without a folder to lock,
-        nothing is coordinated (each process computes)."""
-        fd = None
-        if self.directory is not None and self._writable and fcntl is not None:
-            with contextlib.suppress(OSError):
-                self.directory.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.directory / f"{self._prefix(split)}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
-        try:
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+        cores. Without a folder to lock, nothing is coordinated (each process computes)."""
+        if self.directory is None or not self._writable:
             yield
-        finally:
-            if fd is not None:
-                os.close(fd)  # closing releases the lock
+            return
+        with contextlib.suppress(OSError):
+            self.directory.mkdir(parents=True, exist_ok=True)  # else the lock cannot open: unguarded
+        with exclusive(self.directory / f"{self._prefix(split)}.lock"):
+            yield
 
     def _keep(self, path: Path, tensor: torch.Tensor) -> None:
         """Write one entry for later runs. A cache that cannot be written (a full disk) costs those

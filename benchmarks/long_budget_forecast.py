@@ -72,7 +72,7 @@ def main() -> int:
     held = fit(steps[:-1], rho[:-1])
     longest = runs[-1]
     seconds_per_step = longest["loop_seconds"] / longest["steps"]
-    needed = steps_for(whole, args.target)
+    needed, needed_held = steps_for(whole, args.target), steps_for(held, args.target)
     result = {
         "run": RUN, "model": "rho(n) = a - b * n^-c, least squares",
         "runs": [{"steps": r["steps"], "train": r["train"], "spearman": r["spearman"], "source": r["source"],
@@ -82,8 +82,7 @@ def main() -> int:
                   "measured": longest["spearman"], "fit": {k: round(v, 6) for k, v in held.items()}},
         "target": args.target,
         "steps_needed": None if needed is None else round(needed, -2),
-        "steps_needed_without_longest": (None if steps_for(held, args.target) is None
-                                         else round(steps_for(held, args.target), -2)),
+        "steps_needed_without_longest": None if needed_held is None else round(needed_held, -2),
         # at the longest run's own pace (its steps and evaluations, fp32 on the CPU that ran it)
         "seconds_per_step": round(seconds_per_step, 4),
         "hours_needed": None if needed is None else round(needed * seconds_per_step / 3600, 1),

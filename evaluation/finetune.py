@@ -31,6 +31,7 @@ from distill.loop import LossReader, Optimization, autocast, shuffled_batches, t
 from distill.losses import mean_pool
 from ._cache import cache_file, read_json, write_json
 from .models import ModelRef, encode, load_encoder, resolve_device, yardstick_precision
+from .compare import outcome_string
 from .tasks import Split, Task
 
 
@@ -110,6 +111,9 @@ class RunScore:
     train_seconds: float
     train_examples: int
     test_examples: int
+    # which test examples it got right ("1"/"0" in test order), for paired comparisons
+    # (evaluation.compare); None in a result cached before they were kept
+    outcomes: str | None = None
     cached: bool = False
 
 
@@ -202,9 +206,11 @@ def finetune_once(ref: ModelRef, task: Task, config: FinetuneConfig, seed: int, 
                      pad_id=pad_id, config=config, seed=seed, bar=bar)
     seconds = time.perf_counter() - start
     logits = predict_logits(model, encode(tokenizer, test.texts, config.max_len), pad_id=pad_id)
-    acc, f1 = accuracy_and_f1(logits.argmax(-1).tolist(), list(test.labels), task.num_labels)
+    predicted = logits.argmax(-1)
+    acc, f1 = accuracy_and_f1(predicted.tolist(), list(test.labels), task.num_labels)
     return RunScore(seed=seed, accuracy=acc, macro_f1=f1, train_seconds=seconds,
-                    train_examples=len(train), test_examples=len(test))
+                    train_examples=len(train), test_examples=len(test),
+                    outcomes=outcome_string((predicted == torch.as_tensor(list(test.labels))).tolist()))
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ._cache import cache_file, read_json, task_key, write_json
+from .compare import outcome_string
 from .models import ModelRef, load_encoder, resolve_device, resolve_model, sentence_embeddings
 from .tasks import Task
 
@@ -25,7 +26,16 @@ PROBE_TOL = 1e-4  # scikit-learn's default tol: L-BFGS stops when every gradient
 
 def probe(train_x: torch.Tensor, train_y: Sequence[int], test_x: torch.Tensor, test_y: Sequence[int],
           num_labels: int, *, seed: int = 0, max_iter: int = PROBE_MAX_ITER, c: float = PROBE_C) -> float:
-    """Test accuracy of multinomial logistic regression on frozen embeddings (MTEB's classifier).
+    """Test accuracy of multinomial logistic regression on frozen embeddings (`probe_outcomes`)."""
+    return float(probe_outcomes(train_x, train_y, test_x, test_y, num_labels, seed=seed, max_iter=max_iter,
+                                c=c).double().mean())
+
+
+def probe_outcomes(train_x: torch.Tensor, train_y: Sequence[int], test_x: torch.Tensor, test_y: Sequence[int],
+                   num_labels: int, *, seed: int = 0, max_iter: int = PROBE_MAX_ITER, c: float = PROBE_C
+                   ) -> torch.Tensor:
+    """Whether each test example is classified right (bool `[N]`) by multinomial logistic regression on
+    frozen embeddings (MTEB's classifier).
 
     Features are standardised with the train split's mean and (population) std, then W, b minimise
         (1/n) Σ_i CE(W·x_i + b, y_i) + ‖W‖² / (2·C·n)
@@ -57,7 +67,7 @@ def probe(train_x: torch.Tensor, train_y: Sequence[int], test_x: torch.Tensor, t
     with torch.enable_grad():
         optimizer.step(objective)
     with torch.no_grad():
-        return float(((z @ w + b).argmax(-1) == gold).double().mean())
+        return (z @ w + b).argmax(-1) == gold
 
 
 def few_shot_draws(labels: Sequence[int], shots: int, draws: int, seed: int = 0) -> list[list[int]]:
@@ -83,12 +93,13 @@ def probe_scores(ref: ModelRef | str, task: Task, *, shots: int = 16, draws: int
     over `draws` stratified draws of `shots` per class ("few_shot_mean" ± "few_shot_std", sample std).
 
     Each split is embedded once for both settings; the result is cached per (weights, task, protocol).
+    "outcomes" holds which test examples each probe got right, for paired comparisons (evaluation.compare).
     `full=False` skips the full-split probe and embeds only the drawn training examples (a large
     train split costs most of the time).
     """
     ref = resolve_model(ref) if isinstance(ref, str) else ref
     setting = {"kind": "probe", "shots": shots, "draws": draws, "seed": seed, "max_len": max_len,
-               "max_iter": PROBE_MAX_ITER, "C": PROBE_C, "standardize": True, "full": full}
+               "max_iter": PROBE_MAX_ITER, "C": PROBE_C, "standardize": True, "full": full, "outcomes": True}
     file = cache_file("quality", {"model": ref.fingerprint, "task": task_key(task), "protocol": setting}, ".json")
     if cache and (hit := read_json(file)) is not None:
         return {**hit, "cached": True}
@@ -101,11 +112,16 @@ def probe_scores(ref: ModelRef | str, task: Task, *, shots: int = 16, draws: int
     row_of = {i: r for r, i in enumerate(used)}
     train_x = sentence_embeddings(model, [task.train.texts[i] for i in used], max_len)
     test_x = sentence_embeddings(model, task.test.texts, max_len)
-    fit = lambda index: probe(train_x[[row_of[i] for i in index]], [train_y[i] for i in index],  # noqa: E731
-                              test_x, test_y, task.num_labels, seed=seed)
-    few = [fit(index) for index in draws_index]
-    result = {"full": fit(used) if full else None, "few_shot_mean": statistics.fmean(few),
+    fit = lambda index: probe_outcomes(train_x[[row_of[i] for i in index]], [train_y[i] for i in index],  # noqa: E731
+                                       test_x, test_y, task.num_labels, seed=seed)
+    few_right = [fit(index) for index in draws_index]
+    full_right = fit(used) if full else None
+    few = [float(r.double().mean()) for r in few_right]
+    result = {"full": None if full_right is None else float(full_right.double().mean()),
+              "few_shot_mean": statistics.fmean(few),
               "few_shot_std": statistics.stdev(few) if len(few) > 1 else 0.0, "few_shot": few,
+              "outcomes": {"full": None if full_right is None else outcome_string(full_right.tolist()),
+                           "few_shot": [outcome_string(r.tolist()) for r in few_right]},
               "majority": task.test.majority_accuracy(), "shots": shots, "draws": draws,
               "train_examples": len(train_y), "test_examples": len(test_y),
               "seconds": time.perf_counter() - start}

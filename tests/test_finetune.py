@@ -54,6 +54,8 @@ def test_tiny_finetune_beats_majority_class(minilm_2l, topic, isolated_cache):
     assert run.train_examples == 240 and run.test_examples == 150
     assert run.accuracy > majority + 0.25, (run.accuracy, majority)
     assert 0 < run.macro_f1 <= 1
+    # which examples it got right, kept for paired comparisons
+    assert len(run.outcomes) == 150 and run.outcomes.count("1") / 150 == pytest.approx(run.accuracy)
 
 
 def test_scores_are_cached_per_weights_and_recipe(minilm_2l, topic, isolated_cache, monkeypatch):

@@ -175,6 +175,9 @@ def test_probe_scores_embed_each_split_once_and_are_cached(minilm_2l, mini_topic
     assert len(scores["few_shot"]) == 3 and scores["few_shot_std"] >= 0
     assert scores["few_shot_mean"] == pytest.approx(sum(scores["few_shot"]) / 3)
     assert (scores["train_examples"], scores["test_examples"], scores["cached"]) == (60, 50, False)
+    kept = scores["outcomes"]  # which test examples each probe got right, for paired comparisons
+    assert kept["full"].count("1") / 50 == pytest.approx(scores["full"]) and len(kept["full"]) == 50
+    assert [r.count("1") / 50 for r in kept["few_shot"]] == pytest.approx(scores["few_shot"])
     again = probe_scores(minilm_2l, mini_topic, shots=4, draws=3, max_len=32)
     assert again["cached"] and len(calls) == 2 and again["full"] == scores["full"]
     probe_scores(minilm_2l, mini_topic, shots=2, draws=3, max_len=32)  # another protocol is another entry

@@ -4,6 +4,9 @@ Reads the measured runs of one recipe — each a whole schedule of its own lengt
 decay over exactly its steps), scored at its end — from the recipe sweeps' JSON files, and fits
 ρ(n) = a − b·n^(−c) (a power law in the steps with an asymptote `a`) by least squares. Before
 trusting the forecast it checks the method: the fit without the longest run must predict that run.
+The fit uses the fp32 runs; a run of the same recipe in another precision (bf16, on a CPU that has
+it) tests the forecast beyond the runs it was made from (`tested`), and a second fit over every run
+(`fit_all`) gives the forecast those runs support.
 
     python benchmarks/long_budget_forecast.py            # -> benchmarks/results/long_budget_forecast.json
 
@@ -25,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RESULTS = Path(__file__).parent / "results"
 SOURCES = ("final_terms.json", "long_budget_mse.json")
-# The demo's shape and today's final recipe (`kdnas search` defaults), fp32, seed 0.
+# The demo's shape and today's final recipe (`kdnas search` defaults), seed 0; fitted in fp32.
 RUN = {"recipe": "embed=mse+cos+rel:even:1e-3", "arch": "3x12x384x1280", "batch_size": 32, "seed": 0,
-       "precision": "fp32", "unit": "sentence"}
+       "unit": "sentence"}
+FIT_PRECISION = "fp32"
 
 
 def fit(steps: np.ndarray, rho: np.ndarray) -> dict[str, float]:
@@ -61,22 +65,22 @@ def main() -> int:
     args = parser.parse_args()
     from _env import environment
 
-    runs = [dict(r, source=name) for name in SOURCES for r in json.loads((RESULTS / name).read_text())["runs"]
-            if all(r.get(k) == v for k, v in RUN.items())]
-    runs.sort(key=lambda r: r["steps"])
+    every = [dict(r, source=name) for name in SOURCES for r in json.loads((RESULTS / name).read_text())["runs"]
+             if all(r.get(k) == v for k, v in RUN.items())]
+    every.sort(key=lambda r: r["steps"])
+    runs = [r for r in every if r["precision"] == FIT_PRECISION]
     steps = np.array([float(r["steps"]) for r in runs])
     rho = np.array([float(r["spearman"]) for r in runs])
     if len(runs) < 4:
-        raise SystemExit(f"{len(runs)} runs of {RUN} found in {SOURCES}: a check of the fit needs at least 4")
+        raise SystemExit(f"{len(runs)} {FIT_PRECISION} runs of {RUN} found in {SOURCES}: a check of the fit needs at least 4")
     whole = fit(steps, rho)
     held = fit(steps[:-1], rho[:-1])
     longest = runs[-1]
     seconds_per_step = longest["loop_seconds"] / longest["steps"]
     needed, needed_held = steps_for(whole, args.target), steps_for(held, args.target)
     result = {
-        "run": RUN, "model": "rho(n) = a - b * n^-c, least squares",
-        "runs": [{"steps": r["steps"], "train": r["train"], "spearman": r["spearman"], "source": r["source"],
-                  "fitted": round(predict(whole, r["steps"]), 4)} for r in runs],
+        "run": {**RUN, "precision": FIT_PRECISION}, "model": "rho(n) = a - b * n^-c, least squares",
+        "runs": [_row(r, whole) for r in runs],
         "fit": {k: round(v, 6) for k, v in whole.items()},
         "check": {"fitted_without": longest["steps"], "predicted": round(predict(held, longest["steps"]), 4),
                   "measured": longest["spearman"], "fit": {k: round(v, 6) for k, v in held.items()}},
@@ -86,11 +90,29 @@ def main() -> int:
         # at the longest run's own pace (its steps and evaluations, fp32 on the CPU that ran it)
         "seconds_per_step": round(seconds_per_step, 4),
         "hours_needed": None if needed is None else round(needed * seconds_per_step / 3600, 1),
-        "environment": environment(),
+        # the same recipe in another precision: the forecast against what was measured
+        "tested": [_row(r, whole) for r in every if r["precision"] != FIT_PRECISION],
     }
+    if result["tested"]:
+        both = fit(np.array([float(r["steps"]) for r in every]), np.array([float(r["spearman"]) for r in every]))
+        last = every[-1]
+        needed_all = steps_for(both, args.target)
+        result["fit_all"] = {**{k: round(v, 6) for k, v in both.items()},
+                             "steps_needed": None if needed_all is None else round(needed_all, -2),
+                             # at the pace of the longest run of all (its precision, on its CPU)
+                             "seconds_per_step": round(last["loop_seconds"] / last["steps"], 4),
+                             "hours_needed": None if needed_all is None else
+                             round(needed_all * last["loop_seconds"] / last["steps"] / 3600, 1)}
+    result["environment"] = environment()
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("runs", "fit", "check", "steps_needed", "hours_needed")}, indent=1))
+    shown = ("runs", "fit", "check", "steps_needed", "hours_needed", "tested", "fit_all")
+    print(json.dumps({k: result[k] for k in shown if k in result}, indent=1))
     return 0
+
+
+def _row(run: dict, params: dict[str, float]) -> dict:
+    return {"steps": run["steps"], "train": run["train"], "precision": run["precision"], "spearman": run["spearman"],
+            "source": run["source"], "fitted": round(predict(params, run["steps"]), 4)}
 
 
 if __name__ == "__main__":

@@ -78,6 +78,9 @@ def main() -> int:
         def on_eval(step: int, _metrics: dict) -> None:
             if step < args.steps:  # the last evaluation is the run's own result, scored below
                 checkpoints.append({"step": step, **evaluator.last})
+                # a long run is scored on the way: say so as it goes, not only at its end
+                print(json.dumps({"recipe": recipe, "checkpoint": checkpoints[-1],
+                                  "seconds": round(time.perf_counter() - started, 1)}), flush=True)
 
         started = time.perf_counter()
         result = distill(spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval)

@@ -67,9 +67,10 @@ class TeacherCache:
         self.dtype = dtype
         self.batch_size = batch_size
         self._store: dict[tuple[str, str, int], torch.Tensor] = {}
-        self.teacher_passes = 0  # full passes over a split; tests and benchmarks read it
+        self.teacher_passes = 0  # passes over a split (or a grown set's new rows); tests and benchmarks read it
         self._writable = True
         self._importance: dict[int, object] = {}
+        self._base: TeacherCache | None = None  # a cache of this set's first rows (`grown`)
 
     def _file(self, split: str, kind: str, layer: int) -> Path:
         assert self.directory is not None
@@ -93,19 +94,51 @@ class TeacherCache:
             if missing:
                 self._compute(split, missing)
 
+    def grown(self, data: TransferSet) -> TeacherCache:
+        """A cache for `data`, a larger transfer set that starts with this one: the same held-out rows
+        and, first, the same training rows (what `make_transfer_set` gives for the same corpus, seed and
+        held-out count with more training rows). The targets held here are reused; the teacher runs on
+        the new rows only. A run that finds it has time for more steps than its set was sized for
+        grows it instead of seeing each row more often (`distill.distill`'s `grow`)."""
+        n = self.data.num_train
+        if data.num_train < n or data.seq_len != self.data.seq_len \
+                or not torch.equal(data.train_ids[:n], self.data.train_ids) \
+                or not torch.equal(data.eval_ids, self.data.eval_ids):
+            raise ValueError("a grown transfer set must start with this cache's rows")
+        cache = TeacherCache(self.teacher, data, directory=self.directory, dtype=self.dtype, batch_size=self.batch_size)
+        cache._base, cache._writable = self, self._writable
+        cache._importance = dict(self._importance)  # measured on the first rows, which are the same
+        return cache
+
     def _compute(self, split: str, missing: list[tuple[str, int]]) -> None:
         wanted = Needs(
             hidden=frozenset(i for k, i in missing if k == "hidden"),
             qkv=frozenset(i for k, i in missing if k != "hidden"),
         )
-        computed = self._teacher_pass(split, wanted)
-        self.teacher_passes += 1
+        computed = self._from_base(split, wanted, missing)
+        if computed is None:
+            computed = self._teacher_pass(split, wanted)
+            self.teacher_passes += 1
         for (kind, layer), tensor in computed.items():
             if (kind, layer) not in missing:
                 continue  # computed alongside (e.g. all of Q/K/V of a layer); keep what was asked
             self._store[(split, kind, layer)] = tensor
             if self.directory is not None and self._writable:
                 self._keep(self._file(split, kind, layer), tensor)
+
+    def _from_base(self, split: str, wanted: Needs, missing: list[tuple[str, int]]
+                   ) -> dict[tuple[str, int], torch.Tensor] | None:
+        """`missing` for a grown cache: the smaller set's targets, then the teacher's on the new rows
+        only; None when there is no smaller set or it lacks them."""
+        base = self._base
+        if base is None or not all((split, *e) in base._store for e in missing):
+            return None
+        kept = base.data.split(split)[0].shape[0]
+        if kept == self.data.split(split)[0].shape[0]:  # the held-out rows: the same
+            return {e: base._store[(split, *e)] for e in missing}
+        fresh = self._teacher_pass(split, wanted, start=kept)
+        self.teacher_passes += 1
+        return {e: torch.cat([base._store[(split, *e)], fresh[e]]) for e in missing}
 
     @contextlib.contextmanager
     def _turn(self, split: str) -> Iterator[None]:
@@ -136,10 +169,11 @@ class TeacherCache:
                           "with them in memory", RuntimeWarning, stacklevel=3)
             self._writable = False  # what is on disk is still read
 
-    def _teacher_pass(self, split: str, wanted: Needs) -> dict[tuple[str, int], torch.Tensor]:
-        """One teacher pass over `split`, in length-sorted batches cut to their longest row (short
-        rows such as sentences cost what they hold); padded positions are stored as zeros."""
+    def _teacher_pass(self, split: str, wanted: Needs, start: int = 0) -> dict[tuple[str, int], torch.Tensor]:
+        """One teacher pass over `split` from row `start`, in length-sorted batches cut to their longest
+        row (short rows such as sentences cost what they hold); padded positions are stored as zeros."""
         ids, mask = self.data.split(split)
+        ids, mask = ids[start:], mask[start:]
         lengths = mask.sum(1)
         order = torch.argsort(lengths, descending=True, stable=True)
         device = next(self.teacher.model.parameters()).device

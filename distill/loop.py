@@ -64,13 +64,16 @@ REFIT_EVERY = 50
 
 
 class StepPlan:
-    """How many updates a run makes: `planned`, or fewer when they would not all end by `until` (a
-    `time.monotonic()` value). The pace is measured on the run itself, so a host that slows down
-    mid-run gets a shorter run, and the LR schedule (`warmup_linear_decay`) still decays to zero
-    at the last update. Without `until` it is just `planned`."""
+    """How many updates a run makes: `planned`; with a deadline `until` (a `time.monotonic()` value),
+    fewer when they would not all end by then, and — when `most` is above `planned` — more, up to
+    `most`, while the time allows: a time limit is a budget to spend, not only a cap. The pace is
+    measured on the run itself, so a host that slows down mid-run gets a shorter run, and the LR
+    schedule (`warmup_linear_decay`) still decays to zero at the last update. Without `until` it is
+    just `planned`."""
 
-    def __init__(self, planned: int, until: float | None = None) -> None:
+    def __init__(self, planned: int, until: float | None = None, most: int | None = None) -> None:
         self.planned, self.until, self.total = planned, until, planned
+        self.most = planned if most is None else max(planned, most)
         self.started = time.monotonic()
 
     @property
@@ -78,20 +81,30 @@ class StepPlan:
         """Whether the deadline cut the run short."""
         return self.total < self.planned
 
+    @property
+    def extended(self) -> bool:
+        """Whether the time left let the run go past `planned`."""
+        return self.total > self.planned
+
+    def paused(self, seconds: float) -> None:
+        """Leave `seconds` of other work done mid-run (a grown transfer set's teacher targets) out of
+        the measured pace; the time they took is still gone from what is left."""
+        self.started += seconds
+
     def after(self, step: int, now: float | None = None) -> None:
         """Called after update `step`: refit the total when it is time to."""
         if self.until is None or step < FIT_AFTER or (step - FIT_AFTER) % REFIT_EVERY:
             return
         now = time.monotonic() if now is None else now
         pace = (now - self.started) / step
-        self.total = fit_steps(step, pace, self.until - now, self.planned)
+        self.total = fit_steps(step, pace, self.until - now, self.most)
 
 
-def fit_steps(done: int, pace_s: float, left_s: float, planned: int) -> int:
+def fit_steps(done: int, pace_s: float, left_s: float, most: int) -> int:
     """The updates a run can make in all: `done` so far plus those that fit in `left_s` seconds at
-    `pace_s` each, at most `planned`; never fewer than `done` (a deadline already past stops now)."""
+    `pace_s` each, at most `most`; never fewer than `done` (a deadline already past stops now)."""
     more = math.floor(left_s / pace_s) if pace_s > 0 and left_s > 0 else 0
-    return max(done, min(planned, done + more))
+    return max(done, min(most, done + more))
 
 
 def adamw(params: list[nn.Parameter], optim: Optimization, plan: StepPlan | None = None
@@ -155,7 +168,7 @@ def autocast(device: torch.device, precision: str = "auto") -> AbstractContextMa
 def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: Callable[[Batch], torch.Tensor],
                 optim: Optimization, device: torch.device, precision: str = "auto",
                 plan: StepPlan | None = None) -> Iterator[tuple[int, torch.Tensor]]:
-    """Run `optim.steps` updates (or `plan.total`, which a deadline may lower as the run goes), one
+    """Run `optim.steps` updates (or `plan.total`, which a deadline may change as the run goes), one
     per batch: the loss under autocast (`precision`), backward, gradient clipping, the optimizer and
     LR-schedule steps. Yields (step from 1, the loss still on the device) after each update, so the
     caller logs, evaluates or stops without the loop knowing how; the last update is the one where
@@ -213,13 +226,6 @@ def shuffled_batches(n: int, batch_size: int, generator: torch.Generator, *,
         full = n - n % batch_size if drop_last and n >= batch_size else n
         for start in range(0, full, batch_size):
             yield order[start : start + batch_size]
-
-
-def length_bucketed_batches(lengths: torch.Tensor, batch_size: int, generator: torch.Generator
-                            ) -> Iterator[torch.Tensor]:
-    """`epoch_batches`, epoch after epoch, without end."""
-    while True:
-        yield from reversed(epoch_batches(lengths, batch_size, generator))
 
 
 def epoch_batches(lengths: torch.Tensor, batch_size: int, generator: torch.Generator,

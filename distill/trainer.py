@@ -18,7 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -33,12 +33,13 @@ from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method, weighted_embed_terms
-from .loop import (LossReader, Optimization, StepPlan, check_precision, length_bucketed_batches, resolve_precision,
+from .loop import (LossReader, Optimization, StepPlan, check_precision, epoch_batches, resolve_precision,
                    train_steps)
 from core.spec import StudentSpec
 from .teachers import Teacher, activations, base_model
 
 OnEval = Callable[[int, dict], None]
+Grow = Callable[[int], TeacherCache | None]
 INITS: tuple[str, ...] = ("inherit", "svd", "random")
 
 
@@ -125,11 +126,18 @@ class DistillResult:
     tokens_per_second: float = 0.0
     init: dict = field(default_factory=dict)  # how the student started (distill.trainer.initial_student)
     precision: str = "fp32"  # what config.precision resolved to on the run's device
-    steps: int = 0  # updates made: config.steps, or fewer when a deadline (`until`) cut the run short
+    # updates made: config.steps, fewer when a deadline (`until`) cut the run short, more when it
+    # left time for them (`up_to`)
+    steps: int = 0
+    rows: int = 0  # training rows it drew from: the transfer set's, more when the run grew it (`grow`)
 
     @property
     def cut_short(self) -> bool:
         return self.steps < self.config.steps
+
+    @property
+    def extended(self) -> bool:
+        return self.steps > self.config.steps
 
     def summary(self) -> dict:
         return {
@@ -202,6 +210,8 @@ def distill(
     on_eval: OnEval | None = None,
     student: nn.Module | None = None,
     until: float | None = None,
+    up_to: int | None = None,
+    grow: Grow | None = None,
 ) -> DistillResult:
     """Distill `teacher` into a student of shape `spec` on `data` with `config.method`.
 
@@ -210,7 +220,12 @@ def distill(
     `on_eval(step, metrics)` is called at each evaluation and may raise to stop the run (pruning).
     `student` continues from an existing model (multi-stage recipes) instead of a fresh one.
     `until` (a `time.monotonic()` value) fits the run to a deadline: fewer than `config.steps`
-    updates when the measured pace says they would not all end by then (`distill.loop.StepPlan`).
+    updates when the measured pace says they would not all end by then, and more, up to `up_to`,
+    when it says they would (`distill.loop.StepPlan`). `grow(total)` is then asked, each time the
+    total rises, for a cache over a larger transfer set that starts with this one
+    (`TeacherCache.grown`), or None when the rows at hand are enough: a longer run draws from more
+    text instead of repeating it (its rows join from the next pass over the set; the teacher's
+    time on them is left out of the pace, not out of the time left).
     """
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
@@ -231,12 +246,13 @@ def distill(
     else:
         cache = None
     loop = _Loop(student, method, teacher, data, config, device, cache,
-                 evaluator or Evaluator(targets, strategy=config.eval_layer_map), on_eval, spec.arch)
-    metrics, history, seconds, tokens_per_second = loop.run(until)
+                 evaluator or Evaluator(targets, strategy=config.eval_layer_map), on_eval, spec.arch,
+                 grow if cache is not None else None)
+    metrics, history, seconds, tokens_per_second = loop.run(until, up_to)
     return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
                          metrics=metrics, history=history, seconds=seconds, tokens_per_second=tokens_per_second,
                          init=init, precision=resolve_precision(config.precision, device),
-                         steps=history[-1]["step"] if history else 0)
+                         steps=history[-1]["step"] if history else 0, rows=int(loop.ids.shape[0]))
 
 
 def _prepare_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache, config: DistillConfig,
@@ -271,17 +287,18 @@ class _Loop:
 
     def __init__(self, student: nn.Module, method: nn.Module, teacher: Teacher, data: TransferSet,
                  config: DistillConfig, device: torch.device, cache: TeacherCache | None, evaluator: Evaluator,
-                 on_eval: OnEval | None, arch: str) -> None:
+                 on_eval: OnEval | None, arch: str, grow: Grow | None = None) -> None:
         self.student, self.method, self.teacher, self.config = student, method, teacher, config
         self.device, self.cache, self.evaluator, self.on_eval, self.arch = device, cache, evaluator, on_eval, arch
+        self.grow = grow
         self.ids, self.mask = data.split("train")
         self.mlm = method.student_needs().logits
         self.generator = torch.Generator().manual_seed(config.seed)
         self.tokens = 0
 
-    def run(self, until: float | None = None) -> tuple[dict, list[dict], float, float]:
-        """Train for `config.steps` (fewer to end by `until`); returns (last metrics, history,
-        seconds, training tokens/s)."""
+    def run(self, until: float | None = None, up_to: int | None = None) -> tuple[dict, list[dict], float, float]:
+        """Train for `config.steps` (fewer to end by `until`, or up to `up_to` when it leaves time);
+        returns (last metrics, history, seconds, training tokens/s)."""
         from tqdm.auto import tqdm
 
         config = self.config
@@ -289,15 +306,19 @@ class _Loop:
         optim = Optimization(lr=config.lr, steps=config.steps, warmup_steps=int(config.warmup * config.steps),
                              weight_decay=config.weight_decay, betas=(0.9, 0.98))
         reader = LossReader(f"method {config.method}, lr {config.lr}", "try a lower --lr")
-        batches = length_bucketed_batches(self.mask.sum(1), config.batch_size, self.generator)
+        batches = self._passes()
         history: list[dict] = []
         running: list[float] = []  # losses since the last evaluation
         metrics: dict = {}
         start, eval_seconds = time.perf_counter(), 0.0
-        plan = StepPlan(config.steps, until)
+        plan = StepPlan(config.steps, until, up_to)
+        grown_for = config.steps
         with tqdm(total=config.steps, desc=f"distill {config.method} {self.arch}", disable=not config.progress,
                   dynamic_ncols=True, leave=False) as bar:
             for step, loss in train_steps(params, batches, self.loss, optim, self.device, config.precision, plan):
+                if self.grow is not None and plan.total > grown_for:
+                    grown_for = plan.total
+                    self._grow(plan)
                 reader.add(loss)
                 bar.total = plan.total
                 bar.update(1)
@@ -318,6 +339,21 @@ class _Loop:
         seconds = time.perf_counter() - start
         # throughput counts training steps, not evaluations
         return metrics, history, seconds, self.tokens / max(seconds - eval_seconds, 1e-9)
+
+    def _passes(self) -> Iterator[torch.Tensor]:
+        """Length-bucketed batches of row indices, pass after pass over the training rows; a pass
+        that starts after the set grew covers the new rows too."""
+        while True:
+            yield from reversed(epoch_batches(self.mask.sum(1), self.config.batch_size, self.generator))
+
+    def _grow(self, plan: StepPlan) -> None:
+        """Ask for more training rows for the `plan.total` updates the run will now make."""
+        start = time.monotonic()
+        cache = self.grow(plan.total)
+        if cache is not None:
+            cache.ensure("train", self.method.teacher_needs())
+            self.cache, (self.ids, self.mask) = cache, cache.data.split("train")
+        plan.paused(time.monotonic() - start)
 
     def evaluate(self, step: int, running: list[float], last: bool) -> dict:
         rows = None if last else self.config.interim_eval_rows

@@ -65,8 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="total finished trials the study should have; a rerun continues up to it (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="wall-clock limit for the whole command: trials start only in its first half, and the final "
-                        "run trains as many of --final-steps as fit before it (default: none, the same work on every "
-                        "host)")
+                        "run trains as many steps as fit before it: fewer than --final-steps on a slow host, more "
+                        "(up to --final-max-steps) on a fast one (default: none, the same work on every host)")
     p.add_argument("--budget-ms", type=float, default=None,
                    help="hard CPU latency budget in ms (default: --budget-ratio x the teacher's measured latency)")
     p.add_argument("--budget-ratio", type=float, default=d.budget_ratio,
@@ -162,11 +162,14 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
 
 def _final_flags(p: argparse.ArgumentParser, d) -> None:
     from distill.data import UNITS
-    from .config import FINAL_MAX_PASSES
+    from .config import FINAL_EXTEND, FINAL_MAX_PASSES
 
     fin = p.add_argument_group("after the search")
     fin.add_argument("--final-steps", type=int, default=d.final_steps,
                      help="distillation steps for the winner; 0 skips the final phase (default: %(default)s)")
+    fin.add_argument("--final-max-steps", type=int, default=None, metavar="STEPS",
+                     help="with --timeout: the most steps the final run may train when the time allows (default: "
+                          f"{FINAL_EXTEND} x --final-steps; --final-steps' value: never more)")
     fin.add_argument("--final-train", type=int, default=d.final_train,
                      help="training sequences for the final distillation, from the same corpus (default: "
                           "%(default)s, or more when --final-steps would show a sentence more than "

@@ -32,12 +32,17 @@ PROXIES = ("fidelity", "hs")
 RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_overrides", "final_steps",
                       "final_train", "final_top_k", "final_method", "final_batch_size", "final_lr", "final_unit",
                       "quality_sentences", "reference", "device", "progress", "stale_after_s",
-                      "timeout", "cache_dir"})
+                      "timeout", "final_max_steps", "cache_dir"})
 SAMPLERS = ("tpe", "nsga2", "random")
 # The final run sees each transfer sentence at most this often (MiniLM, 3x12x384x1536, ρ at step
 # 1,200 of a 3,000-step run: 0.883 after 9.4 passes over 4,096 sentences, 0.903 over 32,768; at
 # 4.7 passes, 600 steps, 4,096 and 16,384 sentences score alike: 0.883 and 0.878).
 FINAL_MAX_PASSES = 5
+# Under a --timeout the final run may train up to this many times `final_steps` when the time allows
+# (`SearchConfig.final_most`), on a set grown to keep FINAL_MAX_PASSES: the demo's student in bf16,
+# 2,400 steps on 15,360 sentences reach rho 0.919 against 0.904 for 1,200 on 7,680, and 0.908 for
+# 2,400 on the same 7,680 (benchmarks/results/final_extend.json; docs/design/final-recipe.md).
+FINAL_EXTEND = 2
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,10 @@ class SearchConfig:
     # Wall-clock seconds for the whole command (nas.time_limit); None: no limit, and a run does the
     # same work on every host.
     timeout: float | None = None
+    # With `timeout`: the final run goes on past `final_steps`, up to this many steps, while the time
+    # allows (a host with time to spare ships a better student; a slow one still trains fewer).
+    # None: FINAL_EXTEND x final_steps; final_steps itself: never more.
+    final_max_steps: int | None = None
     # A RUNNING trial whose worker is on another host and silent this long is presumed dead.
     stale_after_s: float = 1800.0
     # Teacher targets on disk (distill.targets_dir): None is $KDNAS_CACHE/targets, "none" memory only.
@@ -165,6 +174,14 @@ class SearchConfig:
             _positive_int(self, name, "must be a positive integer")
         if not isinstance(self.final_steps, int) or self.final_steps < 0:
             raise InputError(f"final_steps={self.final_steps!r} must be 0 (no final training) or more")
+        if self.final_max_steps is not None:
+            if isinstance(self.final_max_steps, bool) or not isinstance(self.final_max_steps, int) \
+                    or self.final_max_steps < self.final_steps:
+                raise InputError(f"final_max_steps={self.final_max_steps!r} must be a whole number of steps, at "
+                                 f"least final_steps ({self.final_steps})")
+            if self.timeout is None:
+                raise InputError(f"final_max_steps={self.final_max_steps} needs a timeout: without one the final "
+                                 f"run trains final_steps ({self.final_steps}) exactly")
         _positive_int(self, "final_train", "must be a positive integer (training sequences of the final run)")
         if self.budget_ms is not None and not (math.isfinite(self.budget_ms) and self.budget_ms > 0):
             raise InputError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
@@ -204,7 +221,20 @@ class SearchConfig:
     def final_rows(self) -> int:
         """Training rows of the final run: `final_train`, or enough that no row is seen more than
         FINAL_MAX_PASSES times in `final_steps` batches of `final_batch_size`."""
-        return max(self.final_train, math.ceil(self.final_steps * self.final_batch_size / FINAL_MAX_PASSES))
+        return self.rows_for(self.final_steps)
+
+    def rows_for(self, steps: int) -> int:
+        """Training rows for a final run of `steps`: at least `final_train`, and no row seen more than
+        FINAL_MAX_PASSES times (a run that `--timeout` lets go on grows its set to this)."""
+        return max(self.final_train, math.ceil(steps * self.final_batch_size / FINAL_MAX_PASSES))
+
+    @property
+    def final_most(self) -> int:
+        """The most steps the final run may train: `final_max_steps`, by default FINAL_EXTEND x
+        `final_steps` under a `timeout`, else `final_steps`."""
+        if self.timeout is None:
+            return self.final_steps
+        return self.final_max_steps if self.final_max_steps is not None else FINAL_EXTEND * self.final_steps
 
     def replace(self, **changes: Any) -> "SearchConfig":
         if "proxy" in changes and "proxy_steps" not in changes:

@@ -109,13 +109,16 @@ def loss_of(record: dict[str, Any]) -> float | None:
 
 
 def steps_label(record: dict[str, Any]) -> str:
-    """A finalist's training steps: "1200 steps", or "1043 of 1200 steps (fitted to --timeout 570 s)",
-    with the run it continued when a wider finalist handed it on (nas.final)."""
+    """A finalist's training steps: "1200 steps", "1043 of 1200 steps (fitted to --timeout 570 s)" or
+    "2011 steps (1200 planned, more in the time --timeout 570 s left)", with the run it continued
+    when a wider finalist handed it on (nas.final)."""
     steps, planned = record.get("steps"), record.get("steps_planned")
     label = f"{steps} steps"
-    if planned is not None and steps != planned:
+    if planned is not None and steps is not None and steps != planned:
         timeout = record.get("timeout_s")
-        label = f"{steps} of {planned} steps" + ("" if timeout is None else f" (fitted to --timeout {timeout:g} s)")
+        limit = "" if timeout is None else f" --timeout {timeout:g} s"
+        label = (f"{steps} of {planned} steps" + (f" (fitted to{limit})" if limit else "") if steps < planned
+                 else f"{steps} steps ({planned} planned, more in the time{limit} left)")
     init = record.get("init")
     if isinstance(init, dict) and init.get("init") == "continued" and "from" in init:
         label += (f" on top of {init['after_steps']} as {init['from']} "

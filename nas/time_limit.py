@@ -1,12 +1,14 @@
 """`--timeout`: one wall-clock limit for the whole search command, as AutoML tools offer.
 
 Without it a run is the same on every host (its trials and its final steps are fixed); with it the
-command ends in time on a slow or busy host, and says what it gave up. The time is split in two:
+command ends in time on a slow or busy host and says what it gave up, and on a fast one spends
+the time it has on a longer final run. The time is split in two:
 
 - **trials** start only while less than TRIAL_SHARE of it is spent (at least one always runs): the
   final run usually costs more than all trials together, and it is what ships;
-- **the final run** trains `--final-steps`, or as many as fit before the limit less what still
-  follows it, with the pace measured on the run itself (`distill.loop.StepPlan`). What follows
+- **the final run** trains as many steps as fit before the limit less what still follows it —
+  fewer than `--final-steps` on a slow host, more (up to `SearchConfig.final_most`) on a fast one —
+  with the pace measured on the run itself (`distill.loop.StepPlan`). What follows
   it — the student's fidelity, the export, the latency readings of the shipped graphs — is
   estimated from the same kinds of work timed just before the training, on the same host
   (`after_training_s`).

@@ -58,9 +58,10 @@ def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any
                              num_eval=cfg.proxy_eval, seed=cfg.seed)
 
 
-def final_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
-    """The winner's transfer set: `final_rows` rows of `final_unit`, the proxy's `proxy_eval` held-out rows."""
-    return _final_unit_set(cfg, teacher, texts, cfg.final_rows)
+def final_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str], rows: int | None = None) -> Any:
+    """The winner's transfer set: `rows` (by default `final_rows`) rows of `final_unit`, the proxy's
+    `proxy_eval` held-out rows. A larger one starts with a smaller one's rows (`TeacherCache.grown`)."""
+    return _final_unit_set(cfg, teacher, texts, cfg.final_rows if rows is None else rows)
 
 
 def _final_unit_set(cfg: SearchConfig, teacher: Any, texts: list[str], rows: int) -> Any:

@@ -78,3 +78,36 @@ def test_two_processes_on_one_folder_run_the_teacher_once(teacher, small_data, t
     assert first.teacher_passes + second.teacher_passes == 1
     index = torch.arange(5)
     assert torch.equal(first.batch("train", index, needs).hidden[4], second.batch("train", index, needs).hidden[4])
+
+
+def _sentences(teacher, news_texts, rows: int, seed: int = 0):
+    from distill import make_transfer_set
+
+    return make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=rows, num_eval=8, seed=seed,
+                             unit="sentence")
+
+
+def test_a_grown_set_reuses_the_targets_it_starts_with_and_runs_the_teacher_on_the_new_rows(
+        teacher, news_texts, tmp_path, monkeypatch):
+    small, big = _sentences(teacher, news_texts, 24), _sentences(teacher, news_texts, 40)
+    needs = Needs(hidden=frozenset({6}))
+    cache = TeacherCache(teacher, small, directory=tmp_path)
+    cache.ensure("train", needs)
+    cache.ensure("eval", needs)
+    seen = []
+    real = teacher.activations
+    monkeypatch.setattr(teacher, "activations", lambda ids, mask, wanted: seen.append(len(ids)) or real(ids, mask, wanted))
+    grown = cache.grown(big)
+    grown.ensure("train", needs)
+    grown.ensure("eval", needs)  # the same held-out rows: nothing to compute
+    assert sum(seen) == 16 and grown.teacher_passes == 1  # the 16 new rows only
+    fresh = TeacherCache(teacher, big)
+    fresh.ensure("train", needs)
+    every, real_tokens = torch.arange(40), big.train_mask.bool()  # padded positions are masked in every loss
+    torch.testing.assert_close(grown.batch("train", every, needs).hidden[6][real_tokens].float(),
+                               fresh.batch("train", every, needs).hidden[6][real_tokens].float(), atol=2e-2, rtol=1e-2)
+    assert torch.equal(grown.batch("eval", torch.arange(8), needs).hidden[6],
+                       cache.batch("eval", torch.arange(8), needs).hidden[6])
+    assert any(big.fingerprint in p.name for p in tmp_path.glob("*.pt"))  # kept for a rerun, like any set
+    with pytest.raises(ValueError, match="must start with this cache's rows"):
+        cache.grown(_sentences(teacher, news_texts, 40, seed=1))  # another order of the corpus: other rows

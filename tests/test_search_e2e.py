@@ -442,3 +442,20 @@ def test_a_timeout_stops_the_trials_and_fits_the_final_run(tmp_path):
     assert (shipped["steps"], shipped["steps_planned"], shipped["timeout_s"]) == (20, 40, 1.0)
     assert "20 of 40 steps (fitted to --timeout 1 s)" in (out / "best" / "README.md").read_text()
     assert len(load(out).trials) == 1
+
+
+def test_a_timeout_with_time_to_spare_trains_past_final_steps_on_more_text(tmp_path):
+    out = tmp_path / "run"
+    # Minutes for a run of seconds: the final run goes on to --final-max-steps, and its transfer set
+    # grows so that no sentence is seen more than five times (48 sentences cover 30 steps of 8).
+    result = kdnas("search", "--out", str(out), "--trials", "1", "--layers", "1", "--heads", "4", "--hidden", "96",
+                   "--ffn", "256", "--budget-ms", "1000", "--proxy-steps", "4", "--final-steps", "30",
+                   "--final-max-steps", "60", "--timeout", "300", *TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "after 60 steps (30 planned, more in the time --timeout 300 s left) of embed" in result.stdout
+    shipped = json.loads((out / "best" / "search.json").read_text())
+    assert (shipped["steps"], shipped["steps_planned"], shipped["steps_most"]) == (60, 30, 60)
+    assert shipped["train"] == 48 and shipped["train_rows"] == 60 * 8 // 5  # grown from 48 to five passes
+    record = json.loads((out / "best" / "distill.json").read_text())
+    assert record["transfer_set"]["train"] == shipped["train_rows"]  # what the baselines are rebuilt from
+    assert "60 steps (30 planned, more in the time --timeout 300 s left)" in (out / "best" / "README.md").read_text()

@@ -19,6 +19,8 @@ from nas.time_limit import MARGIN, STEPS_AFTER, TRIAL_SHARE, TimeLimit, after_tr
     (20, 0.25, 1000.0, 1200, 1200),  # all fit: never more than planned
     (20, 0.25, -5.0, 1200, 20),      # the deadline has passed: stop now
     (70, 0.5, 0.2, 1200, 70),        # not even one more
+    (20, 0.25, 1000.0, 2400, 2400),  # time to spare: up to the most the run may make
+    (20, 0.25, 500.0, 2400, 2020),   # and no further than the time allows
 ])
 def test_fit_steps(done, pace, left, planned, expected):
     assert fit_steps(done, pace, left, planned) == expected
@@ -39,6 +41,22 @@ def test_a_plan_refits_only_at_its_checkpoints_and_follows_the_measured_pace():
     unlimited = StepPlan(50)
     unlimited.after(FIT_AFTER, now=time.monotonic() + 1e6)
     assert unlimited.total == 50 and not unlimited.fitted
+
+
+def test_a_plan_with_time_to_spare_goes_past_its_planned_steps_up_to_its_most():
+    plan = StepPlan(1200, until=1000.0, most=2400)
+    plan.started = 0.0
+    plan.after(FIT_AFTER, now=10.0)  # 0.5 s per step, 990 s left: 1,980 more would fit
+    assert plan.total == FIT_AFTER + 1980 and plan.extended and not plan.fitted
+    plan.after(FIT_AFTER + REFIT_EVERY, now=21.0)  # faster (0.3 s per step): capped at the most
+    assert plan.total == 2400
+    step = FIT_AFTER + 2 * REFIT_EVERY
+    plan.after(step, now=900.0)  # the host slowed to 7.5 s per step: back below the plan
+    assert plan.total == step + 13 and plan.fitted and not plan.extended
+    assert StepPlan(1200, until=1000.0, most=600).most == 1200  # a most below the plan is the plan
+    free = StepPlan(1200, most=2400)  # no deadline: no reason to train more
+    free.after(FIT_AFTER, now=time.monotonic() + 1.0)
+    assert free.total == 1200
 
 
 def test_a_cut_schedule_still_warms_up_and_decays_to_zero_at_its_last_step():
@@ -102,6 +120,22 @@ def test_the_summary_says_when_the_timeout_cut_the_final_run():
     assert steps_label({"steps": 1200}) == "1200 steps"  # a record from before --timeout
     assert (steps_label({"steps": 1043, "steps_planned": 1200, "timeout_s": 570.0})
             == "1043 of 1200 steps (fitted to --timeout 570 s)")
+    assert (steps_label({"steps": 2011, "steps_planned": 1200, "timeout_s": 570.0})
+            == "2011 steps (1200 planned, more in the time --timeout 570 s left)")
+
+
+def test_the_final_run_may_go_past_final_steps_only_under_a_timeout():
+    from core.errors import InputError
+
+    assert SearchConfig().final_most == 1200  # no time limit: the same work on every host
+    assert SearchConfig(timeout=570).final_most == 2400  # the default: twice final_steps
+    assert SearchConfig(timeout=570, final_max_steps=1200).final_most == 1200  # never more
+    assert SearchConfig(timeout=570, final_steps=300, final_max_steps=900).final_most == 900
+    with pytest.raises(InputError, match=r"final_max_steps=2400 needs a timeout"):
+        SearchConfig(final_max_steps=2400)
+    for bad in (600, 1200.5, True):
+        with pytest.raises(InputError, match=r"final_max_steps=.* must be a whole number of steps, at least final_steps"):
+            SearchConfig(timeout=570, final_max_steps=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -5.0, float("nan"), float("inf"), "ten", True])
@@ -115,7 +149,7 @@ def test_a_bad_timeout_is_refused(bad):
 def test_the_timeout_does_not_define_the_study():
     from nas.config import RUN_ONLY
 
-    assert "timeout" in RUN_ONLY
+    assert "timeout" in RUN_ONLY and "final_max_steps" in RUN_ONLY
 
 
 def test_distill_fitted_to_a_deadline_evaluates_at_its_last_step(teacher, small_data):
@@ -126,3 +160,43 @@ def test_distill_fitted_to_a_deadline_evaluates_at_its_last_step(teacher, small_
     result = distill(spec, teacher, small_data, config, cache=TeacherCache(teacher, small_data), until=time.monotonic())
     assert result.steps == FIT_AFTER and result.cut_short and result.summary()["steps"] == FIT_AFTER
     assert [h["step"] for h in result.history] == [FIT_AFTER]  # the last step's full evaluation
+
+
+def test_distill_with_time_to_spare_trains_up_to_its_most_and_evaluates_at_its_last_step(teacher, small_data):
+    from distill import DistillConfig, TeacherCache, distill, parse_arch
+
+    spec = parse_arch("2x4x128x256", **teacher.student_sizes())
+    config = DistillConfig(method="hs", steps=FIT_AFTER, batch_size=8, eval_every=100, progress=False)
+    result = distill(spec, teacher, small_data, config, cache=TeacherCache(teacher, small_data),
+                     until=time.monotonic() + 600.0, up_to=FIT_AFTER + 10)
+    assert result.steps == FIT_AFTER + 10 and result.extended and not result.cut_short
+    assert [h["step"] for h in result.history] == [FIT_AFTER + 10]
+
+
+def test_a_run_with_time_to_spare_grows_its_transfer_set_and_draws_the_new_rows(teacher, news_texts):
+    from distill import DistillConfig, TeacherCache, distill, make_transfer_set, parse_arch
+
+    def rows(n: int):
+        return make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=n, num_eval=8, seed=0,
+                                 unit="sentence")
+
+    small = TeacherCache(teacher, rows(16))
+    asked, drawn = [], []
+
+    def grow(total: int):
+        asked.append(total)
+        if len(asked) > 1:
+            return None  # enough rows already
+        cache = small.grown(rows(64))
+        real = cache.batch
+        cache.batch = lambda split, index, *a, **k: drawn.append(int(index.max())) or real(split, index, *a, **k)
+        return cache
+
+    spec = parse_arch("1x4x128x256", **teacher.student_sizes())
+    config = DistillConfig(method="hs", steps=FIT_AFTER, batch_size=8, eval_every=100, progress=False)
+    result = distill(spec, teacher, small.data, config, cache=small, until=time.monotonic() + 600.0,
+                     up_to=FIT_AFTER + 30, grow=grow)
+    assert asked == [FIT_AFTER + 30] and result.steps == FIT_AFTER + 30 and result.rows == 64
+    assert max(drawn) >= 16  # after the pass that was running, batches come from the grown set
+    unlimited = distill(spec, teacher, small.data, config, cache=small, grow=grow)  # no deadline: no growth
+    assert unlimited.steps == FIT_AFTER and unlimited.rows == 16 and len(asked) == 1

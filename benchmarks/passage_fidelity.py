@@ -78,8 +78,9 @@ def main() -> int:
     texts = load_corpus(args.corpus)
     teacher = resolve_model(args.teacher)
     tokenizer = AutoTokenizer.from_pretrained(teacher.path)
-    sets = {"sentences": (heldout_sentences(texts, 1000), 128), "passages, 128 tokens": (heldout_passages(texts), 128),
-            "passages, 256 tokens": (heldout_passages(texts), 256)}
+    passages = heldout_passages(texts)
+    sets = {"sentences": (heldout_sentences(texts, 1000), 128), "passages, 128 tokens": (passages, 128),
+            "passages, 256 tokens": (passages, 256)}
     lengths = {name: sum(len(r) for r in encode(tokenizer, t, ml)) / len(t) for name, (t, ml) in sets.items()}
     baselines = build_baselines(args.students[0], args.teacher, args.corpus, args.work)
     rows = []

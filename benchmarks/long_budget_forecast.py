@@ -96,13 +96,14 @@ def main() -> int:
     if result["tested"]:
         both = fit(np.array([float(r["steps"]) for r in every]), np.array([float(r["spearman"]) for r in every]))
         last = every[-1]
+        pace_all = last["loop_seconds"] / last["steps"]
         needed_all = steps_for(both, args.target)
         result["fit_all"] = {**{k: round(v, 6) for k, v in both.items()},
                              "steps_needed": None if needed_all is None else round(needed_all, -2),
                              # at the pace of the longest run of all (its precision, on its CPU)
-                             "seconds_per_step": round(last["loop_seconds"] / last["steps"], 4),
+                             "seconds_per_step": round(pace_all, 4),
                              "hours_needed": None if needed_all is None else
-                             round(needed_all * last["loop_seconds"] / last["steps"] / 3600, 1)}
+                             round(needed_all * pace_all / 3600, 1)}
     result["environment"] = environment()
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     shown = ("runs", "fit", "check", "steps_needed", "hours_needed", "tested", "fit_all")

@@ -117,8 +117,10 @@ def steps_label(record: dict[str, Any]) -> str:
     if planned is not None and steps is not None and steps != planned:
         timeout = record.get("timeout_s")
         limit = "" if timeout is None else f" --timeout {timeout:g} s"
-        label = (f"{steps} of {planned} steps" + (f" (fitted to{limit})" if limit else "") if steps < planned
-                 else f"{steps} steps ({planned} planned, more in the time{limit} left)")
+        if steps < planned:
+            label = f"{steps} of {planned} steps" + (f" (fitted to{limit})" if limit else "")
+        else:
+            label = f"{steps} steps ({planned} planned, more in the time{limit} left)"
     init = record.get("init")
     if isinstance(init, dict) and init.get("init") == "continued" and "from" in init:
         label += (f" on top of {init['after_steps']} as {init['from']} "

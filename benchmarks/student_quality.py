@@ -37,6 +37,10 @@ def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Pat
     from export import write_sentence_transformers
     from nas.baselines import untrained_baselines
 
+    if not (student_dir / "distill.json").is_file():
+        print(f"student folder {str(student_dir)!r} has no distill.json; allowed: a folder written by kdnas search "
+              "(OUT/best), kdnas distill or recipe_sweep.py --save", file=sys.stderr)
+        raise SystemExit(2)
     record = json.loads((student_dir / "distill.json").read_text())
     teacher = load_teacher(teacher_name)
     spec = StudentSpec(**record["spec"])

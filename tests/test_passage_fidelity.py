@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from passage_fidelity import MAX_WORDS, MIN_WORDS, PER_DOCUMENT, heldout_passages  # noqa: E402
@@ -40,3 +42,14 @@ def test_passages_are_seeded_and_capped():
     assert heldout_passages(docs, n=50) == heldout_passages(docs, n=50)
     assert heldout_passages(docs, n=50, seed=1) != heldout_passages(docs, n=50)
     assert len(heldout_passages(docs, n=7)) == 7
+
+
+def test_a_folder_that_is_no_student_is_refused_in_one_line(tmp_path, capsys):
+    from student_quality import build_baselines
+
+    with pytest.raises(SystemExit) as stop:
+        build_baselines(tmp_path, "minilm-l6", "news", tmp_path / "work")
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no distill.json" in err and str(tmp_path) in err
+    assert not (tmp_path / "work").exists()  # nothing written

@@ -87,10 +87,10 @@ def test_repeated_failure_needs_the_same_error_every_time(tmp_path):
     assert repeated_failure(study, 3) == "OSError: disk is full"
 
 
-POISON = "1x4x96x256"
+POISON = "1x12x384x256"
 BASE = dict(trials=4, sampler="random", budget_ms=1000.0, proxy_steps=4, eval_every=2, final_steps=0, final_train=48,
             proxy_train=32, proxy_eval=8, seq_len=32, batch_size=4, quality_sentences=0, proxy_sentences=60, progress=False,
-            space_overrides={"layers": "1,2", "heads": "4", "hidden": "96", "ffn": "256"})
+            space_overrides={"layers": "1,2", "heads": "12", "hidden": "384", "ffn": "256"})
 
 
 @pytest.fixture

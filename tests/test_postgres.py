@@ -55,7 +55,7 @@ def test_a_dead_workers_trial_is_failed_by_heartbeat_and_retried_once(pg_url):
 
 def _search_args(pg_url: str, out: Path) -> list[str]:
     return ["search", "--out", str(out), "--storage", pg_url, "--study-name", "two", "--trials", "3",
-            "--sampler", "random", "--layers", "1", "--heads", "4", "--hidden", "96", "--ffn", "256,512",
+            "--sampler", "random", "--layers", "1", "--heads", "12", "--hidden", "384", "--ffn", "256,512",
             "--budget-ms", "1000", "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "4",
             "--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--final-train", "48",
             "--final-batch-size", "8", "--quality-sentences", "0", "--proxy-sentences", "60", "--no-progress"]

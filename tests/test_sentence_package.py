@@ -267,6 +267,18 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     assert _shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does
 
 
+def _fixed_readings(monkeypatch, ms: float = 1.0, teacher_ms: float = 10.0) -> None:
+    """The final stage's readings after training as one fixed figure: `ms` read alone, `ms / teacher_ms`
+    of the teacher side by side. What ships and why is under test here, not the measurement (the real
+    worker runs in test_latency.py and the end-to-end searches); real sub-millisecond readings, each
+    beside a freshly exported teacher, made these tests 20-30 s long."""
+    import nas.final as final
+    import nas.measure as measure
+
+    monkeypatch.setattr(measure, "measure_beside_teacher", lambda target, config: _pair(ms / teacher_ms, teacher_ms))
+    monkeypatch.setattr(final, "measure", lambda target, config, **_: _reading(ms))
+
+
 def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_by_the_proxy(
         teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
     from types import SimpleNamespace
@@ -286,6 +298,7 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     # The one input this test sets: which shipped graphs fit the budget (FFN 256 does not).
     monkeypatch.setattr(final, "_shipped_graph_latency",
                         lambda ctx, spec, pipeline, label: (2.0 if spec.ffn > 128 else 1.0, [], {}))
+    _fixed_readings(monkeypatch)
 
     def run(name, trials, **known):
         ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher,
@@ -341,6 +354,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     data = proxy_transfer_set(config, teacher, news_texts)
     # What this test sets: every graph fits before training, and 1x4x64x256 reads over as shipped.
     monkeypatch.setattr(final, "_shipped_graph_latency", lambda ctx, spec, pipeline, label: (1.0, [], {}))
+    _fixed_readings(monkeypatch)
     real_latency, real_narrowed, narrowed_to = final._final_latency, final.narrowed, []
 
     def as_shipped(ctx, graph, label):

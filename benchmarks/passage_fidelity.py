@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
-from student_quality import build_baselines  # noqa: E402
+from student_quality import build_baselines, refuse_non_students  # noqa: E402
 
 MIN_WORDS, MAX_WORDS = 60, 200
 PER_DOCUMENT = 5
@@ -74,6 +74,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("runs/student-quality"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "passage_fidelity.json")
     args = parser.parse_args()
+    refuse_non_students(args.students)
 
     texts = load_corpus(args.corpus)
     teacher = resolve_model(args.teacher)

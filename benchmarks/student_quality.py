@@ -30,6 +30,15 @@ from _env import environment  # noqa: E402
 TASKS = ("sentiment", "topic", "tweets")
 
 
+def refuse_non_students(folders: list[Path]) -> None:
+    """One line and exit 2, before any work, for the first folder that is no student (no distill.json)."""
+    for folder in folders:
+        if not (folder / "distill.json").is_file():
+            print(f"student folder {str(folder)!r} has no distill.json; allowed: a folder written by kdnas search "
+                  "(OUT/best), kdnas distill or recipe_sweep.py --save", file=sys.stderr)
+            raise SystemExit(2)
+
+
 def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Path) -> dict[str, Path]:
     """Save both untrained baselines of `student_dir` as loadable sentence-transformers folders."""
     from distill import StudentSpec, TeacherCache, load_corpus, load_teacher, make_transfer_set
@@ -37,10 +46,7 @@ def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Pat
     from export import write_sentence_transformers
     from nas.baselines import untrained_baselines
 
-    if not (student_dir / "distill.json").is_file():
-        print(f"student folder {str(student_dir)!r} has no distill.json; allowed: a folder written by kdnas search "
-              "(OUT/best), kdnas distill or recipe_sweep.py --save", file=sys.stderr)
-        raise SystemExit(2)
+    refuse_non_students([student_dir])
     record = json.loads((student_dir / "distill.json").read_text())
     teacher = load_teacher(teacher_name)
     spec = StudentSpec(**record["spec"])
@@ -105,6 +111,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("runs/student-quality"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "student_quality.json")
     args = parser.parse_args()
+    refuse_non_students(args.students)
 
     baselines = build_baselines(args.students[0], args.teacher, args.corpus, args.work)
     measures = ("fidelity", "probe") + (("finetune",) if args.finetune else ())

@@ -53,3 +53,19 @@ def test_a_folder_that_is_no_student_is_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no distill.json" in err and str(tmp_path) in err
     assert not (tmp_path / "work").exists()  # nothing written
+
+
+def test_every_student_folder_is_checked_before_any_work(tmp_path, capsys, monkeypatch):
+    import passage_fidelity
+
+    student = tmp_path / "student"
+    student.mkdir()
+    (student / "distill.json").write_text("{}")
+    monkeypatch.setattr(sys, "argv", ["passage_fidelity.py", str(student), str(tmp_path / "typo"),
+                                      "--work", str(tmp_path / "work"), "--out", str(tmp_path / "out.json")])
+    with pytest.raises(SystemExit) as stop:
+        passage_fidelity.main()
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "typo" in err and "has no distill.json" in err
+    assert not (tmp_path / "work").exists() and not (tmp_path / "out.json").exists()

@@ -61,6 +61,9 @@ def _search_args(pg_url: str, out: Path) -> list[str]:
             "--final-batch-size", "8", "--quality-sentences", "0", "--proxy-sentences", "60", "--no-progress"]
 
 
+# 2-2.5 minutes (two workers, an empty cache: every latency measured): in the slow set, which .ci/run
+# runs after the default one; the default run keeps the server, the heartbeat and the race below.
+@pytest.mark.slow
 def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):
     """`--workers 2` starts two copies at the same moment: one study (created once, however the
     race falls), trials from both, and one final stage."""

@@ -123,6 +123,7 @@ class DistillResult:
     metrics: dict
     history: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    train_seconds: float = 0.0  # `seconds` less the held-out evaluations: the pace of the updates alone
     tokens_per_second: float = 0.0
     init: dict = field(default_factory=dict)  # how the student started (distill.trainer.initial_student)
     precision: str = "fp32"  # what config.precision resolved to on the run's device
@@ -248,9 +249,10 @@ def distill(
     loop = _Loop(student, method, teacher, data, config, device, cache,
                  evaluator or Evaluator(targets, strategy=config.eval_layer_map), on_eval, spec.arch,
                  grow if cache is not None else None)
-    metrics, history, seconds, tokens_per_second = loop.run(until, up_to)
+    metrics, history, seconds, train_seconds = loop.run(until, up_to)
     return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
-                         metrics=metrics, history=history, seconds=seconds, tokens_per_second=tokens_per_second,
+                         metrics=metrics, history=history, seconds=seconds, train_seconds=train_seconds,
+                         tokens_per_second=loop.tokens / max(train_seconds, 1e-9),
                          init=init, precision=resolve_precision(config.precision, device),
                          steps=history[-1]["step"] if history else 0, rows=int(loop.ids.shape[0]))
 
@@ -298,7 +300,7 @@ class _Loop:
 
     def run(self, until: float | None = None, up_to: int | None = None) -> tuple[dict, list[dict], float, float]:
         """Train for `config.steps` (fewer to end by `until`, or up to `up_to` when it leaves time);
-        returns (last metrics, history, seconds, training tokens/s)."""
+        returns (last metrics, history, seconds, seconds less the held-out evaluations)."""
         from tqdm.auto import tqdm
 
         config = self.config
@@ -337,8 +339,8 @@ class _Loop:
                     if self.on_eval is not None:
                         self.on_eval(step, metrics)
         seconds = time.perf_counter() - start
-        # throughput counts training steps, not evaluations
-        return metrics, history, seconds, self.tokens / max(seconds - eval_seconds, 1e-9)
+        # throughput and pace count training steps, not evaluations
+        return metrics, history, seconds, seconds - eval_seconds
 
     def _passes(self) -> Iterator[torch.Tensor]:
         """Length-bucketed batches of row indices, pass after pass over the training rows; a pass

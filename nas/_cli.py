@@ -64,8 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, default=d.trials,
                    help="total finished trials the study should have; a rerun continues up to it (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="wall-clock limit for the whole command: trials start only in its first half, and the final "
-                        "run trains as many steps as fit before it: fewer than --final-steps on a slow host, more "
+                   help="wall-clock limit for the whole command: trials start only in its first half and, after the "
+                        "first five, only while --final-steps still fit after them at the trials' pace; the final run "
+                        "trains as many steps as fit before the limit: fewer than --final-steps on a slow host, more "
                         "(up to --final-max-steps) on a fast one (default: none, the same work on every host)")
     p.add_argument("--budget-ms", type=float, default=None,
                    help="hard CPU latency budget in ms (default: --budget-ratio x the teacher's measured latency)")

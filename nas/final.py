@@ -152,7 +152,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         if not _ready(stage, row, pipeline, label):
             continue
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results),
-                  "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s}
+                  "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
+                  "train_step_s": _trial_pace(study, row["number"])}
         entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing,
                         stage.trained_wider(row))
         if entry["within_budget"]:
@@ -341,13 +342,20 @@ def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
     return dest
 
 
+def _trial_pace(study: optuna.Study, number: int) -> float:
+    """Seconds per update of trial `number`'s proxy run (the final recipe's pace with the fidelity
+    proxy); 0 for a trial stored without it."""
+    trials = study.get_trials(deepcopy=False)
+    return float(trials[number].user_attrs.get("step_s", 0.0)) if 0 <= number < len(trials) else 0.0
+
+
 def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
             pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> dict[str, Any]:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
     `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
-    that reading was marginal, a proxy run's seconds and the finalists still to train, from which
-    a `--timeout` fits the run (nas.time_limit); `start`: the refused wider finalist whose training
-    it continues (`_Stage.trained_wider`), if any."""
+    that reading was marginal, a proxy run's seconds, its trial's pace per update and the finalists
+    still to train, from which a `--timeout` fits the run (nas.time_limit); `start`: the refused
+    wider finalist whose training it continues (`_Stage.trained_wider`), if any."""
     from .baselines import baseline_fidelity, fidelity_table
     from .card import write_model_card
 
@@ -359,7 +367,8 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     baselines_s = time.perf_counter() - t0
     after_s = after_training_s(timing["step_s"], baselines_s)  # what a --timeout leaves for after the run
     if timing["marginal"]:  # and for the next candidate, should this one read over the budget as shipped
-        after_s += fallback_s(after_s, timing["step_s"], baselines_s, timing["proxy_s"])
+        after_s += fallback_s(after_s, timing["step_s"], baselines_s, timing["proxy_s"],
+                              MIN_CONTINUED_STEPS * timing["train_step_s"])
     t0 = time.perf_counter()
     res = _distill_in_time(ctx, cache, spec, label, None if ctx.limit is None else
                            ctx.limit.final_until(after_s, timing["finalists_left"]), start)

@@ -9,6 +9,7 @@ Outputs are rewritten after every trial, so they always reflect the storage.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 import warnings
 from pathlib import Path
@@ -33,10 +34,10 @@ from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, recover, repeated_failure, slots_taken
 from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
-from .time_limit import TRIAL_SHARE, TimeLimit
+from .time_limit import FIRST_TRIALS, TRIAL_SHARE, TimeLimit, final_run_s
 from .trial import Objective, SearchContext, proxy_transfer_set
 
-TPE_STARTUP_TRIALS = 5
+TPE_STARTUP_TRIALS = FIRST_TRIALS  # under --timeout these start whatever the final run needs
 NSGA2_POPULATION = 50  # Optuna's default, for long searches
 PRUNER_MIN_TRAINED = 3
 # This many finished trials in a row failing with one error is a broken set-up (a full disk, a bad
@@ -131,9 +132,7 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
         done = counted_trials(study)
         if done >= cfg.trials:
             return
-        if limit is not None and not limit.trials_may_start(done):
-            progress.note(f"--timeout {limit.seconds:g} s: {TRIAL_SHARE:.0%} of it is spent, so no further trial "
-                          f"starts ({done} of {cfg.trials} done; a rerun with a longer --timeout, or none, adds the rest)")
+        if limit is not None and not _trial_fits(study, cfg, limit, done, progress):
             return
         if slots_taken(study) >= cfg.trials:
             progress.phase("waiting for other workers' last trials")
@@ -147,6 +146,36 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
                                 f"stops: {error}")
         progress.phase("writing pages")
         _show(study, out, progress)
+
+
+def _trial_fits(study: optuna.Study, cfg: SearchConfig, limit: TimeLimit, done: int, progress: Progress) -> bool:
+    """Whether `limit` lets another trial start; when not, the summary says why."""
+    rest = f"{done} of {cfg.trials} done; a rerun with a longer --timeout, or none, adds the rest"
+    if not limit.trials_may_start(done):
+        progress.note(f"--timeout {limit.seconds:g} s: {TRIAL_SHARE:.0%} of it is spent, so no further trial starts ({rest})")
+        return False
+    forecast = _final_forecast(study, cfg) if done >= FIRST_TRIALS else None
+    if forecast is not None and not limit.keeps_final_run(*forecast):
+        progress.note(f"--timeout {limit.seconds:g} s: no further trial starts, so that the final run keeps its "
+                      f"{cfg.final_steps} steps (about {forecast[0]:.0f} s at the trials' pace; {rest})")
+        return False
+    return True
+
+
+def _final_forecast(study: optuna.Study, cfg: SearchConfig) -> tuple[float, float] | None:
+    """(the final stage's seconds at --final-steps for each of --final-top-k finalists, a trained
+    trial's median seconds), from the best trial's pace; None with the hs proxy, whose recipe is not
+    the final run's, or before any pace."""
+    if cfg.proxy != "fidelity" or cfg.final_steps <= 0:
+        return None
+    best = best_row(trial_rows(study))
+    trained = [t.user_attrs["seconds"]["total"] for t in study.trials
+               if "step_s" in t.user_attrs and "duplicate_of" not in t.user_attrs and "seconds" in t.user_attrs]
+    if best is None or not trained or "step_s" not in study.trials[best["number"]].user_attrs:
+        return None
+    trial_s = statistics.median(trained)
+    step_s = study.trials[best["number"]].user_attrs["step_s"]
+    return cfg.final_top_k * final_run_s(cfg.final_steps, step_s, trial_s), trial_s
 
 
 def _one_trial(study: optuna.Study, objective: Objective, progress: Progress) -> None:

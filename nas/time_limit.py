@@ -5,7 +5,10 @@ command ends in time on a slow or busy host and says what it gave up, and on a f
 the time it has on a longer final run. The time is split in two:
 
 - **trials** start only while less than TRIAL_SHARE of it is spent (at least one always runs): the
-  final run usually costs more than all trials together, and it is what ships;
+  final run usually costs more than all trials together, and it is what ships. After the sampler's
+  random start (FIRST_TRIALS), a trial starts only while the final run's planned steps, at the pace
+  the trials measured, still fit after it (`final_run_s`): on a slow host the last trials give way
+  to the student that ships;
 - **the final run** trains as many steps as fit before the limit less what still follows it —
   fewer than `--final-steps` on a slow host, more (up to `SearchConfig.final_most`) on a fast one —
   with the pace measured on the run itself (`distill.loop.StepPlan`). What follows
@@ -20,6 +23,13 @@ import time
 from dataclasses import dataclass
 
 TRIAL_SHARE = 0.5
+# Trials that start whatever the final run's forecast says: the sampler's random start (TPE's startup
+# trials, nas.search.TPE_STARTUP_TRIALS); before them a proposal is not informed by any result.
+FIRST_TRIALS = 5
+# The work around a final run, in typical trials: before it the finalist's and its neighbour's graph
+# readings, the neighbour's proxy and the untrained baselines, after it an export and readings. An
+# fp32 demo on 2 cores took 65-75 s for it against a median trial of 25 s (2.6-3.0 trials).
+FINAL_OVERHEAD_TRIALS = 3
 # After the final run: the export, then at most four readings — its fp32 graph beside the teacher
 # (the two timed in alternation; for an absolute budget, read twice when over), the INT8 graph.
 # Each of these steps costs about what one step of the same graph's pre-training export-and-read
@@ -50,11 +60,23 @@ class TimeLimit:
         now = time.monotonic() if now is None else now
         return done < 1 or now - self.started < TRIAL_SHARE * self.seconds
 
+    def keeps_final_run(self, final_s: float, trial_s: float, now: float | None = None) -> bool:
+        """Whether one more trial of about `trial_s` still leaves the final run its forecast `final_s`."""
+        now = time.monotonic() if now is None else now
+        return now + trial_s + final_s <= self.end
+
     def final_until(self, after_s: float, finalists_left: int = 1, now: float | None = None) -> float:
         """When the next final run must end: the time left less `after_s` for what follows it, shared
         evenly among the `finalists_left` still to train (`--final-top-k`)."""
         now = time.monotonic() if now is None else now
         return now + (self.end - after_s - now) / max(1, finalists_left)
+
+
+def final_run_s(steps: int, step_s: float, trial_s: float) -> float:
+    """Forecast seconds of the final stage at its planned `steps`: the likely finalist's pace `step_s`
+    from its trial (the fidelity proxy trains the final recipe, same batch and rows, for fewer
+    steps) and FINAL_OVERHEAD_TRIALS trials of `trial_s` for the work around the run."""
+    return steps * step_s + FINAL_OVERHEAD_TRIALS * trial_s
 
 
 def after_training_s(step_s: float, baselines_s: float) -> float:
@@ -71,9 +93,10 @@ def marginal(read_ms: float, budget_ms: float, read_twice: bool) -> bool:
     return read_twice or read_ms > (1 - MARGIN) * budget_ms
 
 
-def fallback_s(after_s: float, step_s: float, baselines_s: float, proxy_s: float) -> float:
+def fallback_s(after_s: float, step_s: float, baselines_s: float, proxy_s: float, continued_s: float = 0.0) -> float:
     """Seconds the candidate after a finalist refused as shipped needs, from the same timings: its
     shipped graph exported and read beside its parent's (three steps of `step_s`), the proxy that
-    scores it (`proxy_s`, a trial's), its untrained baselines, and what follows any run (`after_s`).
-    It continues the refused run only with the time this leaves (nas.final.MIN_CONTINUED_STEPS)."""
-    return 3 * step_s + proxy_s + baselines_s + after_s
+    scores it (`proxy_s`, a trial's), its untrained baselines, what follows any run (`after_s`), and
+    `continued_s` for the fewest steps the refused run is continued with (nas.final.MIN_CONTINUED_STEPS,
+    at its trial's pace): without them it ships narrowed and untrained, ρ 0.854 in one fp32 demo."""
+    return 3 * step_s + proxy_s + baselines_s + after_s + continued_s

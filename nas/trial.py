@@ -265,6 +265,8 @@ class Objective:
 
         result = ctx.proxy(spec, on_eval=on_eval)
         seconds["distill"] = time.perf_counter() - t0
+        # The shape's pace under the proxy's recipe: with the fidelity proxy, the final run's (nas.time_limit).
+        trial.set_user_attr("step_s", round(result.train_seconds / max(1, result.steps), 4))
         scored = ctx.score(spec, result.metrics, latency)
         for key in SCORE_ATTRS:  # shape and latency are stored already
             trial.set_user_attr(key, getattr(scored, key))
@@ -278,7 +280,7 @@ class Objective:
         # minutes). Copy the result, say so, and let the sampler move on.
         for key, value in earlier.constraints.items():
             trial.set_constraint(key, value)
-        for key in ("status", "reason", "params", "flops", "latency", *SCORE_ATTRS, "train_loss", "last_eval"):
+        for key in ("status", "reason", "params", "flops", "latency", *SCORE_ATTRS, "train_loss", "last_eval", "step_s"):
             if key in earlier.user_attrs:
                 trial.set_user_attr(key, earlier.user_attrs[key])
         note = f"same shape as trial {earlier.number}: result copied, not retrained"

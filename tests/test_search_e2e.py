@@ -151,11 +151,13 @@ def test_over_budget_trials_never_train(search_run, budget_ms):
         assert t.constraints["latency"] > 0  # Optuna's constraint mechanism knows it
         assert t.intermediate_values == {}, "an over-budget trial reported training progress"
         assert "last_eval" not in t.user_attrs and "l_hs_norm" not in t.user_attrs
-        assert t.user_attrs["seconds"]["distill"] == 0.0
+        assert t.user_attrs["seconds"]["distill"] == 0.0 and "step_s" not in t.user_attrs
     within = [t for t in study.trials if t.user_attrs.get("status") == "feasible" and "duplicate_of" not in t.user_attrs]
     # trained and scored once at the end (the fidelity proxy reports no curve to a pruner)
     assert within and all("last_eval" in t.user_attrs and "fidelity" in t.user_attrs and not t.intermediate_values
                           and t.constraints["latency"] <= 0 for t in within)
+    # with its pace per update, less the held-out evaluation: what a --timeout forecasts the final run from
+    assert all(0 < t.user_attrs["step_s"] * 6 < t.user_attrs["seconds"]["distill"] for t in within)
     assert study.best_trial.user_attrs["status"] == "feasible"
 
 

@@ -10,8 +10,10 @@ import torch
 
 from distill.loop import FIT_AFTER, REFIT_EVERY, Optimization, StepPlan, fit_steps, train_steps, warmup_linear_decay
 from nas import SearchConfig
+from nas.final import MIN_CONTINUED_STEPS
 from nas.records import steps_label
-from nas.time_limit import MARGIN, STEPS_AFTER, TRIAL_SHARE, TimeLimit, after_training_s, fallback_s, marginal
+from nas.time_limit import (FINAL_OVERHEAD_TRIALS, FIRST_TRIALS, MARGIN, STEPS_AFTER, TRIAL_SHARE, TimeLimit,
+                            after_training_s, fallback_s, final_run_s, marginal)
 
 
 @pytest.mark.parametrize("done, pace, left, planned, expected", [
@@ -101,6 +103,48 @@ def test_the_search_splits_its_time_between_trials_and_the_final_run():
     assert limit.final_until(after, finalists_left=2, now=400.0) == pytest.approx(400.0 + (300.0 - after) / 2)
 
 
+def test_the_final_runs_forecast_and_whether_a_trial_still_leaves_it_its_time():
+    # An fp32 demo on 2 cores: 0.265 s per step of the shipped shape, trials of 25 s, 1,200 planned steps.
+    final = final_run_s(steps=1200, step_s=0.265, trial_s=25.0)
+    assert final == pytest.approx(1200 * 0.265 + FINAL_OVERHEAD_TRIALS * 25.0)
+    limit = TimeLimit(started=0.0, seconds=570.0)
+    assert limit.keeps_final_run(final, trial_s=25.0, now=570.0 - final - 25.0)
+    assert not limit.keeps_final_run(final, trial_s=25.0, now=570.0 - final - 24.0)
+
+
+def _demo_like_study(best_step_s: float, trials: int = FIRST_TRIALS):
+    """An in-memory study holding `trials` trained trials as the Objective records them: trial 0 the
+    best (its pace `best_step_s`), the others slower per step and worse, 25 s each (trial 0: 70 s)."""
+    import optuna
+
+    study = optuna.create_study(direction="maximize")
+    for number in range(trials):
+        attrs = {"status": "feasible", "arch": f"{number + 1}x12x384x1024", "reward": 0.7 - 0.01 * number,
+                 "loss": 0.3, "step_s": best_step_s * (1 + number), "seconds": {"total": 70.0 if number == 0 else 25.0}}
+        study.add_trial(optuna.trial.create_trial(value=attrs["reward"], user_attrs=attrs))
+    return study
+
+
+@pytest.mark.parametrize("spent, done, proxy, starts", [
+    (200.0, FIRST_TRIALS, "fidelity", False),     # 200 + 25 + 1200 x 0.265 + 3 x 25 > 570: the final run keeps its steps
+    (100.0, FIRST_TRIALS, "fidelity", True),      # 100 + 25 + 393 <= 570: room for another trial
+    (200.0, FIRST_TRIALS - 1, "fidelity", True),  # the sampler's random start always runs
+    (200.0, FIRST_TRIALS, "hs", True),            # the hs proxy's pace is not the final recipe's: no forecast
+    (290.0, FIRST_TRIALS, "hs", False),           # past TRIAL_SHARE: no trial whatever the proxy
+])
+def test_a_trial_starts_only_while_the_final_run_keeps_its_planned_steps(spent, done, proxy, starts, capsys):
+    from nas._progress import Progress
+    from nas.search import _trial_fits
+
+    cfg = SearchConfig(timeout=570, proxy=proxy, final_steps=1200, trials=8)
+    limit = TimeLimit(started=time.monotonic() - spent, seconds=570.0)
+    assert _trial_fits(_demo_like_study(best_step_s=0.265), cfg, limit, done, Progress(8, 0, False)) is starts
+    said = capsys.readouterr().err
+    if not starts and proxy == "fidelity":
+        assert f"so that the final run keeps its 1200 steps (about 393 s at the trials' pace; {done} of 8 done" in said
+    assert bool(said) is not starts
+
+
 def test_a_finalist_at_the_budgets_edge_leaves_time_for_the_candidate_after_it():
     # the demo's refused finalist: 11.49 ms over a budget of 11.47, fitted at 11.24 on a second reading
     assert marginal(11.24, 11.47, read_twice=True)
@@ -110,6 +154,9 @@ def test_a_finalist_at_the_budgets_edge_leaves_time_for_the_candidate_after_it()
     after = after_training_s(step_s=4.0, baselines_s=12.0)
     # the next candidate: its graph timed beside its parent's, its proxy, its baselines, what follows it
     assert fallback_s(after, step_s=4.0, baselines_s=12.0, proxy_s=14.0) == 3 * 4.0 + 14.0 + 12.0 + after
+    # and the fewest steps a refused run is continued with, at its trial's pace (else it ships untrained)
+    assert fallback_s(after, 4.0, 12.0, 14.0, continued_s=MIN_CONTINUED_STEPS * 0.3) == pytest.approx(
+        3 * 4.0 + 14.0 + 12.0 + after + 30.0)
     limit = TimeLimit(started=100.0, seconds=600.0)
     reserved = after + fallback_s(after, 4.0, 12.0, 14.0)
     assert limit.final_until(reserved, now=400.0) == pytest.approx(limit.final_until(after, now=400.0) - 38.0 - after)

@@ -37,7 +37,7 @@ from core.errors import InputError
 from ._io import atomic_write_text
 from .measure import beside_teacher, budget_latency, latency_record, measure
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
-from .records import pareto_front, trial_rows
+from .records import pareto_front, trial_pace, trial_rows
 from .resume import worker_alive, worker_identity
 from .time_limit import after_training_s, fallback_s, marginal
 from .trial import final_transfer_set
@@ -153,7 +153,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
             continue
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results),
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
-                  "train_step_s": _trial_pace(study, row["number"])}
+                  "train_step_s": trial_pace(study, row["number"]) or 0.0}
         entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing,
                         stage.trained_wider(row))
         if entry["within_budget"]:
@@ -340,13 +340,6 @@ def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(entry["dir"], dest)
     return dest
-
-
-def _trial_pace(study: optuna.Study, number: int) -> float:
-    """Seconds per update of trial `number`'s proxy run (the final recipe's pace with the fidelity
-    proxy); 0 for a trial stored without it."""
-    trials = study.get_trials(deepcopy=False)
-    return float(trials[number].user_attrs.get("step_s", 0.0)) if 0 <= number < len(trials) else 0.0
 
 
 def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,

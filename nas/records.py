@@ -128,6 +128,14 @@ def steps_label(record: dict[str, Any]) -> str:
     return label
 
 
+def trial_pace(study: optuna.Study, number: int) -> float | None:
+    """Seconds per update of trial `number`'s proxy run (nas.trial records it; with the fidelity proxy
+    it is the final recipe's pace), or None for a trial stored without it."""
+    trials = study.get_trials(deepcopy=False)
+    pace = trials[number].user_attrs.get("step_s") if 0 <= number < len(trials) else None
+    return None if pace is None else float(pace)
+
+
 def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     feasible = [r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
     return max(feasible, key=lambda r: r["reward"]) if feasible else None

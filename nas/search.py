@@ -29,7 +29,7 @@ from .final import claim_final, finalists, is_done, run_final
 from .measure import latency_record, measure
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
-from .records import best_row, trial_rows
+from .records import best_row, trial_pace, trial_rows
 from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, recover, repeated_failure, slots_taken
@@ -169,12 +169,12 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig) -> tuple[float, floa
     if cfg.proxy != "fidelity" or cfg.final_steps <= 0:
         return None
     best = best_row(trial_rows(study))
-    trained = [t.user_attrs["seconds"]["total"] for t in study.trials
+    step_s = None if best is None else trial_pace(study, best["number"])
+    trained = [t.user_attrs["seconds"]["total"] for t in study.get_trials(deepcopy=False)
                if "step_s" in t.user_attrs and "duplicate_of" not in t.user_attrs and "seconds" in t.user_attrs]
-    if best is None or not trained or "step_s" not in study.trials[best["number"]].user_attrs:
+    if step_s is None or not trained:
         return None
     trial_s = statistics.median(trained)
-    step_s = study.trials[best["number"]].user_attrs["step_s"]
     return cfg.final_top_k * final_run_s(cfg.final_steps, step_s, trial_s), trial_s
 
 

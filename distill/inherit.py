@@ -128,14 +128,14 @@ def measure_importance(teacher: Teacher, ids: torch.Tensor, mask: torch.Tensor, 
     parts, dims = _parts(teacher), teacher.dims
     encoder = base_model(teacher.model)
     layers = encoder.encoder.layer
+    device = next(teacher.model.parameters()).device
     sums: dict[str, torch.Tensor] = {}
-    bi = torch.zeros(dims.layers, dtype=torch.float64)
+    bi = torch.zeros(dims.layers, dtype=torch.float64, device=device)  # summed where the teacher runs
     tokens = 0
 
     def add(key: str, value: torch.Tensor) -> None:
         sums[key] = sums[key] + value if key in sums else value
 
-    device = next(teacher.model.parameters()).device
     for start in range(0, ids.shape[0], batch_size):
         m = mask[start : start + batch_size].to(device).float()
         seen: dict[str, torch.Tensor] = {}
@@ -155,7 +155,8 @@ def measure_importance(teacher: Teacher, ids: torch.Tensor, mask: torch.Tensor, 
                                                   out.hidden_states[j + 1][real].float(), dim=-1)
             bi[j] += (1 - cos).double().sum()
         tokens += int(real.sum())
-    return _importance(sums, bi / max(tokens, 1), dims, ids.shape[0])
+    sums = {key: value.cpu() for key, value in sums.items()}  # the rankings and slicing happen on the CPU
+    return _importance(sums, bi.cpu() / max(tokens, 1), dims, ids.shape[0])
 
 
 def _hooks(encoder: nn.Module, layers, parts: _Parts, seen: dict[str, torch.Tensor]) -> list:

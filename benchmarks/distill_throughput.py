@@ -43,6 +43,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS,
                         help="training precision (the table in docs was measured in fp32; default: %(default)s)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the device's dense peak for the training dtype, for MFU (default: known GPUs' bf16 peak)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -74,6 +76,9 @@ def main() -> None:
             result = distill(spec, teacher, data, config, cache=cache if mode == "cached" else None, evaluator=evaluator)
             rates[mode].append(result.tokens_per_second)
     median = {mode: statistics.median(values) for mode, values in rates.items()}
+    peak = args.peak_tflops or _known_peak_tflops(device)
+    # Model FLOPs per real token: the student's forward at seq_len, x3 for forward + backward (teacher excluded).
+    train_flops_per_token = 3 * spec.flops(args.seq_len) / args.seq_len
     report = {
         "benchmark": "distill_throughput",
         "teacher": args.teacher, "teacher_layers": teacher.dims.layers, "student": spec.arch,
@@ -82,16 +87,31 @@ def main() -> None:
         "tokens_per_second": {"cached": round(median["cached"], 1), "live_teacher": round(median["live"], 1)},
         "all_rounds": {k: [round(v, 1) for v in vals] for k, vals in rates.items()},
         "speedup_cached_vs_live": round(median["cached"] / median["live"], 2),
+        "student_train_tflops": {mode: round(rate * train_flops_per_token / 1e12, 2) for mode, rate in median.items()},
+        "peak_tflops": peak,
+        "mfu": {mode: round(rate * train_flops_per_token / (peak * 1e12), 4) for mode, rate in median.items()} if peak else None,
         "cache_fill_seconds": round(fill_seconds, 2), "cache_bytes": cache.nbytes(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
         "torch_threads": torch.get_num_threads(), "precision": resolve_precision(args.precision, device),
         "versions": {"torch": torch.__version__, "python": platform.python_version()},
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
     out = Path(args.out or Path(__file__).parent / "results" /
                f"distill_throughput{'' if device.type == 'cpu' else '-' + device.type}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
+
+
+# Dense bf16 peaks (TFLOP/s) from the vendors' data sheets, without sparsity.
+_BF16_PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
+
+
+def _known_peak_tflops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in _BF16_PEAK_TFLOPS.items() if key in name), None)
 
 
 if __name__ == "__main__":

@@ -27,14 +27,16 @@ from ._progress import Progress
 from .config import SearchConfig
 from .final import claim_final, finalists, is_done, run_final
 from .measure import latency_record, measure
+from .neighbours import WIDER, ffn_neighbour
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_pace, trial_rows
 from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, recover, repeated_failure, slots_taken
+from .space import SearchSpace
 from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
-from .time_limit import FIRST_TRIALS, TRIAL_SHARE, TimeLimit, final_run_s
+from .time_limit import FIRST_TRIALS, TRIAL_SHARE, TimeLimit, final_run_s, pace_of
 from .trial import Objective, SearchContext, proxy_transfer_set
 
 TPE_STARTUP_TRIALS = FIRST_TRIALS  # under --timeout these start whatever the final run needs
@@ -132,7 +134,7 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
         done = counted_trials(study)
         if done >= cfg.trials:
             return
-        if limit is not None and not _trial_fits(study, cfg, limit, done, progress):
+        if limit is not None and not _trial_fits(study, cfg, objective.ctx.space, limit, done, progress):
             return
         if slots_taken(study) >= cfg.trials:
             progress.phase("waiting for other workers' last trials")
@@ -148,13 +150,14 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
         _show(study, out, progress)
 
 
-def _trial_fits(study: optuna.Study, cfg: SearchConfig, limit: TimeLimit, done: int, progress: Progress) -> bool:
+def _trial_fits(study: optuna.Study, cfg: SearchConfig, space: SearchSpace, limit: TimeLimit, done: int,
+                progress: Progress) -> bool:
     """Whether `limit` lets another trial start; when not, the summary says why."""
     rest = f"{done} of {cfg.trials} done; a rerun with a longer --timeout, or none, adds the rest"
     if not limit.trials_may_start(done):
         progress.note(f"--timeout {limit.seconds:g} s: {TRIAL_SHARE:.0%} of it is spent, so no further trial starts ({rest})")
         return False
-    forecast = _final_forecast(study, cfg) if done >= FIRST_TRIALS else None
+    forecast = _final_forecast(study, cfg, space) if done >= FIRST_TRIALS else None
     if forecast is not None and not limit.keeps_final_run(*forecast):
         progress.note(f"--timeout {limit.seconds:g} s: no further trial starts, so that the final run keeps its "
                       f"{cfg.final_steps} steps (about {forecast[0]:.0f} s at the trials' pace; {rest})")
@@ -162,10 +165,11 @@ def _trial_fits(study: optuna.Study, cfg: SearchConfig, limit: TimeLimit, done: 
     return True
 
 
-def _final_forecast(study: optuna.Study, cfg: SearchConfig) -> tuple[float, float] | None:
+def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) -> tuple[float, float] | None:
     """(the final stage's seconds at --final-steps for each of --final-top-k finalists, a trained
-    trial's median seconds), from the best trial's pace; None with the hs proxy, whose recipe is not
-    the final run's, or before any pace."""
+    trial's median seconds), from the best trial's pace, carried to its wider FFN neighbour where the
+    space has one (the final stage tries it first, `nas.neighbours`); None with the hs proxy, whose
+    recipe is not the final run's, or before any pace."""
     if cfg.proxy != "fidelity" or cfg.final_steps <= 0:
         return None
     best = best_row(trial_rows(study))
@@ -174,6 +178,9 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig) -> tuple[float, floa
                if "step_s" in t.user_attrs and "duplicate_of" not in t.user_attrs and "seconds" in t.user_attrs]
     if step_s is None or not trained:
         return None
+    wider = ffn_neighbour(space, best, WIDER, taken=set())
+    if wider is not None:
+        step_s = pace_of(step_s, best["arch"], wider["arch"], cfg.seq_len)
     trial_s = statistics.median(trained)
     return cfg.final_top_k * final_run_s(cfg.final_steps, step_s, trial_s), trial_s
 

@@ -79,6 +79,16 @@ def final_run_s(steps: int, step_s: float, trial_s: float) -> float:
     return steps * step_s + FINAL_OVERHEAD_TRIALS * trial_s
 
 
+def pace_of(step_s: float, measured: str, shipped: str, seq_len: int) -> float:
+    """The pace per update of shape `shipped`, from `step_s` measured on shape `measured`, in
+    proportion to their FLOPs per sequence (`StudentSpec.flops`). The final stage may ship the best
+    trial's wider FFN neighbour, which no trial timed: a forecast from the best trial's own pace ran
+    short by a quarter when it did (0.224 s measured on 3x12x384x1024, 0.278 s on 3x12x384x1280)."""
+    from core.spec import parse_arch
+
+    return step_s * parse_arch(shipped).flops(seq_len) / parse_arch(measured).flops(seq_len)
+
+
 def after_training_s(step_s: float, baselines_s: float) -> float:
     """Seconds a finalist still needs once trained, from work timed before its training: `step_s`
     per step of its shipped graph's export-and-read, and `baselines_s` (the teacher's held-out

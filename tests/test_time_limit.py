@@ -13,7 +13,7 @@ from nas import SearchConfig
 from nas.final import MIN_CONTINUED_STEPS
 from nas.records import steps_label
 from nas.time_limit import (FINAL_OVERHEAD_TRIALS, FIRST_TRIALS, MARGIN, STEPS_AFTER, TRIAL_SHARE, TimeLimit,
-                            after_training_s, fallback_s, final_run_s, marginal)
+                            after_training_s, fallback_s, final_run_s, marginal, pace_of)
 
 
 @pytest.mark.parametrize("done, pace, left, planned, expected", [
@@ -126,8 +126,8 @@ def _demo_like_study(best_step_s: float, trials: int = FIRST_TRIALS):
 
 
 @pytest.mark.parametrize("spent, done, proxy, starts", [
-    (200.0, FIRST_TRIALS, "fidelity", False),     # 200 + 25 + 1200 x 0.265 + 3 x 25 > 570: the final run keeps its steps
-    (100.0, FIRST_TRIALS, "fidelity", True),      # 100 + 25 + 393 <= 570: room for another trial
+    (200.0, FIRST_TRIALS, "fidelity", False),     # 200 + 25 + 1200 x 0.302 + 3 x 25 > 570: the final run keeps its steps
+    (100.0, FIRST_TRIALS, "fidelity", True),      # 100 + 25 + 437 <= 570: room for another trial
     (200.0, FIRST_TRIALS - 1, "fidelity", True),  # the sampler's random start always runs
     (200.0, FIRST_TRIALS, "hs", True),            # the hs proxy's pace is not the final recipe's: no forecast
     (290.0, FIRST_TRIALS, "hs", False),           # past TRIAL_SHARE: no trial whatever the proxy
@@ -138,11 +138,35 @@ def test_a_trial_starts_only_while_the_final_run_keeps_its_planned_steps(spent, 
 
     cfg = SearchConfig(timeout=570, proxy=proxy, final_steps=1200, trials=8)
     limit = TimeLimit(started=time.monotonic() - spent, seconds=570.0)
-    assert _trial_fits(_demo_like_study(best_step_s=0.265), cfg, limit, done, Progress(8, 0, False)) is starts
+    space = _minilm_space(cfg)
+    assert _trial_fits(_demo_like_study(best_step_s=0.265), cfg, space, limit, done, Progress(8, 0, False)) is starts
     said = capsys.readouterr().err
-    if not starts and proxy == "fidelity":
-        assert f"so that the final run keeps its 1200 steps (about 393 s at the trials' pace; {done} of 8 done" in said
+    if not starts and proxy == "fidelity":  # 1200 steps at the wider neighbour's pace (1.138 x 0.265 s) + 3 x 25 s
+        assert f"so that the final run keeps its 1200 steps (about 437 s at the trials' pace; {done} of 8 done" in said
     assert bool(said) is not starts
+
+
+def _minilm_space(cfg: SearchConfig, **overrides):
+    from types import SimpleNamespace
+
+    from nas.space import SearchSpace
+
+    space = cfg.resolve_space(SimpleNamespace(layers=6, heads=12, hidden=384, ffn=1536))
+    return SearchSpace(**{**{d: getattr(space, d) for d in ("layers", "hidden", "ffn")}, "heads": (),
+                          "head_size": space.head_size, **overrides})
+
+
+def test_the_forecast_runs_at_the_pace_of_the_wider_neighbour_the_final_stage_may_ship():
+    from nas.search import _final_forecast
+
+    cfg = SearchConfig(timeout=570, proxy="fidelity", final_steps=1200, trials=8)
+    study = _demo_like_study(best_step_s=0.265)  # the best trial: 1x12x384x1024
+    wider = pace_of(0.265, "1x12x384x1024", "1x12x384x1280", cfg.seq_len)
+    assert wider == pytest.approx(0.265 * 1.138, rel=1e-3)  # FLOPs per sequence of 64 tokens
+    assert _final_forecast(study, cfg, _minilm_space(cfg)) == pytest.approx((final_run_s(1200, wider, 25.0), 25.0))
+    # no wider FFN in the space: the best trial's own pace
+    narrow = _minilm_space(cfg, ffn=(256, 512, 1024))
+    assert _final_forecast(study, cfg, narrow) == pytest.approx((final_run_s(1200, 0.265, 25.0), 25.0))
 
 
 def test_a_finalist_at_the_budgets_edge_leaves_time_for_the_candidate_after_it():

@@ -199,7 +199,8 @@ def test_the_final_run_may_go_past_final_steps_only_under_a_timeout():
     from core.errors import InputError
 
     assert SearchConfig().final_most == 1200  # no time limit: the same work on every host
-    assert SearchConfig(timeout=570).final_most == 2400  # the default: twice final_steps
+    assert SearchConfig(timeout=570).final_most == 12000  # the default: ten times final_steps
+    assert SearchConfig(timeout=570).rows_for(12000) == 76800  # at five passes: the news corpus holds 79,148
     assert SearchConfig(timeout=570, final_max_steps=1200).final_most == 1200  # never more
     assert SearchConfig(timeout=570, final_steps=300, final_max_steps=900).final_most == 900
     with pytest.raises(InputError, match=r"final_max_steps=2400 needs a timeout"):

@@ -23,11 +23,13 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
 from distill import DistillConfig, Evaluator, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch  # noqa: E402
 from distill.loop import PRECISIONS, resolve_precision  # noqa: E402
+from _mfu import known_peak_tflops, mfu, train_flops_per_token  # noqa: E402
 from latency import cpu_model  # noqa: E402
 
 
@@ -76,9 +78,9 @@ def main() -> None:
             result = distill(spec, teacher, data, config, cache=cache if mode == "cached" else None, evaluator=evaluator)
             rates[mode].append(result.tokens_per_second)
     median = {mode: statistics.median(values) for mode, values in rates.items()}
-    peak = args.peak_tflops or _known_peak_tflops(device)
-    # Model FLOPs per real token: the student's forward at seq_len, x3 for forward + backward (teacher excluded).
-    train_flops_per_token = 3 * spec.flops(args.seq_len) / args.seq_len
+    # Model FLOPs per real token of the student alone (the teacher excluded), against the device's peak.
+    peak = args.peak_tflops or (known_peak_tflops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None)
+    per_token = train_flops_per_token(spec, args.seq_len)
     report = {
         "benchmark": "distill_throughput",
         "teacher": args.teacher, "teacher_layers": teacher.dims.layers, "student": spec.arch,
@@ -87,9 +89,9 @@ def main() -> None:
         "tokens_per_second": {"cached": round(median["cached"], 1), "live_teacher": round(median["live"], 1)},
         "all_rounds": {k: [round(v, 1) for v in vals] for k, vals in rates.items()},
         "speedup_cached_vs_live": round(median["cached"] / median["live"], 2),
-        "student_train_tflops": {mode: round(rate * train_flops_per_token / 1e12, 2) for mode, rate in median.items()},
+        "student_train_tflops": {mode: round(rate * per_token / 1e12, 2) for mode, rate in median.items()},
         "peak_tflops": peak,
-        "mfu": {mode: round(rate * train_flops_per_token / (peak * 1e12), 4) for mode, rate in median.items()} if peak else None,
+        "mfu": {mode: round(mfu(rate, spec, args.seq_len, peak), 4) for mode, rate in median.items()} if peak else None,
         "cache_fill_seconds": round(fill_seconds, 2), "cache_bytes": cache.nbytes(),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
         "torch_threads": torch.get_num_threads(), "precision": resolve_precision(args.precision, device),
@@ -101,17 +103,6 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
-
-
-# Dense bf16 peaks (TFLOP/s) from the vendors' data sheets, without sparsity.
-_BF16_PEAK_TFLOPS = {"H100 PCIe": 756.0, "H100": 989.4, "H200": 989.4, "A100": 312.0}
-
-
-def _known_peak_tflops(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in _BF16_PEAK_TFLOPS.items() if key in name), None)
 
 
 if __name__ == "__main__":

@@ -20,16 +20,17 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
+from _mfu import known_peak_tflops, mfu  # noqa: E402
 from core.spec import parse_arch  # noqa: E402
 
 MODES = ("eager", "sdpa", "sdpa-compile")
-BF16_PEAK_TFLOPS = 989.4  # H100 SXM / H200 dense bf16, without sparsity
 
 
-def measure(spec, mode: str, batch: int, seq: int, steps: int, device: str) -> dict:
+def measure(spec, mode: str, batch: int, seq: int, steps: int, device: str, peak: float | None) -> dict:
     from transformers import BertModel
 
     config = spec.to_config()
@@ -59,9 +60,8 @@ def measure(spec, mode: str, batch: int, seq: int, steps: int, device: str) -> d
     warmup = timed(3)  # compile happens here
     seconds = timed(steps) / steps
     tokens_per_s = batch * seq / seconds
-    flops_per_token = 3 * spec.flops(seq) / seq  # forward + backward
     return {"mode": mode, "batch": batch, "seq": seq, "step_ms": round(seconds * 1e3, 2),
-            "tokens_per_s": round(tokens_per_s), "mfu": round(tokens_per_s * flops_per_token / (BF16_PEAK_TFLOPS * 1e12), 4),
+            "tokens_per_s": round(tokens_per_s), "mfu": round(mfu(tokens_per_s, spec, seq, peak), 4) if peak else None,
             "warmup_s": round(warmup, 1)}
 
 
@@ -78,14 +78,15 @@ def main() -> None:
     if unknown := [m for m in modes if m not in MODES]:
         parser.exit(2, f"--modes {','.join(unknown)}: not a mode; allowed: {', '.join(MODES)}\n")
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    peak = known_peak_tflops(torch.cuda.get_device_name()) if device == "cuda" else None
     spec = parse_arch(args.arch, vocab_size=30522, max_position=512, type_vocab_size=2, pad_token_id=0)
     rows = []
     for mode in modes:
         for batch in (int(b) for b in args.batch_sizes.split(",")):
-            rows.append(measure(spec, mode, batch, args.seq_len, args.steps, device))
+            rows.append(measure(spec, mode, batch, args.seq_len, args.steps, device, peak))
             print(json.dumps(rows[-1]), flush=True)
     report = {"benchmark": "student_step_mfu", "arch": args.arch, "precision": "bf16 autocast",
-              "peak_tflops": BF16_PEAK_TFLOPS, "rows": rows,
+              "peak_tflops": peak, "rows": rows,
               "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor(),
               "versions": {"torch": torch.__version__, "python": platform.python_version()},
               "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])}

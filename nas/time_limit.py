@@ -22,6 +22,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from core.spec import parse_arch
+
 TRIAL_SHARE = 0.5
 # Trials that start whatever the final run's forecast says: the sampler's random start (TPE's startup
 # trials, nas.search.TPE_STARTUP_TRIALS); before them a proposal is not informed by any result.
@@ -84,8 +86,6 @@ def pace_of(step_s: float, measured: str, shipped: str, seq_len: int) -> float:
     proportion to their FLOPs per sequence (`StudentSpec.flops`). The final stage may ship the best
     trial's wider FFN neighbour, which no trial timed: a forecast from the best trial's own pace ran
     short by a quarter when it did (0.224 s measured on 3x12x384x1024, 0.278 s on 3x12x384x1280)."""
-    from core.spec import parse_arch
-
     return step_s * parse_arch(shipped).flops(seq_len) / parse_arch(measured).flops(seq_len)
 
 

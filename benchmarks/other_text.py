@@ -75,6 +75,7 @@ def transfer(which: str, news: int):
 
 def main() -> int:
     from distill import DistillConfig, distill, parse_arch
+    from nas.config import SearchConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
@@ -85,17 +86,19 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "other_text.json")
     args = parser.parse_args()
 
-    runs = []
+    product, runs = SearchConfig(), []
     for which in args.sets:
         setup, data, cache = transfer(which, args.news)
-        config = DistillConfig(method="embed", embed_terms="mse+cos+rel", steps=args.steps, batch_size=32, lr=1e-3,
-                               layer_rule="even", dropout=0.0, eval_every=0, precision=args.precision, progress=False)
+        # The final run's recipe as the search runs it: its method, default terms, batch and peak rate.
+        config = DistillConfig(method=product.final_method, steps=args.steps, batch_size=product.final_batch_size,
+                               lr=product.final_lr, layer_rule="even", eval_every=0, precision=args.precision,
+                               progress=False).for_method(product.final_method)
         started = time.perf_counter()
         result = distill(parse_arch(args.arch, **setup.teacher.student_sizes()), setup.teacher, data, config, cache=cache)
         scored = setup.fidelity(result.student)
         tokens = int(data.train_mask.sum())
         run = {"set": which, "arch": args.arch, "rows": data.num_train, "tokens_per_row": round(tokens / data.num_train, 1),
-               "steps": args.steps, "passes": round(args.steps * 32 / data.num_train, 1), "precision": result.precision,
+               "steps": args.steps, "passes": round(args.steps * config.batch_size / data.num_train, 1), "precision": result.precision,
                "seconds": round(time.perf_counter() - started, 1), "loop_seconds": round(result.seconds, 1),
                "spearman": round(scored["spearman"], 4), "mean_cosine": round(scored["mean_cosine"], 4)}
         print(json.dumps(run), flush=True)

@@ -104,6 +104,8 @@ def main() -> int:
     parser.add_argument("--corpus", default="news")
     parser.add_argument("--finetune", action="store_true", help="also fine-tune every row (3 seeds; slow on CPU)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="default: all three")
+    parser.add_argument("--finetune-lr", type=float, default=None,
+                        help="fine-tuning peak learning rate (default: kdnas evaluate's)")
     parser.add_argument("--finetune-train", type=int, default=None,
                         help="fine-tuning examples per task (default: the whole training split)")
     parser.add_argument("--no-latency", action="store_true",
@@ -116,7 +118,9 @@ def main() -> int:
     baselines = build_baselines(args.students[0], args.teacher, args.corpus, args.work)
     measures = ("fidelity", "probe") + (("finetune",) if args.finetune else ())
     # Fine-tuning with unfrozen embeddings, 3 epochs, on the full training splits unless --finetune-train caps them.
-    config = FinetuneConfig(train_size=args.finetune_train, eval_size=None, freeze_embeddings=False, progress=False)
+    rate = {} if args.finetune_lr is None else {"lr": args.finetune_lr}
+    config = FinetuneConfig(train_size=args.finetune_train, eval_size=None, freeze_embeddings=False, progress=False,
+                            **rate)
     models = [str(s) for s in args.students] + [str(p) for p in baselines.values()]
     report = evaluate(models, args.tasks, config, teacher=args.teacher, measures=measures, latency=not args.no_latency,
                       quality=QualityConfig(corpus=args.corpus), log=lambda m: print(m, file=sys.stderr, flush=True))

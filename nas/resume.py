@@ -82,6 +82,19 @@ def _final_failure(trial: optuna.trial.FrozenTrial) -> bool:
     return trial.state == TrialState.FAIL and is_retry(trial) and trial.user_attrs.get("fail_kind") != "interrupted"
 
 
+def claim_retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether this worker queues the retry of the failed `trial`. Workers that see a failure
+    together would each queue it (two retries were seen in a three-worker PostgreSQL run); the claim
+    is a study named `<study>:retry:<trial id>` created through the storage, atomic in every Optuna
+    storage (as nas.final.claim_final), so exactly one of them does. The storage's trial id, not the
+    trial's number: a study deleted and created again under its name numbers its trials anew."""
+    try:
+        optuna.create_study(storage=study._storage, study_name=f"{study.study_name}:retry:{trial._trial_id}")
+        return True
+    except optuna.exceptions.DuplicatedStudyError:
+        return False
+
+
 def enqueue_retries(study: optuna.Study) -> list[int]:
     """Queue once the parameters of every failed trial not yet retried; a failed retry is not
     retried again (its shape has failed twice), except after a Ctrl-C."""
@@ -90,7 +103,8 @@ def enqueue_retries(study: optuna.Study) -> list[int]:
     queued = []
     for trial in trials:
         if (trial.state == TrialState.FAIL and trial.user_attrs.get("fail_kind") in RETRYABLE
-                and trial.number not in retried and trial.params and not _final_failure(trial)):
+                and trial.number not in retried and trial.params and not _final_failure(trial)
+                and claim_retry(study, trial)):
             study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False)
             queued.append(trial.number)
     return queued

@@ -7,7 +7,8 @@
 
 RDB storages (SQLite, PostgreSQL) get Optuna's heartbeat: a worker that dies leaves a RUNNING trial
 whose heartbeat stops; after the grace period the next worker to start a trial marks it FAIL and
-`RetryHeartbeatStaleTrialCallback(max_retry=1)` queues its shape once more. Journal storage has no
+`RetryHeartbeatStaleTrialCallback(max_retry=1)` queues its shape once more — after the same claim
+as kdnas's own retries (`nas.resume.claim_retry`), so a failure is retried once in all. Journal storage has no
 heartbeat; there `nas.resume` keeps the worker's pid and last sign of life instead.
 
 Nothing here writes to an existing study before its settings were compared, so bad input never
@@ -34,6 +35,7 @@ except ImportError:  # Windows: no advisory locks; concurrent first opens stay a
 from core.errors import KdnasError, InputError, StorageError, first_line
 
 from ._io import atomic_write_text
+from .resume import claim_retry
 
 SETTINGS_ATTR = "kdnas_settings"
 HEARTBEAT_S = 30  # a running trial writes its heartbeat this often ...
@@ -81,7 +83,12 @@ def _open(url: str, must_exist: bool, heartbeat_s: int, grace_s: int) -> optuna.
 
 def _heartbeat(interval_s: int, grace_s: int) -> dict[str, Any]:
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
-    return {"heartbeat_interval": interval_s, "grace_period": grace_s, "heartbeat_stale_trial_callback": retry}
+
+    def claimed_retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if claim_retry(study, trial):  # the same claim as kdnas's own retries: one retry in all
+            retry(study, trial)
+
+    return {"heartbeat_interval": interval_s, "grace_period": grace_s, "heartbeat_stale_trial_callback": claimed_retry}
 
 
 def _server_storage(url: str, heartbeat: dict[str, Any], attempts: int = 5) -> optuna.storages.RDBStorage:

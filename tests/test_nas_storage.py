@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from core.errors import KdnasError
-from nas.resume import counted_trials, enqueue_retries, fail_stale_trials, worker_identity
+from nas.resume import claim_retry, counted_trials, enqueue_retries, fail_stale_trials, worker_identity
 from nas.storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage
 
 
@@ -80,6 +80,26 @@ def test_trials_of_dead_workers_are_failed_and_retried_once(tmp_path, kind):
     assert len(waiting) == 1 and waiting[0].user_attrs["retry_of"] == dead.number
     assert waiting[0].system_attrs["fixed_params"] == frozen[dead.number].params  # asked again as is
     assert counted_trials(study) == 1  # the stale failure counts through its retry, not itself
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_workers_that_see_one_failure_together_queue_one_retry(tmp_path, kind):
+    """Two workers' recover() can read the same failed trial before either has queued its retry (two
+    retries were seen with three PostgreSQL workers): the retry goes to the worker that claims it."""
+    url = default_storage_url(tmp_path) if kind == "sqlite" else f"journal:{tmp_path}/journal.log"
+    study = optuna.create_study(storage=open_storage(url), study_name="s", direction="maximize")
+    dead = study.ask({"layers": optuna.distributions.IntDistribution(1, 6)})
+    dead.set_user_attr("worker", _dead_worker())
+    dead.set_user_attr("alive_at", time.time())
+    assert fail_stale_trials(study, stale_after_s=3600) == [dead.number]
+    other = optuna.load_study(study_name="s", storage=open_storage(url))  # a second worker's handle
+
+    failed = other.get_trials(states=(TrialState.FAIL,))[0]
+    assert claim_retry(other, failed)  # the other worker got there first, its retry not yet queued
+    assert enqueue_retries(study) == []  # so this one queues none
+    assert not claim_retry(study, failed) and not claim_retry(other, failed)  # nor does anyone again
+    assert study.get_trials(states=(TrialState.WAITING,)) == []
+    assert "s" in optuna.get_all_study_names(storage=open_storage(url))
 
 
 def test_silent_worker_on_another_host_goes_stale_after_the_grace_time(tmp_path):

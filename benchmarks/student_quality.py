@@ -95,6 +95,7 @@ def verdicts(report: dict, students: list[str], baselines: list[str]) -> dict[st
 
 
 def main() -> int:
+    from core.errors import InputError
     from evaluation import FinetuneConfig, evaluate
     from evaluation import QualityConfig
 
@@ -104,8 +105,8 @@ def main() -> int:
     parser.add_argument("--corpus", default="news")
     parser.add_argument("--finetune", action="store_true", help="also fine-tune every row (3 seeds; slow on CPU)")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="default: all three")
-    parser.add_argument("--finetune-lr", type=float, default=None,
-                        help="fine-tuning peak learning rate (default: kdnas evaluate's)")
+    parser.add_argument("--finetune-lr", type=float, default=FinetuneConfig.lr,
+                        help="fine-tuning peak learning rate (default: kdnas evaluate's, %(default)s)")
     parser.add_argument("--finetune-train", type=int, default=None,
                         help="fine-tuning examples per task (default: the whole training split)")
     parser.add_argument("--no-latency", action="store_true",
@@ -114,13 +115,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "student_quality.json")
     args = parser.parse_args()
     refuse_non_students(args.students)
+    # Fine-tuning with unfrozen embeddings, 3 epochs, on the full training splits unless --finetune-train caps them;
+    # made before any work, so that a bad rate or size is refused in one line.
+    try:
+        config = FinetuneConfig(lr=args.finetune_lr, train_size=args.finetune_train, eval_size=None,
+                                freeze_embeddings=False, progress=False)
+    except InputError as err:
+        print(f"student_quality.py: {err}", file=sys.stderr)
+        return 2
 
     baselines = build_baselines(args.students[0], args.teacher, args.corpus, args.work)
     measures = ("fidelity", "probe") + (("finetune",) if args.finetune else ())
-    # Fine-tuning with unfrozen embeddings, 3 epochs, on the full training splits unless --finetune-train caps them.
-    rate = {} if args.finetune_lr is None else {"lr": args.finetune_lr}
-    config = FinetuneConfig(train_size=args.finetune_train, eval_size=None, freeze_embeddings=False, progress=False,
-                            **rate)
     models = [str(s) for s in args.students] + [str(p) for p in baselines.values()]
     report = evaluate(models, args.tasks, config, teacher=args.teacher, measures=measures, latency=not args.no_latency,
                       quality=QualityConfig(corpus=args.corpus), log=lambda m: print(m, file=sys.stderr, flush=True))

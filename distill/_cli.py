@@ -75,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "largest block influence (default: %(default)s)")
     p.add_argument("--embed-terms", default=None,
                    help=f"embed method: '+'-joined terms of {', '.join(EMBED_TERMS)} (default: {EMBED_DEFAULT_TERMS})")
+    p.add_argument("--augment", type=float, default=d.augment, metavar="SHARE",
+                   help="share of the batches whose tokens are perturbed (15 %% replaced by other words of the "
+                        "batch), the teacher labelling them live: for a transfer set seen many times over; costs "
+                        "a teacher pass on each such batch (default: %(default)s)")
     p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
                    help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda (default: %(default)s)")
@@ -107,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
         layer_map=args.layer_map, relation_heads=args.relation_heads, teacher_layer=args.teacher_layer,
         ckd_overlap=args.ckd_overlap, alp_scope=args.alp_scope, temperature=args.temperature, init=args.init, seed=args.seed,
-        layer_rule=args.layer_rule, embed_terms=args.embed_terms, device=args.device, precision=args.precision,
+        layer_rule=args.layer_rule, embed_terms=args.embed_terms, augment=args.augment, device=args.device,
+        precision=args.precision,
         progress=not args.quiet,
     )
     if (notice := emulation_notice(config.precision, resolve_device(config.device))) is not None:

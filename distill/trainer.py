@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .activations import Activations, ModelDims
+from .augment import substitute_tokens
 from .cache import TeacherCache
 from .data import TransferSet
 from core.errors import InputError, TrainingError, check_choice
@@ -64,6 +65,9 @@ class DistillConfig:
     temperature: float | None = None
     embed_terms: str | None = None
     mask_prob: float = 0.15
+    # Share of the batches whose tokens are perturbed, the teacher labelling them live (distill.augment):
+    # for a transfer set seen many times over. 0: every batch as the corpus has it.
+    augment: float = 0.0
     eval_layer_map: str = "uniform"
     # "inherit": the teacher's own layers, heads, neurons and channels (distill.inherit); "svd":
     # XtremeDistil's SVD-factorised teacher word embeddings, the rest random; "random".
@@ -92,6 +96,8 @@ class DistillConfig:
         if not 0 <= self.warmup < 1:
             raise InputError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
         check_choice("init", self.init, INITS)
+        if isinstance(self.augment, bool) or not isinstance(self.augment, (int, float)) or not 0 <= self.augment <= 1:
+            raise InputError(f"augment {self.augment!r} is invalid: the share of batches perturbed, 0 <= augment <= 1")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise InputError(f"dropout {self.dropout} is invalid: allowed 0 <= dropout < 1")
         check_choice("layer rule", self.layer_rule, LAYER_RULES)
@@ -296,6 +302,8 @@ class _Loop:
         self.ids, self.mask = data.split("train")
         self.mlm = method.student_needs().logits
         self.generator = torch.Generator().manual_seed(config.seed)
+        tok = teacher.tokenizer
+        self.special = torch.tensor([t for t in (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id) if t is not None])
         self.tokens = 0
 
     def run(self, until: float | None = None, up_to: int | None = None) -> tuple[dict, list[dict], float, float]:
@@ -367,11 +375,16 @@ class _Loop:
         width = int(self.mask[index].sum(1).max())
         ids, mask = self.ids[index, :width].to(self.device), self.mask[index, :width].to(self.device)
         loss_mask = mask
+        # A perturbed batch has no cached targets: the teacher labels it live (distill.augment).
+        perturbed = self.config.augment > 0 and float(torch.rand((), generator=self.generator)) < self.config.augment
+        if perturbed:
+            ids = substitute_tokens(ids, mask, self.special, self.generator)
         if self.mlm:
             ids, loss_mask = _mask_tokens(ids, mask, self.teacher.tokenizer, self.config.mask_prob, self.generator)
         needs = self.method.teacher_needs()
-        if self.cache is None:
-            t_acts = self.teacher.activations(ids, mask, needs)
+        if self.cache is None or perturbed:
+            with torch.no_grad():
+                t_acts = self.teacher.activations(ids, mask, needs)
         else:
             t_acts = self.cache.batch("train", index, needs, width=width).to(self.device)
         s_acts = activations(self.student, ids, mask, self.method.student_needs())

@@ -52,6 +52,7 @@ def in_process(capsys, *args) -> tuple[int, str]:
     (["--method", "magic"], "method 'magic' is invalid: allowed hs, minilmv2"),
     (["--method", "minilm", "--arch", "2x4x64x128"], "needs equal attention heads"),
     (["--steps", "0"], "--steps 0 is invalid"),
+    (["--augment", "2"], "augment 2.0 is invalid: the share of batches perturbed, 0 <= augment <= 1"),
     (["--method", "hs", "--relation-heads", "4"], "does not apply to method 'hs'"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, args, message):

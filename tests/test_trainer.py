@@ -92,6 +92,9 @@ def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path
     (dict(lr=-1.0), "learning rate -1.0 is invalid"),
     (dict(init="zeros"), "init 'zeros' is invalid"),
     (dict(precision="half"), "precision 'half' is invalid: allowed auto, bf16, fp32"),
+    (dict(augment=1.5), r"augment 1.5 is invalid: the share of batches perturbed, 0 <= augment <= 1"),
+    (dict(augment=float("nan")), "augment nan is invalid"),
+    (dict(augment=True), "augment True is invalid"),
 ])
 def test_bad_config_values(bad, message):
     with pytest.raises(KdnasError, match=message):
@@ -241,3 +244,41 @@ def test_bf16_distillation_learns_like_fp32_and_says_which_it_ran(teacher, small
     assert next(runs["bf16"].student.parameters()).dtype == torch.float32
     fp32, bf16 = (runs[p].metrics["l_hs_norm"] for p in ("fp32", "bf16"))
     assert abs(fp32 - bf16) < 0.02, (fp32, bf16)
+
+
+def test_substituted_tokens_come_from_the_batch_and_spare_special_tokens_and_padding():
+    from distill.augment import substitute_tokens
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 2000, (64, 40), generator=g)
+    ids[:, 0], ids[:, 30], ids[:, 31:] = 101, 102, 0  # [CLS] ... [SEP] then padding
+    mask = (ids != 0).long()
+    out = substitute_tokens(ids, mask, torch.tensor([101, 102, 0]), torch.Generator().manual_seed(1), share=0.15)
+    changed = out != ids
+    assert not changed[:, [0, 30]].any() and (out[:, 31:] == 0).all()  # specials and padding untouched
+    real = ids[:, 1:30]
+    share = changed.sum().item() / real.numel()
+    assert 0.10 < share < 0.16, share  # about 15 % chosen (a draw may pick the token it replaces)
+    assert set(out[changed].tolist()) <= set(real.flatten().tolist())  # words of the batch, not of the vocabulary
+    again = substitute_tokens(ids, mask, torch.tensor([101, 102, 0]), torch.Generator().manual_seed(1), share=0.15)
+    assert torch.equal(out, again) and not torch.equal(ids, out)
+
+
+def test_perturbed_batches_are_labelled_by_the_teacher_live(teacher, small_data, cache, monkeypatch):
+    # A perturbed batch has no cached target: the teacher must see exactly the input the student sees.
+    spec = parse_arch("1x4x64x128", **teacher.student_sizes())
+    config = DistillConfig(method="hs", steps=4, batch_size=8, progress=False)
+    plain = distill(spec, teacher, small_data, config, cache=cache)  # also fills the cache
+    seen = []
+    real = teacher.activations
+    monkeypatch.setattr(teacher, "activations", lambda ids, mask, needs: seen.append((ids.clone(), mask.clone()))
+                        or real(ids, mask, needs))
+    again = distill(spec, teacher, small_data, config, cache=cache)
+    assert seen == [] and again.history == plain.history  # every target from the cache; augment 0 draws nothing
+    perturbed = distill(spec, teacher, small_data, dataclasses.replace(config, augment=1.0), cache=cache)
+    assert len(seen) == 4
+    corpus = {tuple(row[row != teacher.tokenizer.pad_token_id].tolist()) for row in small_data.train_ids}
+    for ids, mask in seen:  # perturbed copies of training rows, not the rows as the corpus has them
+        rows = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
+        assert sum(row not in corpus for row in rows) >= len(rows) // 2
+    assert plain.history[-1]["train_loss"] != perturbed.history[-1]["train_loss"]

@@ -163,7 +163,7 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
 
 def _final_flags(p: argparse.ArgumentParser, d) -> None:
     from distill.data import UNITS
-    from .config import FINAL_EXTEND, FINAL_MAX_PASSES
+    from .config import AUGMENT_SHARE, FINAL_EXTEND, FINAL_MAX_PASSES
 
     fin = p.add_argument_group("after the search")
     fin.add_argument("--final-steps", type=int, default=d.final_steps,
@@ -179,6 +179,10 @@ def _final_flags(p: argparse.ArgumentParser, d) -> None:
                      help="distillation method of the final run (default: %(default)s: token states + pooled "
                           "embedding + in-batch similarities)")
     fin.add_argument("--final-lr", type=float, default=d.final_lr, help="peak learning rate of the final run (default: %(default)s)")
+    fin.add_argument("--final-augment", type=float, default=d.final_augment, metavar="SHARE",
+                     help="share of the final run's batches whose tokens are perturbed, the teacher labelling them "
+                          f"(default: {AUGMENT_SHARE} where the corpus is too small for --final-steps to see each "
+                          f"row at most {FINAL_MAX_PASSES} times, else 0)")
     fin.add_argument("--final-batch-size", type=int, default=d.final_batch_size, help="default: %(default)s")
     fin.add_argument("--final-unit", default=d.final_unit, choices=list(UNITS),
                      help="training rows of the final run: one sentence each, or windows of running text "

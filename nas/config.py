@@ -30,7 +30,8 @@ PROXIES = ("fidelity", "hs")
 # Fields that may differ between runs of one study (how much is done, where it goes, how it is
 # shown); every other field defines the study. `space` and `device` enter the settings resolved.
 RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_overrides", "final_steps",
-                      "final_train", "final_top_k", "final_method", "final_batch_size", "final_lr", "final_unit",
+                      "final_train", "final_top_k", "final_method", "final_batch_size", "final_lr", "final_augment",
+                      "final_unit",
                       "quality_sentences", "reference", "device", "progress", "stale_after_s",
                       "timeout", "final_max_steps", "cache_dir"})
 SAMPLERS = ("tpe", "nsga2", "random")
@@ -47,6 +48,12 @@ FINAL_MAX_PASSES = 5
 # 6,000 / 12,000 fp32 steps (long_budget_mse.json; docs/design/final-recipe.md). A fast host (a GPU
 # trains the demo's 1,200 steps in 18 s) spends its minutes on them instead of ending early.
 FINAL_EXTEND = 10
+# Share of a final run's batches perturbed (distill.augment) when its corpus is too small for
+# FINAL_MAX_PASSES: the sentences it has are then seen more often, and perturbed copies stand in for
+# part of the text that is missing. The demo's student, 2,400 fp32 steps on 7,680 news sentences seen
+# ten times: rho 0.908 plain, 0.915 with half the batches perturbed, 0.919 on 15,360 sentences
+# (benchmarks/results/augment.json; docs/design/final-recipe.md).
+AUGMENT_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,9 @@ class SearchConfig:
     # steps (+0.001 to +0.002; benchmarks/results/final_terms.json). The fidelity proxy keeps the
     # rate its ranking was measured at (nas.trial.PROXY_FINAL_LR).
     final_lr: float = 1e-3
+    # Share of the final run's batches perturbed (distill.augment); None: AUGMENT_SHARE where the corpus
+    # holds too few rows for FINAL_MAX_PASSES over `final_steps`, else none (`augment_for`).
+    final_augment: float | None = None
     # One sentence per training row, the unit the embedding is used on (windows of running text are
     # the proxy's). Measured on MiniLM, 3x12x384x1536, 300 steps: fidelity rho 0.853 vs 0.829.
     final_unit: str = "sentence"
@@ -204,6 +214,10 @@ class SearchConfig:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise InputError(f"learning rate {name}={value!r} must be a positive number")
+        if self.final_augment is not None and (isinstance(self.final_augment, bool)
+                                               or not isinstance(self.final_augment, (int, float))
+                                               or not 0 <= self.final_augment <= 1):
+            raise InputError(f"final augment {self.final_augment!r} must be the share of batches perturbed, 0 to 1")
         check_choice("init", self.init, INITS)
         check_choice("layer rule", self.layer_rule, LAYER_RULES)
         check_choice("final unit", self.final_unit, UNITS)
@@ -231,6 +245,14 @@ class SearchConfig:
         """Training rows for a final run of `steps`: at least `final_train`, and no row seen more than
         FINAL_MAX_PASSES times (a run that `--timeout` lets go on grows its set to this)."""
         return max(self.final_train, math.ceil(steps * self.final_batch_size / FINAL_MAX_PASSES))
+
+    def augment_for(self, rows: int) -> float:
+        """The final run's share of perturbed batches on a transfer set of `rows` training rows:
+        `final_augment`, or AUGMENT_SHARE when `final_steps` would see them more than FINAL_MAX_PASSES
+        times (the corpus held no more than `rows`), else 0."""
+        if self.final_augment is not None:
+            return float(self.final_augment)
+        return AUGMENT_SHARE if self.final_steps * self.final_batch_size > FINAL_MAX_PASSES * rows else 0.0
 
     @property
     def final_most(self) -> int:

@@ -35,6 +35,7 @@ from distill.trainer import resolve_device
 from core.errors import InputError
 
 from ._io import atomic_write_text
+from .config import FINAL_MAX_PASSES
 from .measure import beside_teacher, budget_latency, latency_record, measure
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from .records import pareto_front, trial_pace, trial_rows
@@ -68,7 +69,9 @@ def final_dir(out: Path, rank: int, arch: str) -> Path:
 def _recipe(cfg: Any) -> dict[str, Any]:
     """What decides a final run besides the trial: a rerun with another recipe trains again."""
     return {"steps": cfg.final_steps, "train": cfg.final_rows, "unit": cfg.final_unit, "method": cfg.final_method,
-            "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule}
+            "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule,
+            # only when set: a study resumed from before the option keeps its finalists
+            **({} if cfg.final_augment is None else {"augment": cfg.final_augment})}
 
 
 def _over_budget(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
@@ -389,7 +392,8 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
         "recipe": _recipe(cfg), "steps": res.steps, "steps_planned": cfg.final_steps, "steps_most": cfg.final_most,
         "timeout_s": cfg.timeout,
         "train": cfg.final_rows, "train_rows": res.rows or data.num_train,
-        "init": res.init, "precision": res.precision, "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
+        "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
+        "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
         "proxy_reward": row["reward"], **_origin_of(row), "quality": quality, **shipped, **drift,
         "seconds": {"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
                     "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),
@@ -405,6 +409,11 @@ def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until:
     """The final recipe's run, fitted to end by `until` when a --timeout set one; from the inherited
     student, or from `start`'s trained weights narrowed to `spec` (`distill.narrowed`)."""
     cfg, config, student = ctx.config, ctx.final_config(), None
+    config = replace(config, augment=cfg.augment_for(cache.data.num_train))
+    if config.augment and cfg.final_augment is None:
+        ctx.progress.note(f"{label}: the corpus gave {cache.data.num_train} {cfg.final_unit}s, too few for "
+                          f"{cfg.final_steps} steps to see each at most {FINAL_MAX_PASSES} times: {config.augment:.0%} "
+                          "of the batches are perturbed, the teacher labelling them (--final-augment 0: none)")
     if start is not None:
         student = _narrowed_start(ctx, cache, spec, start, label)
         config = replace(config, freeze_embeddings=True)  # frozen in the run it continues

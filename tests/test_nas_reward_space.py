@@ -141,6 +141,19 @@ def test_a_long_final_run_gets_enough_sentences_to_see_none_more_than_five_times
     assert SearchConfig(final_steps=600, final_train=4096).final_rows == 4096  # 4.7 passes
 
 
+def test_the_final_run_perturbs_batches_only_where_the_corpus_runs_short():
+    from nas.config import AUGMENT_SHARE, SearchConfig
+
+    assert SearchConfig().augment_for(7680) == 0.0  # the demo: five passes, text enough
+    long = SearchConfig(final_steps=40000)  # asks for 256,000 sentences; the news corpus holds 79,148
+    assert long.augment_for(long.final_rows) == 0.0 and long.augment_for(79148) == AUGMENT_SHARE == 0.5
+    assert SearchConfig(final_steps=40000, final_augment=0).augment_for(79148) == 0.0  # turned off
+    assert SearchConfig(final_augment=0.25).augment_for(7680) == 0.25  # asked for
+    for bad in (1.5, -0.1, float("nan"), True):
+        with pytest.raises(KdnasError, match="final augment .* must be the share of batches perturbed, 0 to 1"):
+            SearchConfig(final_augment=bad)
+
+
 def test_a_scored_candidate_is_one_record_for_every_stage():
     from core.spec import StudentSpec
     from nas import SearchConfig

@@ -466,3 +466,21 @@ def test_a_timeout_with_time_to_spare_trains_past_final_steps_on_more_text(tmp_p
     record = json.loads((out / "best" / "distill.json").read_text())
     assert record["transfer_set"]["train"] == shipped["train_rows"]  # what the baselines are rebuilt from
     assert "60 steps (30 planned, more in the time --timeout 300 s left)" in (out / "best" / "README.md").read_text()
+
+
+@pytest.mark.slow  # a full search (60-130 s on 2 cores); the rule is tested in test_nas_reward_space, the loop in test_trainer
+def test_a_final_run_on_a_corpus_too_small_for_its_steps_perturbs_half_its_batches(tmp_path, news_texts):
+    # 24 documents of two sentences each: the final run's 40 steps of 8 would see each sentence more
+    # than five times, so half its batches are perturbed and labelled by the teacher live.
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("\n\n".join(" ".join(doc.split(". ")[:2]) for doc in news_texts[:24]) + "\n")
+    out = tmp_path / "run"
+    result = kdnas("search", "--out", str(out), "--corpus", str(corpus), "--trials", "1", "--layers", "1",
+                   "--heads", "12", "--hidden", "384", "--ffn", "256", "--budget-ms", "1000", "--proxy", "hs",
+                   "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "40", *TINY, "--quality-sentences", "0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    shipped = json.loads((out / "best" / "search.json").read_text())
+    assert shipped["augment"] == 0.5 and shipped["train_rows"] * 5 < 40 * 8, shipped["train_rows"]
+    assert "50% of the batches are perturbed, the teacher labelling them (--final-augment 0: none)" in result.stderr
+    assert "50% of the batches perturbed" in (out / "best" / "README.md").read_text()
+    assert json.loads((out / "best" / "distill.json").read_text())["config"]["augment"] == 0.5

@@ -164,6 +164,8 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     assert "(here 3.50 and 7.62 ms)" in paired and "the host had slowed" not in paired
     quick = write_model_card(tmp_path, {**entry, "precision": "fp32", "seconds": {"distill": 3.2}}, config).read_text()
     assert "| 50 steps on 1024 sequences (fp32, 3 s) |" in quick
+    perturbed = write_model_card(tmp_path, {**entry, "augment": 0.5}, config).read_text()
+    assert "| 50 steps on 1024 sequences, 50% of the batches perturbed |" in perturbed
     command = card.split("```bash\n", 1)[1].split("\n```", 1)[0]
     assert command == ("kdnas search --teacher minilm-l6 --corpus news --out 'runs/demo dir' --trials 20 "
                        "--budget-ms 8.0 --layers 2-4 --no-prune --final-steps 50")

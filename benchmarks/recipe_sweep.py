@@ -6,7 +6,7 @@ rows of `--seq-len` tokens) for `--steps` steps of `--batch-size`; every run is 
 embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, 4,000 pairs of 1,000 held-out
 corpus sentences) and the mean cosine to the teacher's embedding. `--checkpoints N` also scores the
 student every N steps of the same run; `--precision auto fp32` runs each recipe in both, `--seed 0 1`
-with both batch orders.
+with both batch orders, `--augment 0 0.5` without and with half the batches perturbed (distill.augment).
 
     python benchmarks/recipe_sweep.py --arch 3x12x384x1536 --unit sentence --steps 300 \\
         "embed=tok+cos+rel:even:3e-4" "hs:even:3e-4"
@@ -47,6 +47,8 @@ def main() -> int:
     parser.add_argument("--checkpoints", type=int, default=0)
     parser.add_argument("--precision", nargs="+", default=["auto"],
                         help="run every recipe in each of these precisions (auto, bf16, fp32), side by side")
+    parser.add_argument("--augment", type=float, nargs="+", default=[0.0],
+                        help="run every recipe with each of these shares of perturbed batches (distill.augment)")
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
                         help="run every recipe with each of these seeds (the order of the batches)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
@@ -65,13 +67,14 @@ def main() -> int:
         return {"spearman": round(f["spearman"], 4), "mean_cosine": round(f["mean_cosine"], 4)}
 
     runs = []
-    for recipe, precision, seed in [(r, p, s) for r in args.recipes for p in args.precision for s in args.seed]:
+    for recipe, precision, seed, augment in [(r, p, s, a) for r in args.recipes for p in args.precision
+                                             for s in args.seed for a in args.augment]:
         method, rule, lr = recipe.split(":")
         method, _, terms = method.partition("=")
         config = DistillConfig(method=method, steps=args.steps, batch_size=args.batch_size, lr=float(lr),
                                layer_rule=rule, embed_terms=terms or None, progress=False,
                                dropout=None if args.dropout < 0 else args.dropout,
-                               eval_every=args.checkpoints, precision=precision, seed=seed)
+                               eval_every=args.checkpoints, precision=precision, seed=seed, augment=augment)
         checkpoints: list[dict] = []
         evaluator = _Scoring(Evaluator(cache, strategy=config.eval_layer_map), score)
 
@@ -86,7 +89,7 @@ def main() -> int:
         result = distill(spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval)
         run = {"recipe": recipe, "arch": args.arch, "unit": args.unit, "train": data.num_train,
                "seq_len": args.seq_len, "steps": args.steps, "batch_size": args.batch_size, "dropout": args.dropout,
-               "seed": seed,
+               "seed": seed, "augment": augment,
                "precision": result.precision, "seconds": round(time.perf_counter() - started, 1),
                # the steps and evaluations alone (the first run also pays for the teacher's targets)
                "loop_seconds": round(result.seconds, 1), "l_hs_norm": round(result.metrics["l_hs_norm"], 4),

@@ -129,7 +129,7 @@ def _distillation(entry: dict[str, Any]) -> str:
     """Steps, rows, and what the training ran in: the same steps differ in time, not in fidelity,
     between bf16 and fp32 (docs/design/final-recipe.md)."""
     text = f"{steps_label(entry)} on {entry.get('train_rows', entry.get('train'))} sequences"
-    if entry.get("augment"):  # distill.augment: the corpus ran short of rows for the steps
+    if entry.get("augment"):  # distill.augment: the corpus ran short of rows for the steps, or --final-augment
         text += f", {entry['augment']:.0%} of the batches perturbed"
     seconds = (entry.get("seconds") or {}).get("distill")
     took = None if not seconds else f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"

@@ -75,10 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "largest block influence (default: %(default)s)")
     p.add_argument("--embed-terms", default=None,
                    help=f"embed method: '+'-joined terms of {', '.join(EMBED_TERMS)} (default: {EMBED_DEFAULT_TERMS})")
-    p.add_argument("--augment", type=float, default=d.augment, metavar="SHARE",
-                   help="share of the batches whose tokens are perturbed (15 %% replaced by other words of the "
-                        "batch), the teacher labelling them live: for a transfer set seen many times over; costs "
-                        "a teacher pass on each such batch (default: %(default)s)")
+    p.add_argument("--augment", type=float, default=d.augment, metavar="SHARE", help="share of the batches perturbed "
+                   "(15 %% of the words replaced by words of the batch), the teacher labelling them live (default: %(default)s)")
     p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
                    help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda (default: %(default)s)")

@@ -199,8 +199,7 @@ class SearchConfig:
         _positive_int(self, "final_train", "must be a positive integer (training sequences of the final run)")
         if self.budget_ms is not None and not (math.isfinite(self.budget_ms) and self.budget_ms > 0):
             raise InputError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
-        if self.timeout is not None and (isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float))
-                                         or not (math.isfinite(self.timeout) and self.timeout > 0)):
+        if self.timeout is not None and not (_number(self.timeout) and math.isfinite(self.timeout) and self.timeout > 0):
             raise InputError(f"timeout {self.timeout!r} s must be a positive number of seconds")
         if not (math.isfinite(self.budget_ratio) and self.budget_ratio > 0):
             raise InputError(f"budget ratio {self.budget_ratio!r} must be a positive number")
@@ -214,9 +213,7 @@ class SearchConfig:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise InputError(f"learning rate {name}={value!r} must be a positive number")
-        if self.final_augment is not None and (isinstance(self.final_augment, bool)
-                                               or not isinstance(self.final_augment, (int, float))
-                                               or not 0 <= self.final_augment <= 1):
+        if self.final_augment is not None and not (_number(self.final_augment) and 0 <= self.final_augment <= 1):
             raise InputError(f"final augment {self.final_augment!r} must be the share of batches perturbed, 0 to 1")
         check_choice("init", self.init, INITS)
         check_choice("layer rule", self.layer_rule, LAYER_RULES)
@@ -301,3 +298,8 @@ def _positive_int(config: SearchConfig, name: str, why: str) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         label = "trial count" if name == "trials" else name
         raise InputError(f"{label}={value!r} {why}")
+
+
+def _number(value: object) -> bool:
+    """A real number of seconds or a share: an int or a float, not a bool (which Python counts as an int)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float))

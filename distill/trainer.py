@@ -302,8 +302,7 @@ class _Loop:
         self.ids, self.mask = data.split("train")
         self.mlm = method.student_needs().logits
         self.generator = torch.Generator().manual_seed(config.seed)
-        tok = teacher.tokenizer
-        self.special = torch.tensor([t for t in (tok.cls_token_id, tok.sep_token_id, tok.pad_token_id) if t is not None])
+        self.special = _special_ids(teacher.tokenizer)
         self.tokens = 0
 
     def run(self, until: float | None = None, up_to: int | None = None) -> tuple[dict, list[dict], float, float]:
@@ -454,9 +453,7 @@ def _with_mlm_head(encoder: nn.Module, spec: StudentSpec, seed: int) -> nn.Modul
 
 def _mask_tokens(ids: torch.Tensor, mask: torch.Tensor, tokenizer, prob: float, generator: torch.Generator):
     """BERT masking: `prob` of real tokens chosen; 80 % [MASK], 10 % random, 10 % kept."""
-    special = torch.zeros_like(mask, dtype=torch.bool)
-    for token in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id):
-        special |= ids == token
+    special = torch.isin(ids, _special_ids(tokenizer).to(ids.device))
     rand = torch.rand(ids.shape, generator=generator).to(ids.device)
     chosen = (rand < prob) & mask.bool() & ~special
     action = torch.rand(ids.shape, generator=generator).to(ids.device)
@@ -467,3 +464,8 @@ def _mask_tokens(ids: torch.Tensor, mask: torch.Tensor, tokenizer, prob: float, 
     masked[swap] = random_ids[swap]
     return masked, chosen.long()
 
+
+def _special_ids(tokenizer) -> torch.Tensor:
+    """[CLS], [SEP] and padding: tokens that masking and perturbation never touch."""
+    return torch.tensor([t for t in (tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
+                         if t is not None])

@@ -6,6 +6,7 @@ Public API:
     TeacherCache, targets_dir               teacher targets computed once, reused by every student (and
                                             by later runs, on disk)
     DistillConfig, distill, DistillResult   one method for N steps
+    Checkpoints                             save a run every N steps; a stopped run goes on from its save
     hs_then_od, with_assistant              multi-stage recipes
     Evaluator                               held-out L_HS, raw and normalized
     layer_map, minilmv2_loss, METHODS       losses (see distill.losses for all of them)
@@ -23,13 +24,14 @@ from .evaluate import Evaluator
 from .inherit import inherit_student, measure_importance, narrowed
 from .losses import layer_map, minilmv2_loss
 from .methods import METHODS, build_method
+from .checkpoint import Checkpoints
 from .recipes import hs_then_od, wants_assistant, with_assistant
 from core.spec import StudentSpec, build_student, parse_arch
 from .teachers import Teacher, load_teacher
 from .trainer import DistillConfig, DistillResult, distill
 
 __all__ = [
-    "Activations", "DistillConfig", "DistillResult", "Evaluator", "KdnasError", "METHODS", "ModelDims", "Needs",
+    "Activations", "Checkpoints", "DistillConfig", "DistillResult", "Evaluator", "KdnasError", "METHODS", "ModelDims", "Needs",
     "StudentSpec", "Teacher", "TeacherCache", "TransferSet", "build_method", "build_student", "distill",
     "hs_then_od", "inherit_student", "layer_map", "measure_importance", "narrowed", "load_corpus", "load_teacher",
     "make_transfer_set", "minilmv2_loss",

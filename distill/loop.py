@@ -167,16 +167,24 @@ def autocast(device: torch.device, precision: str = "auto") -> AbstractContextMa
 
 def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: Callable[[Batch], torch.Tensor],
                 optim: Optimization, device: torch.device, precision: str = "auto",
-                plan: StepPlan | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+                plan: StepPlan | None = None, start: dict | None = None,
+                save: Callable[[int, dict], None] | None = None) -> Iterator[tuple[int, torch.Tensor]]:
     """Run `optim.steps` updates (or `plan.total`, which a deadline may change as the run goes), one
     per batch: the loss under autocast (`precision`), backward, gradient clipping, the optimizer and
     LR-schedule steps. Yields (step from 1, the loss still on the device) after each update, so the
     caller logs, evaluates or stops without the loop knowing how; the last update is the one where
-    `step == plan.total`."""
+    `step == plan.total`.
+
+    `start` ({"step", "optimizer", "schedule"}, as `save` was given them) goes on from a saved run
+    (distill.checkpoint); `save(step, state)` is called once the caller is done with each update."""
     plan = plan if plan is not None else StepPlan(optim.steps)
     optimizer, schedule = adamw(params, optim, plan)
     precision = resolve_precision(precision, device)  # the CPU's features probed once, not every step
     step, batches = 0, iter(batches)
+    if start is not None:
+        optimizer.load_state_dict(start["optimizer"])
+        schedule.load_state_dict(start["schedule"])
+        step = start["step"]
     while step < plan.total:
         batch = next(batches, _END)  # no batch is drawn past the last update (the shuffle's RNG stays put)
         if batch is _END:
@@ -192,6 +200,8 @@ def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: C
         plan.after(step)  # before the schedule reads the total for the next update
         schedule.step()
         yield step, loss.detach()
+        if save is not None:  # after the caller's evaluation of this update, which the save records
+            save(step, {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()})
 
 
 class LossReader:

@@ -11,6 +11,7 @@ import dataclasses
 
 from .activations import ModelDims
 from .cache import TeacherCache
+from .checkpoint import Checkpoints
 from .data import TransferSet
 from .evaluate import Evaluator
 from .methods import teacher_assistant_advised
@@ -28,31 +29,40 @@ def wants_assistant(teacher: Teacher, spec: StudentSpec) -> bool:
 
 def hs_then_od(
     spec: StudentSpec, teacher: Teacher, data: TransferSet, config: DistillConfig, *,
-    cache: TeacherCache | None = None, on_eval: OnEval | None = None,
+    cache: TeacherCache | None = None, on_eval: OnEval | None = None, checkpoints: Checkpoints | None = None,
 ) -> DistillResult:
-    """Stage 1: HS transfer; stage 2: OD on masked-LM logits from that checkpoint (same step count)."""
+    """Stage 1: HS transfer; stage 2: OD on masked-LM logits from that checkpoint (same step count).
+    `checkpoints`: each stage saves beside it (`Checkpoints.stage`), so a rerun skips a finished stage."""
     evaluator = Evaluator(cache or TeacherCache(teacher, data), strategy=config.eval_layer_map)
-    first = distill(spec, teacher, data, config.for_method("hs"), cache=cache, evaluator=evaluator, on_eval=on_eval)
+    first = distill(spec, teacher, data, config.for_method("hs"), cache=cache, evaluator=evaluator, on_eval=on_eval,
+                    checkpoints=_stage(checkpoints, 1, final=True))
     od_config = dataclasses.replace(config.for_method("od"), lr=min(config.lr, OD_LR))
     second = distill(spec, teacher, data, od_config, cache=cache, evaluator=evaluator,
-                     on_eval=on_eval, student=first.student)
+                     on_eval=on_eval, student=first.student, checkpoints=_stage(checkpoints, 2))
     return _chain(first, second, "hs+od")
 
 
 def with_assistant(
     spec: StudentSpec, teacher: Teacher, data: TransferSet, config: DistillConfig, *,
-    cache: TeacherCache | None = None, on_eval: OnEval | None = None,
+    cache: TeacherCache | None = None, on_eval: OnEval | None = None, checkpoints: Checkpoints | None = None,
 ) -> DistillResult:
     """Distill the teacher into an assistant with the teacher's depth and the student's width,
-    then the assistant into the student, both with `config.method`."""
+    then the assistant into the student, both with `config.method` (`checkpoints`: as `hs_then_od`)."""
     cache = cache or TeacherCache(teacher, data)
     evaluator = Evaluator(cache, strategy=config.eval_layer_map)
     assistant_spec = spec.replace(layers=teacher.dims.layers)
-    first = distill(assistant_spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval)
+    first = distill(assistant_spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval,
+                    checkpoints=_stage(checkpoints, 1, final=True))
     assistant = teacher_from_model(f"assistant-{assistant_spec.arch}", first.student, teacher.tokenizer)
     second = distill(spec, assistant, data, config, cache=TeacherCache(assistant, data),
-                     evaluator=evaluator, on_eval=on_eval)
+                     evaluator=evaluator, on_eval=on_eval, checkpoints=_stage(checkpoints, 2))
     return _chain(first, second, f"assistant {assistant_spec.arch}")
+
+
+def _stage(checkpoints: Checkpoints | None, n: int, final: bool = False) -> Checkpoints | None:
+    """Stage `n`'s saves. A first stage also saves its last update (`final`), so that a rerun after the
+    second stage stopped takes the finished first one as it was instead of training it again."""
+    return None if checkpoints is None else dataclasses.replace(checkpoints.stage(n), final=final)
 
 
 def _chain(first: DistillResult, second: DistillResult, label: str) -> DistillResult:

@@ -28,6 +28,7 @@ from torch import nn
 from .activations import Activations, ModelDims
 from .augment import substitute_tokens
 from .cache import TeacherCache
+from .checkpoint import Checkpoints, load_state, run_identity, save_state
 from .data import TransferSet
 from core.errors import InputError, TrainingError, check_choice
 from .evaluate import Evaluator
@@ -137,6 +138,7 @@ class DistillResult:
     # left time for them (`up_to`)
     steps: int = 0
     rows: int = 0  # training rows it drew from: the transfer set's, more when the run grew it (`grow`)
+    resumed_from: int = 0  # the step a saved run went on from (distill.checkpoint); 0: run from the start
 
     @property
     def cut_short(self) -> bool:
@@ -158,6 +160,7 @@ class DistillResult:
             "init": self.init,
             "precision": self.precision,
             "steps": self.steps,
+            "resumed_from": self.resumed_from,
         }
 
     def save(self, out_dir: str | os.PathLike, tokenizer, extra: dict | None = None) -> Path:
@@ -219,6 +222,7 @@ def distill(
     until: float | None = None,
     up_to: int | None = None,
     grow: Grow | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> DistillResult:
     """Distill `teacher` into a student of shape `spec` on `data` with `config.method`.
 
@@ -232,8 +236,11 @@ def distill(
     total rises, for a cache over a larger transfer set that starts with this one
     (`TeacherCache.grown`), or None when the rows at hand are enough: a longer run draws from more
     text instead of repeating it (its rows join from the next pass over the set; the teacher's
-    time on them is left out of the pace, not out of the time left).
+    time on them is left out of the pace, not out of the time left). `checkpoints` saves the run's
+    state and goes on from a save of the same run (distill.checkpoint); not with `until`.
     """
+    if checkpoints is not None and until is not None:
+        raise ValueError("checkpoints are for runs of a fixed step count; this one is fitted to a deadline")
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
     method = build_method(config.method, teacher.dims, _spec_dims(spec), **config.method_options())
@@ -254,13 +261,14 @@ def distill(
         cache = None
     loop = _Loop(student, method, teacher, data, config, device, cache,
                  evaluator or Evaluator(targets, strategy=config.eval_layer_map), on_eval, spec.arch,
-                 grow if cache is not None else None)
+                 grow if cache is not None else None, checkpoints)
     metrics, history, seconds, train_seconds = loop.run(until, up_to)
     return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
                          metrics=metrics, history=history, seconds=seconds, train_seconds=train_seconds,
                          tokens_per_second=loop.tokens / max(train_seconds, 1e-9),
                          init=init, precision=resolve_precision(config.precision, device),
-                         steps=history[-1]["step"] if history else 0, rows=int(loop.ids.shape[0]))
+                         steps=history[-1]["step"] if history else 0, rows=int(loop.ids.shape[0]),
+                         resumed_from=loop.resumed_from)
 
 
 def _prepare_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache, config: DistillConfig,
@@ -291,19 +299,26 @@ def _prepare_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache,
 class _Loop:
     """One run's steps: length-bucketed batches, teacher targets (cached or live), the shared
     training loop (distill.loop), loss checks every FINITE_CHECK_EVERY steps, evaluations every
-    `eval_every`."""
+    `eval_every`, saves of the whole state every `checkpoints.every` (distill.checkpoint)."""
 
     def __init__(self, student: nn.Module, method: nn.Module, teacher: Teacher, data: TransferSet,
                  config: DistillConfig, device: torch.device, cache: TeacherCache | None, evaluator: Evaluator,
-                 on_eval: OnEval | None, arch: str, grow: Grow | None = None) -> None:
+                 on_eval: OnEval | None, arch: str, grow: Grow | None = None,
+                 checkpoints: Checkpoints | None = None) -> None:
         self.student, self.method, self.teacher, self.config = student, method, teacher, config
         self.device, self.cache, self.evaluator, self.on_eval, self.arch = device, cache, evaluator, on_eval, arch
-        self.grow = grow
+        self.grow, self.checkpoints = grow, checkpoints
         self.ids, self.mask = data.split("train")
         self.mlm = method.student_needs().logits
         self.generator = torch.Generator().manual_seed(config.seed)
         self.special = _special_ids(teacher.tokenizer)
         self.tokens = 0
+        # The record so far, kept here so that a save holds it and a resumed run starts from it.
+        self.epoch: list[torch.Tensor] = []  # the batches left of the current pass, the next one last
+        self.history: list[dict] = []
+        self.running: list[float] = []  # losses since the last evaluation
+        self.seconds_before, self.eval_seconds, self.resumed_from = 0.0, 0.0, 0
+        self.reader = LossReader(f"method {config.method}, lr {config.lr}", "try a lower --lr")
 
     def run(self, until: float | None = None, up_to: int | None = None) -> tuple[dict, list[dict], float, float]:
         """Train for `config.steps` (fewer to end by `until`, or up to `up_to` when it leaves time);
@@ -314,46 +329,85 @@ class _Loop:
         params = [p for p in list(self.student.parameters()) + list(self.method.parameters()) if p.requires_grad]
         optim = Optimization(lr=config.lr, steps=config.steps, warmup_steps=int(config.warmup * config.steps),
                              weight_decay=config.weight_decay, betas=(0.9, 0.98))
-        reader = LossReader(f"method {config.method}, lr {config.lr}", "try a lower --lr")
-        batches = self._passes()
-        history: list[dict] = []
-        running: list[float] = []  # losses since the last evaluation
-        metrics: dict = {}
-        start, eval_seconds = time.perf_counter(), 0.0
-        plan = StepPlan(config.steps, until, up_to)
+        start = self._resume()
+        metrics: dict = self.history[-1] if self.history else {}
+        self.started = time.perf_counter()
+        plan = self.plan = StepPlan(config.steps, until, up_to)
         grown_for = config.steps
-        with tqdm(total=config.steps, desc=f"distill {config.method} {self.arch}", disable=not config.progress,
-                  dynamic_ncols=True, leave=False) as bar:
-            for step, loss in train_steps(params, batches, self.loss, optim, self.device, config.precision, plan):
+        save = self._save if self.checkpoints is not None else None
+        with tqdm(total=config.steps, initial=self.resumed_from, desc=f"distill {config.method} {self.arch}",
+                  disable=not config.progress, dynamic_ncols=True, leave=False) as bar:
+            for step, loss in train_steps(params, self._passes(), self.loss, optim, self.device, config.precision,
+                                          plan, start, save):
                 if self.grow is not None and plan.total > grown_for:
                     grown_for = plan.total
                     self._grow(plan)
-                reader.add(loss)
+                self.reader.add(loss)
                 bar.total = plan.total
                 bar.update(1)
                 last = step == plan.total
                 evaluate = (config.eval_every and step % config.eval_every == 0) or last
                 if evaluate or step % FINITE_CHECK_EVERY == 0:
-                    running += reader.read(step)
-                    bar.set_postfix(loss=f"{running[-1]:.4f}")
+                    self.running += self.reader.read(step)
+                    bar.set_postfix(loss=f"{self.running[-1]:.4f}")
                 if evaluate:
-                    eval_start = time.perf_counter()
-                    metrics = self.evaluate(step, running, last)
-                    history.append(metrics)
-                    running = []
+                    metrics = self._evaluate(step, last)
                     bar.set_postfix(loss=f"{metrics['train_loss']:.4f}", l_hs=f"{metrics['l_hs_norm']:.3f}")
-                    eval_seconds += time.perf_counter() - eval_start
-                    if self.on_eval is not None:
-                        self.on_eval(step, metrics)
-        seconds = time.perf_counter() - start
+        seconds = self._seconds()
         # throughput and pace count training steps, not evaluations
-        return metrics, history, seconds, seconds - eval_seconds
+        return metrics, self.history, seconds, seconds - self.eval_seconds
+
+    def _evaluate(self, step: int, last: bool) -> dict:
+        eval_start = time.perf_counter()
+        metrics = self.evaluate(step, self.running, last)
+        self.history.append(metrics)
+        self.running = []
+        self.eval_seconds += time.perf_counter() - eval_start
+        if self.on_eval is not None:
+            self.on_eval(step, metrics)
+        return metrics
+
+    def _seconds(self) -> float:
+        return self.seconds_before + time.perf_counter() - self.started
 
     def _passes(self) -> Iterator[torch.Tensor]:
         """Length-bucketed batches of row indices, pass after pass over the training rows; a pass
         that starts after the set grew covers the new rows too."""
         while True:
-            yield from reversed(epoch_batches(self.mask.sum(1), self.config.batch_size, self.generator))
+            if not self.epoch:
+                self.epoch = epoch_batches(self.mask.sum(1), self.config.batch_size, self.generator)
+            yield self.epoch.pop()
+
+    def _resume(self) -> dict | None:
+        """Go on from the saved state of this run, if there is one: weights, RNGs, the pass under way
+        and the record; returns what the training loop needs (distill.loop.train_steps's `start`)."""
+        if self.checkpoints is None:
+            return None
+        self.identity = run_identity(self.arch, self.teacher.name, self.ids, self.config)
+        state = load_state(self.checkpoints.path, self.identity)
+        if state is None:
+            return None
+        self.student.load_state_dict(state["student"])
+        self.method.load_state_dict(state["method"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["rng"])  # student dropout, where a config keeps it
+        self.epoch, self.history, self.running = state["epoch"], state["history"], state["running"]
+        self.tokens, self.seconds_before, self.eval_seconds = state["tokens"], state["seconds"], state["eval_seconds"]
+        self.resumed_from = state["step"]
+        print(f"kdnas: going on from {self.checkpoints.path}, saved after step {self.resumed_from} of "
+              f"{self.config.steps}", file=sys.stderr)
+        return {key: state[key] for key in ("step", "optimizer", "schedule")}
+
+    def _save(self, step: int, loop_state: dict) -> None:
+        """Save the whole state after update `step` when it is due (`distill.loop.train_steps`'s `save`)."""
+        if not self.checkpoints.due(step, step == self.plan.total):
+            return
+        self.running += self.reader.read(step)
+        save_state(self.checkpoints.path, {
+            "identity": self.identity, **loop_state, "student": self.student.state_dict(),
+            "method": self.method.state_dict(), "generator": self.generator.get_state(), "rng": torch.get_rng_state(),
+            "epoch": self.epoch, "history": self.history, "running": self.running, "tokens": self.tokens,
+            "seconds": self._seconds(), "eval_seconds": self.eval_seconds})
 
     def _grow(self, plan: StepPlan) -> None:
         """Ask for more training rows for the `plan.total` updates the run will now make."""

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+STATE_FILE = "checkpoint.pt"  # in --out until the finished student replaces the folder
+
 EPILOG = """\
 examples:
   kdnas distill --arch 4x12x192x768 --method minilmv2 --steps 300 --out runs/s4
@@ -27,6 +29,8 @@ methods (docs/methods.md):
 The output folder loads with AutoModel.from_pretrained(DIR) and holds the teacher's tokenizer and
 distill.json (config, per-evaluation losses, final held-out L_HS raw and normalized).
 Teacher targets are cached on disk (--cache-dir) and reused by later runs on the same data.
+A long run saves its state in DIR every --save-every steps; if it stops, run the same command again
+and it goes on from the last save, ending as the run would have.
 """
 
 
@@ -83,13 +87,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", default=d.precision, choices=PRECISIONS,
                    help="auto: bf16 autocast where the device multiplies bf16 natively (CUDA, CPUs with "
                         "AVX512-BF16 or AMX), else fp32 (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    _output_options(p)
+    p.set_defaults(func=run)
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """Where targets, the student and its saves go, and what is printed."""
+    from .checkpoint import SAVE_EVERY
+
     p.add_argument("--cache-dir", default=None,
                    help="where teacher targets are stored (default: $KDNAS_CACHE/targets); 'none' keeps them in memory only")
-    p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out", required=True, help="output folder for the student (replaced if it holds an earlier kdnas student)")
+    p.add_argument("--save-every", type=int, default=SAVE_EVERY, metavar="N",
+                   help="save the run's state in --out every N steps, to go on from if it stops; 0: never "
+                        "(default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the result summary as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,9 +115,11 @@ def run(args: argparse.Namespace) -> int:
     from core.spec import parse_arch
     from .teachers import load_teacher
     from .loop import emulation_notice
+    from .checkpoint import Checkpoints
     from .trainer import DistillConfig, distill, resolve_device
 
     out = _check_args(args)
+    saves = Checkpoints(out / STATE_FILE, args.save_every) if args.save_every else None
     config = DistillConfig(
         method="hs" if args.method == "hs+od" else args.method,
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
@@ -134,11 +150,11 @@ def run(args: argparse.Namespace) -> int:
     if args.method == "hs+od":
         if use_assistant:
             raise InputError("--assistant cannot be combined with --method hs+od; pick one recipe")
-        result = hs_then_od(spec, teacher, data, config, cache=cache)
+        result = hs_then_od(spec, teacher, data, config, cache=cache, checkpoints=saves)
     elif use_assistant:
-        result = with_assistant(spec, teacher, data, config, cache=cache)
+        result = with_assistant(spec, teacher, data, config, cache=cache, checkpoints=saves)
     else:
-        result = distill(spec, teacher, data, config, cache=cache)
+        result = distill(spec, teacher, data, config, cache=cache, checkpoints=saves)
 
     extra = {"teacher": args.teacher, "corpus": args.corpus, "method": args.method,
              "assistant": use_assistant, "transfer_set": data.fingerprint}
@@ -158,9 +174,17 @@ def _check_args(args: argparse.Namespace) -> Path:
 
     check_choice("method", args.method, (*METHODS, "hs+od"))
     out = Path(args.out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "distill.json").exists())):
+    if out.exists() and (not out.is_dir() or not _ours(out)):
         raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")
     for name in ("steps", "batch_size", "train_size", "eval_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")
+    if args.save_every < 0:
+        raise InputError(f"--save-every {args.save_every} is invalid: must be >= 0 (0: never save)")
     return out
+
+
+def _ours(out: Path) -> bool:
+    """An empty folder, an earlier student, or a stopped run's saved state (which a rerun goes on from)."""
+    names = [p.name for p in out.iterdir()]
+    return not names or "distill.json" in names or all(n.startswith(Path(STATE_FILE).stem) for n in names)

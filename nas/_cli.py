@@ -184,6 +184,9 @@ def _final_flags(p: argparse.ArgumentParser, d) -> None:
                           f"(default: {AUGMENT_SHARE} where the corpus is too small for --final-steps to see each "
                           f"row at most {FINAL_MAX_PASSES} times, else 0)")
     fin.add_argument("--final-batch-size", type=int, default=d.final_batch_size, help="default: %(default)s")
+    fin.add_argument("--final-save-every", type=int, default=d.final_save_every, metavar="STEPS",
+                     help="without --timeout, the final run saves its state every STEPS steps; run the same command "
+                          "again after a stop to go on from there; 0: never (default: %(default)s)")
     fin.add_argument("--final-unit", default=d.final_unit, choices=list(UNITS),
                      help="training rows of the final run: one sentence each, or windows of running text "
                           "(default: %(default)s)")

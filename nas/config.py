@@ -20,6 +20,7 @@ from core.errors import InputError, check_choice
 from distill.inherit import LAYER_RULES
 from distill.loop import PRECISIONS
 from distill.methods import METHODS, method_options
+from distill.checkpoint import SAVE_EVERY
 from distill.trainer import INITS
 
 from .proxy import MIN_PROXY_SENTENCES
@@ -31,7 +32,7 @@ PROXIES = ("fidelity", "hs")
 # shown); every other field defines the study. `space` and `device` enter the settings resolved.
 RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_overrides", "final_steps",
                       "final_train", "final_top_k", "final_method", "final_batch_size", "final_lr", "final_augment",
-                      "final_unit",
+                      "final_unit", "final_save_every",
                       "quality_sentences", "reference", "device", "progress", "stale_after_s",
                       "timeout", "final_max_steps", "cache_dir"})
 SAMPLERS = ("tpe", "nsga2", "random")
@@ -146,6 +147,9 @@ class SearchConfig:
     # Share of the final run's batches perturbed (distill.augment); None: AUGMENT_SHARE where the corpus
     # holds too few rows for FINAL_MAX_PASSES over `final_steps`, else none (`augment_for`).
     final_augment: float | None = None
+    # A final run of a fixed step count (no `timeout`) saves its state every this many steps; a rerun
+    # of a search stopped during it goes on from the last save (distill.checkpoint). 0: never.
+    final_save_every: int = SAVE_EVERY
     # One sentence per training row, the unit the embedding is used on (windows of running text are
     # the proxy's). Measured on MiniLM, 3x12x384x1536, 300 steps: fidelity rho 0.853 vs 0.829.
     final_unit: str = "sentence"
@@ -186,17 +190,7 @@ class SearchConfig:
         for name in ("proxy_steps", "proxy_train", "proxy_sentences", "proxy_eval", "seq_len", "batch_size", "eval_every",
                      "latency_batch", "latency_seq", "threads", "final_top_k", "final_batch_size"):
             _positive_int(self, name, "must be a positive integer")
-        if not isinstance(self.final_steps, int) or self.final_steps < 0:
-            raise InputError(f"final_steps={self.final_steps!r} must be 0 (no final training) or more")
-        if self.final_max_steps is not None:
-            if isinstance(self.final_max_steps, bool) or not isinstance(self.final_max_steps, int) \
-                    or self.final_max_steps < self.final_steps:
-                raise InputError(f"final_max_steps={self.final_max_steps!r} must be a whole number of steps, at "
-                                 f"least final_steps ({self.final_steps})")
-            if self.timeout is None:
-                raise InputError(f"final_max_steps={self.final_max_steps} needs a timeout: without one the final "
-                                 f"run trains final_steps ({self.final_steps}) exactly")
-        _positive_int(self, "final_train", "must be a positive integer (training sequences of the final run)")
+        self._check_final()
         if self.budget_ms is not None and not (math.isfinite(self.budget_ms) and self.budget_ms > 0):
             raise InputError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
         if self.timeout is not None and not (_number(self.timeout) and math.isfinite(self.timeout) and self.timeout > 0):
@@ -213,8 +207,6 @@ class SearchConfig:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise InputError(f"learning rate {name}={value!r} must be a positive number")
-        if self.final_augment is not None and not (_number(self.final_augment) and 0 <= self.final_augment <= 1):
-            raise InputError(f"final augment {self.final_augment!r} must be the share of batches perturbed, 0 to 1")
         check_choice("init", self.init, INITS)
         check_choice("layer rule", self.layer_rule, LAYER_RULES)
         check_choice("final unit", self.final_unit, UNITS)
@@ -231,6 +223,25 @@ class SearchConfig:
             raise InputError(f"quality_sentences={self.quality_sentences!r} must be 0 (not measured) or more")
         if not self.study_name or not str(self.study_name).strip():
             raise InputError("study name must not be empty")
+
+    def _check_final(self) -> None:
+        """The final run's own settings: steps, their cap, rows, perturbed share, saves."""
+        if not isinstance(self.final_steps, int) or self.final_steps < 0:
+            raise InputError(f"final_steps={self.final_steps!r} must be 0 (no final training) or more")
+        if self.final_max_steps is not None:
+            if isinstance(self.final_max_steps, bool) or not isinstance(self.final_max_steps, int) \
+                    or self.final_max_steps < self.final_steps:
+                raise InputError(f"final_max_steps={self.final_max_steps!r} must be a whole number of steps, at "
+                                 f"least final_steps ({self.final_steps})")
+            if self.timeout is None:
+                raise InputError(f"final_max_steps={self.final_max_steps} needs a timeout: without one the final "
+                                 f"run trains final_steps ({self.final_steps}) exactly")
+        _positive_int(self, "final_train", "must be a positive integer (training sequences of the final run)")
+        if self.final_augment is not None and not (_number(self.final_augment) and 0 <= self.final_augment <= 1):
+            raise InputError(f"final augment {self.final_augment!r} must be the share of batches perturbed, 0 to 1")
+        every = self.final_save_every
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise InputError(f"final save every {every!r} steps is invalid: a whole number >= 0 (0: never)")
 
     @property
     def final_rows(self) -> int:

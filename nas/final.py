@@ -28,7 +28,7 @@ from typing import Any
 
 import optuna
 
-from distill import DistillResult, Evaluator, StudentSpec, narrowed, parse_arch
+from distill import Checkpoints, DistillResult, Evaluator, StudentSpec, narrowed, parse_arch
 from distill import distill as run_distill
 from distill.loop import fit_steps, resolve_precision
 from distill.trainer import resolve_device
@@ -64,6 +64,11 @@ def finalists(study: optuna.Study, objective: str) -> list[dict[str, Any]]:
 
 def final_dir(out: Path, rank: int, arch: str) -> Path:
     return out / "best" if rank == 1 else out / "finalists" / f"{rank}-{arch}"
+
+
+def state_file(dest: Path) -> Path:
+    """Where a finalist's run keeps its saved state until the finalist is written (distill.checkpoint)."""
+    return dest.parent / f".{dest.name}.state.pt"
 
 
 def _recipe(cfg: Any) -> dict[str, Any]:
@@ -367,7 +372,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
                               MIN_CONTINUED_STEPS * timing["train_step_s"])
     t0 = time.perf_counter()
     res = _distill_in_time(ctx, cache, spec, label, None if ctx.limit is None else
-                           ctx.limit.final_until(after_s, timing["finalists_left"]), start)
+                           ctx.limit.final_until(after_s, timing["finalists_left"]), start, state_file(dest))
     student = res.student.eval()
     t1 = time.perf_counter()
     ctx.progress.phase(f"{label}: fidelity")
@@ -401,13 +406,16 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     }
     atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")
     write_model_card(dest, entry, cfg)
+    state_file(dest).unlink(missing_ok=True)  # the finalist is written: nothing left to go on from
     return entry
 
 
 def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: float | None,
-                     start: dict[str, Any] | None) -> Any:
+                     start: dict[str, Any] | None, state: Path) -> Any:
     """The final recipe's run, fitted to end by `until` when a --timeout set one; from the inherited
-    student, or from `start`'s trained weights narrowed to `spec` (`distill.narrowed`)."""
+    student, or from `start`'s trained weights narrowed to `spec` (`distill.narrowed`). A run of a
+    fixed step count (no --timeout) saves its state in `state` every `final_save_every` steps, so a
+    rerun of a search stopped during it goes on from there."""
     cfg, config, student = ctx.config, ctx.final_config(), None
     config = replace(config, augment=cfg.augment_for(cache.data.num_train))
     if config.augment and cfg.final_augment is None:
@@ -426,7 +434,9 @@ def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until:
     ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})" + (
         "" if until is None else _fitted_to(cfg)))
     res = run_distill(spec, ctx.teacher, cache.data, config, cache=cache, until=until, student=student,
-                      up_to=cfg.final_most, grow=_grower(ctx, cache, label))
+                      up_to=cfg.final_most, grow=_grower(ctx, cache, label),
+                      checkpoints=None if until is not None or not cfg.final_save_every
+                      else Checkpoints(state, cfg.final_save_every))
     if start is not None:
         res.init = _continued(start)
     if res.cut_short:

@@ -54,6 +54,7 @@ def in_process(capsys, *args) -> tuple[int, str]:
     (["--steps", "0"], "--steps 0 is invalid"),
     (["--augment", "2"], "augment 2.0 is invalid: the share of batches perturbed, 0 <= augment <= 1"),
     (["--method", "hs", "--relation-heads", "4"], "does not apply to method 'hs'"),
+    (["--save-every", "-1"], "--save-every -1 is invalid: must be >= 0"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, args, message):
     monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
@@ -118,3 +119,33 @@ def test_first_line_of_an_error_never_fails():
     assert first_line(ValueError("bad value\nmore detail")) == "bad value"
     assert first_line(ValueError("")) == "ValueError"  # an empty message once raised IndexError
     assert first_line(RuntimeError("  \n  second")) == "second"
+
+
+def test_a_stopped_run_goes_on_from_its_save_when_the_command_runs_again(tmp_path, monkeypatch, capsys):
+    from distill import trainer
+
+    monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
+    small = ["--arch", "1x4x64x128", "--method", "hs", "--steps", "6", "--batch-size", "8", "--train-size", "32",
+             "--eval-size", "8", "--quiet"]
+    assert in_process(capsys, "distill", *small, "--out", str(tmp_path / "whole"))[0] == 0
+    evaluate = trainer._Loop.evaluate
+
+    def stop_at_the_end(self, step, running, last):
+        if last:
+            raise KeyboardInterrupt  # the job killed after its save at step 3
+        return evaluate(self, step, running, last)
+
+    monkeypatch.setattr(trainer._Loop, "evaluate", stop_at_the_end)
+    out = tmp_path / "stopped"
+    assert in_process(capsys, "distill", *small, "--save-every", "3", "--out", str(out)) == (130, "kdnas distill: interrupted\n")
+    assert [p.name for p in out.iterdir()] == ["checkpoint.pt"]
+    monkeypatch.setattr(trainer._Loop, "evaluate", evaluate)
+    code, stderr = in_process(capsys, "distill", *small, "--steps", "8", "--save-every", "3", "--out", str(out))
+    assert code == 2 and "holds a run with config.steps=6, this run has config.steps=8" in stderr
+    assert [p.name for p in out.iterdir()] == ["checkpoint.pt"]  # refused, the save kept
+    code, stderr = in_process(capsys, "distill", *small, "--save-every", "3", "--out", str(out))
+    assert code == 0 and f"going on from {out / 'checkpoint.pt'}, saved after step 3 of 6" in stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in (tmp_path / "whole").iterdir())
+    resumed, whole = (json.loads((tmp_path / d / "distill.json").read_text()) for d in ("stopped", "whole"))
+    assert resumed["resumed_from"] == 3 and whole["resumed_from"] == 0
+    assert resumed["metrics"] == whole["metrics"] and resumed["history"] == whole["history"]

@@ -435,6 +435,33 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
     assert optuna.get_all_study_names(f"sqlite:///{fresh / 'study.db'}") == []  # no study is created
 
 
+@pytest.mark.slow  # two small searches, one killed mid-final-run (minutes on 2 cores); the saves are tested in test_checkpoint
+def test_a_search_killed_during_its_final_run_goes_on_from_its_last_save(tmp_path):
+    out = tmp_path / "run"
+    args = ["search", "--out", str(out), "--trials", "1", "--layers", "1", "--heads", "12", "--hidden", "384",
+            "--ffn", "256", "--budget-ms", "1000", "--proxy-steps", "4", "--final-steps", "600",
+            "--final-save-every", "50", *TINY]
+    state = out / ".best.state.pt"
+    log = tmp_path / "killed.stderr"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "kdnas.cli", *args], cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        _wait_for(out, lambda _study: state.is_file(), timeout=900, proc=proc, log=log)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert not (out / "best").exists()
+    result = kdnas(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    went_on = re.search(r"going on from .*\.best\.state\.pt, saved after step (\d+) of 600", result.stderr)
+    assert went_on, result.stderr[-3000:]
+    record = json.loads((out / "best" / "distill.json").read_text())
+    assert record["resumed_from"] == int(went_on[1]) >= 50 and record["resumed_from"] % 50 == 0
+    assert record["steps"] == 600 and not state.exists()  # shipped: the save is gone
+
+
 def test_a_timeout_stops_the_trials_and_fits_the_final_run(tmp_path):
     out = tmp_path / "run"
     # A limit already spent when the first trial ends: no second trial starts, and the final run

@@ -29,8 +29,10 @@ class FidelitySetup:
         return scored
 
 
-def fidelity_setup(teacher: str, train: int, *, seq_len: int = 64, unit: str = "sentence") -> FidelitySetup:
-    from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set
+def fidelity_setup(teacher: str, train: int, *, seq_len: int = 64, unit: str = "sentence",
+                   on_disk: bool = False) -> FidelitySetup:
+    """`on_disk`: the teacher's targets also in $KDNAS_CACHE/targets, so a resumed run does not compute them again."""
+    from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set, targets_dir
     from distill.data import heldout_sentences
     from evaluation import sentence_embeddings
 
@@ -38,5 +40,6 @@ def fidelity_setup(teacher: str, train: int, *, seq_len: int = 64, unit: str = "
     texts = load_corpus("news")
     data = make_transfer_set(model.tokenizer, texts, seq_len=seq_len, num_train=train, num_eval=32, seed=0, unit=unit)
     sentences = heldout_sentences(texts, 1000, seed=0)
-    return FidelitySetup(teacher=model, data=data, cache=TeacherCache(model, data), sentences=sentences,
+    cache = TeacherCache(model, data, directory=targets_dir() if on_disk else None)
+    return FidelitySetup(teacher=model, data=data, cache=cache, sentences=sentences,
                          reference=sentence_embeddings(model, sentences))

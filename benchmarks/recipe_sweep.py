@@ -7,6 +7,8 @@ embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, 4,000 pairs 
 corpus sentences) and the mean cosine to the teacher's embedding. `--checkpoints N` also scores the
 student every N steps of the same run; `--precision auto fp32` runs each recipe in both, `--seed 0 1`
 with both batch orders, `--augment 0 0.5` without and with half the batches perturbed (distill.augment).
+`--save-every N` saves each run's state every N steps under `--state DIR`; the same command run again
+goes on from there (distill.checkpoint) — for a run of hours, stopped by a crash or by the machine going away.
 
     python benchmarks/recipe_sweep.py --arch 3x12x384x1536 --unit sentence --steps 300 \\
         "embed=tok+cos+rel:even:3e-4" "hs:even:3e-4"
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,7 +35,7 @@ from _env import environment  # noqa: E402
 
 def main() -> int:
     from _fidelity_setup import fidelity_setup
-    from distill import DistillConfig, Evaluator, distill, parse_arch
+    from distill import Checkpoints, DistillConfig, Evaluator, distill, parse_arch
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="+")
@@ -52,12 +55,16 @@ def main() -> int:
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
                         help="run every recipe with each of these seeds (the order of the batches)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
+    parser.add_argument("--save-every", type=int, default=0,
+                        help="save each run's state every N steps under --state; run again to go on (0: never)")
+    parser.add_argument("--state", type=Path, default=Path("runs/sweep-state"),
+                        help="where --save-every keeps the runs' states (default: %(default)s)")
     parser.add_argument("--save", type=Path, default=None,
                         help="keep each run's student in DIR/<arch>-<steps>-<n> (weights, tokenizer, distill.json), "
                              "so benchmarks/student_quality.py can measure it beside the demo's")
     args = parser.parse_args()
 
-    setup = fidelity_setup(args.teacher, args.train, seq_len=args.seq_len, unit=args.unit)
+    setup = fidelity_setup(args.teacher, args.train, seq_len=args.seq_len, unit=args.unit, on_disk=args.save_every > 0)
     teacher, data, cache = setup.teacher, setup.data, setup.cache
     spec = parse_arch(args.arch, **teacher.student_sizes())
 
@@ -75,23 +82,26 @@ def main() -> int:
                                layer_rule=rule, embed_terms=terms or None, progress=False,
                                dropout=None if args.dropout < 0 else args.dropout,
                                eval_every=args.checkpoints, precision=precision, seed=seed, augment=augment)
-        checkpoints: list[dict] = []
         evaluator = _Scoring(Evaluator(cache, strategy=config.eval_layer_map), score)
 
-        def on_eval(step: int, _metrics: dict) -> None:
-            if step < args.steps:  # the last evaluation is the run's own result, scored below
-                checkpoints.append({"step": step, **evaluator.last})
-                # a long run is scored on the way: say so as it goes, not only at its end
-                print(json.dumps({"recipe": recipe, "checkpoint": checkpoints[-1],
+        def on_eval(step: int, metrics: dict) -> None:
+            if step < args.steps:  # a long run is scored on the way: say so as it goes, not only at its end
+                print(json.dumps({"recipe": recipe, "checkpoint": {"step": step, **metrics["fidelity"]},
                                   "seconds": round(time.perf_counter() - started, 1)}), flush=True)
 
+        name = re.sub(r"[^\w.+-]", "_", f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}")
+        saves = Checkpoints(args.state / f"{name}.pt", args.save_every) if args.save_every else None
         started = time.perf_counter()
-        result = distill(spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval)
+        result = distill(spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval,
+                         checkpoints=saves)
+        # the last evaluation is the run's own result, scored below; a resumed run's earlier ones come from its save
+        checkpoints = [{"step": h["step"], **h["fidelity"]} for h in result.history if h["step"] < args.steps]
         run = {"recipe": recipe, "arch": args.arch, "unit": args.unit, "train": data.num_train,
                "seq_len": args.seq_len, "steps": args.steps, "batch_size": args.batch_size, "dropout": args.dropout,
-               "seed": seed, "augment": augment,
+               "seed": seed, "augment": augment, "resumed_from": result.resumed_from,
                "precision": result.precision, "seconds": round(time.perf_counter() - started, 1),
-               # the steps and evaluations alone (the first run also pays for the teacher's targets)
+               # the steps and evaluations alone (the first run also pays for the teacher's targets); a
+               # resumed run's count the seconds before it stopped too
                "loop_seconds": round(result.seconds, 1), "l_hs_norm": round(result.metrics["l_hs_norm"], 4),
                "checkpoints": checkpoints, **score(result.student)}
         if args.save is not None:
@@ -119,14 +129,14 @@ def save_student(result, data, unit: str, teacher, folder: Path) -> Path:
 
 
 class _Scoring:
-    """The run's own evaluator, plus embedding fidelity of the student at every evaluation."""
+    """The run's own evaluator, plus embedding fidelity of the student at every evaluation (kept in the
+    run's history, so a resumed run still has the scores made before it stopped)."""
 
     def __init__(self, evaluator, score) -> None:
-        self.evaluator, self.score, self.last = evaluator, score, {}
+        self.evaluator, self.score = evaluator, score
 
     def __call__(self, student, rows=None) -> dict:
-        self.last = self.score(student)
-        return self.evaluator(student, rows)
+        return {**self.evaluator(student, rows), "fidelity": self.score(student)}
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import torch
 from core.quiet import exclusive, wait_while_measuring
 
 from .activations import Activations, Needs
+from .checkpoint import save_state
 from .data import TransferSet
 from .teachers import Teacher
 
@@ -157,14 +158,9 @@ class TeacherCache:
     def _keep(self, path: Path, tensor: torch.Tensor) -> None:
         """Write one entry for later runs. A cache that cannot be written (a full disk) costs those
         runs a teacher pass, not this run its work: say so once and go on from memory."""
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(tensor, tmp)
-            tmp.replace(path)
+            save_state(path, tensor)  # a temporary name beside it, then a rename: no reader sees half a file
         except OSError as err:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             warnings.warn(f"teacher targets not kept in {path.parent}: {err.strerror or err}; this run goes on "
                           "with them in memory", RuntimeWarning, stacklevel=3)
             self._writable = False  # what is on disk is still read

@@ -65,8 +65,9 @@ def run_identity(arch: str, teacher: str, ids: torch.Tensor, config: Any) -> dic
     return {"format": FORMAT, "arch": arch, "teacher": teacher, "rows": [int(ids.shape[0]), rows], "config": settings}
 
 
-def save_state(path: Path, state: dict[str, Any]) -> None:
-    """Write `state` to `path` atomically (a temporary file beside it, then a rename)."""
+def save_state(path: Path, state: Any) -> None:
+    """Write `state` with torch.save to `path` atomically (a temporary file beside it, then a rename);
+    also how the teacher-target cache keeps its entries (distill.cache)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

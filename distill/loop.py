@@ -168,15 +168,16 @@ def autocast(device: torch.device, precision: str = "auto") -> AbstractContextMa
 def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: Callable[[Batch], torch.Tensor],
                 optim: Optimization, device: torch.device, precision: str = "auto",
                 plan: StepPlan | None = None, start: dict | None = None,
-                save: Callable[[int, dict], None] | None = None) -> Iterator[tuple[int, torch.Tensor]]:
+                save: Callable[[int, Callable[[], dict]], None] | None = None) -> Iterator[tuple[int, torch.Tensor]]:
     """Run `optim.steps` updates (or `plan.total`, which a deadline may change as the run goes), one
     per batch: the loss under autocast (`precision`), backward, gradient clipping, the optimizer and
     LR-schedule steps. Yields (step from 1, the loss still on the device) after each update, so the
     caller logs, evaluates or stops without the loop knowing how; the last update is the one where
     `step == plan.total`.
 
-    `start` ({"step", "optimizer", "schedule"}, as `save` was given them) goes on from a saved run
-    (distill.checkpoint); `save(step, state)` is called once the caller is done with each update."""
+    `start` ({"step", "optimizer", "schedule"}, as `save` gets them) goes on from a saved run
+    (distill.checkpoint); `save(step, state)` is called once the caller is done with each update, with
+    `state()` building that dict only for the updates it saves."""
     plan = plan if plan is not None else StepPlan(optim.steps)
     optimizer, schedule = adamw(params, optim, plan)
     precision = resolve_precision(precision, device)  # the CPU's features probed once, not every step
@@ -201,7 +202,7 @@ def train_steps(params: list[nn.Parameter], batches: Iterable[Batch], loss_of: C
         schedule.step()
         yield step, loss.detach()
         if save is not None:  # after the caller's evaluation of this update, which the save records
-            save(step, {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()})
+            save(step, lambda: {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()})
 
 
 class LossReader:

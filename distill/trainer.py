@@ -398,13 +398,13 @@ class _Loop:
               f"{self.config.steps}", file=sys.stderr)
         return {key: state[key] for key in ("step", "optimizer", "schedule")}
 
-    def _save(self, step: int, loop_state: dict) -> None:
+    def _save(self, step: int, loop_state: Callable[[], dict]) -> None:
         """Save the whole state after update `step` when it is due (`distill.loop.train_steps`'s `save`)."""
         if not self.checkpoints.due(step, step == self.plan.total):
             return
         self.running += self.reader.read(step)
         save_state(self.checkpoints.path, {
-            "identity": self.identity, **loop_state, "student": self.student.state_dict(),
+            "identity": self.identity, **loop_state(), "student": self.student.state_dict(),
             "method": self.method.state_dict(), "generator": self.generator.get_state(), "rng": torch.get_rng_state(),
             "epoch": self.epoch, "history": self.history, "running": self.running, "tokens": self.tokens,
             "seconds": self._seconds(), "eval_seconds": self.eval_seconds})

@@ -139,7 +139,9 @@ class TeacherCache:
             return {e: base._store[(split, *e)] for e in missing}
         fresh = self._teacher_pass(split, wanted, start=kept)
         self.teacher_passes += 1
-        return {e: torch.cat([base._store[(split, *e)], fresh[e]]) for e in missing}
+        # Joined on the host, where a new pass's targets are: the smaller set's may sit on a GPU
+        # (`place`); the trainer places the grown set there again.
+        return {e: torch.cat([base._store[(split, *e)].to(fresh[e].device), fresh[e]]) for e in missing}
 
     @contextlib.contextmanager
     def _turn(self, split: str) -> Iterator[None]:

@@ -415,6 +415,7 @@ class _Loop:
         cache = self.grow(plan.total)
         if cache is not None:
             cache.ensure("train", self.method.teacher_needs())
+            cache.place("train", self.device)  # as at the start: on a GPU, resident there when they fit
             self.cache, (self.ids, self.mask) = cache, cache.data.split("train")
         plan.paused(time.monotonic() - start)
 

@@ -240,6 +240,9 @@ def _start_workers(args: argparse.Namespace) -> int:
     if not args.storage or args.storage.startswith("sqlite"):
         raise InputError(f"--workers {args.workers} needs a storage that many workers can share: --storage "
                          "postgresql+psycopg://... or journal:PATH (SQLite is for one worker)")
+    from distill.trainer import resolve_device
+
+    resolve_device(args.device)  # once, before any worker starts: one line, not one per worker
     argv = _without_workers(args.argv)
     gpus = _gpu_count() if args.device != "cpu" else 0
     measure_on, train_on = _split_cores(args.threads)

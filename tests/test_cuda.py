@@ -49,6 +49,28 @@ def test_training_targets_live_on_the_gpu_and_read_the_same(teacher, small_data)
     assert cache.batch("eval", index, needs).hidden[6].device.type == "cpu"  # the evaluator's rows stay
 
 
+def test_a_grown_set_joins_targets_placed_on_the_gpu_with_the_new_rows(teacher, news_texts):
+    """What a final run does when its time allows more steps than its set was sized for, after its
+    targets went to the GPU: the smaller set's rows are reused, the teacher runs on the new ones."""
+    from distill import make_transfer_set
+    from distill.activations import Needs
+
+    small, big = (make_transfer_set(teacher.tokenizer, news_texts, seq_len=64, num_train=n, num_eval=16, seed=0)
+                  for n in (48, 80))
+    needs, cuda = Needs(hidden=frozenset({6})), torch.device("cuda")
+    cache = TeacherCache(teacher, small)
+    cache.ensure("train", needs)
+    assert cache.place("train", cuda)
+    grown = cache.grown(big)
+    grown.ensure("train", needs)
+    assert grown.teacher_passes == 1 and grown.place("train", cuda)
+    fresh = TeacherCache(teacher, big)
+    fresh.ensure("train", needs)
+    every, real_tokens = torch.arange(80), big.train_mask.bool()
+    torch.testing.assert_close(grown.batch("train", every, needs).hidden[6].cpu()[real_tokens].float(),
+                               fresh.batch("train", every, needs).hidden[6][real_tokens].float(), atol=2e-2, rtol=1e-2)
+
+
 def test_search_on_the_gpu_trains_there_and_ships_a_cpu_export(tmp_path):
     out = tmp_path / "gpu"
     args = ["search", "--out", str(out), "--device", "cuda", "--trials", "2", "--layers", "1-2", "--hidden", "96",

@@ -342,6 +342,10 @@ def test_device_cuda_without_cuda_is_refused_before_anything(tmp_path):
     out = tmp_path / "gpu"
     _refused(kdnas("search", "--out", str(out), "--device", "cuda", "--trials", "1"), "'cuda'", "no CUDA device")
     assert not out.exists(), "nothing may be written for a refused device"
+    journal = tmp_path / "gpu.journal"  # with --workers: refused once, before any worker starts
+    _refused(kdnas("search", "--out", str(out), "--device", "cuda", "--trials", "1", "--workers", "2",
+                   "--storage", f"journal:{journal}"), "'cuda'", "no CUDA device")
+    assert not out.exists() and not journal.exists()
 
 
 @pytest.mark.parametrize("device", ["gpu", "cuda:x"])

@@ -1,0 +1,79 @@
+"""Fidelity on the text a student was trained on, beside the held-out text it is scored on.
+
+A student that orders the teacher's similarities better on sentences it saw in training than on unseen
+ones is short of text: more of it (or inputs that stand in for it) would close the gap. One that scores
+alike on both is short of capacity or steps, and more text would not help. Both samples are read in the
+same form: 1,000 rows of the student's own transfer set (rebuilt from its distill.json, as
+student_quality.py does) and 1,000 held-out sentences cut to the same row length, each decoded from the
+teacher's tokenizer, so the two differ only in whether the student was trained on them.
+
+    python benchmarks/fit_gap.py runs/long30k-aug/3x12x384x1280-30000-0 runs/long40k-aug/3x12x384x1280-40000-0 \
+        --out benchmarks/results/fit_gap.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _env import environment  # noqa: E402
+from _fidelity_setup import fidelity_setup  # noqa: E402
+
+ROWS = 1000
+
+
+def samples(setup, rows: int = ROWS, seed: int = 0) -> dict[str, list[str]]:
+    """`rows` training rows and as many held-out sentences, decoded to one text form (the row length of
+    the transfer set, the tokenizer's normalisation)."""
+    tokenizer, data = setup.teacher.tokenizer, setup.data
+    picked = random.Random(seed).sample(range(data.num_train), min(rows, data.num_train))
+    trained = tokenizer.batch_decode(data.train_ids[picked], skip_special_tokens=True)
+    cut = tokenizer(setup.sentences[:rows], truncation=True, max_length=data.seq_len)["input_ids"]
+    return {"held_out": tokenizer.batch_decode(cut, skip_special_tokens=True), "trained_on": trained}
+
+
+def measure(folder: Path, setups: dict) -> dict:
+    from evaluation import embedding_fidelity, sentence_embeddings
+
+    record = json.loads((folder / "distill.json").read_text())
+    transfer = record["transfer_set"]
+    key = (transfer["train"], transfer["seq_len"], transfer["unit"])
+    if key not in setups:
+        setup = fidelity_setup("minilm-l6", transfer["train"], seq_len=transfer["seq_len"], unit=transfer["unit"])
+        texts = samples(setup)
+        setups[key] = (texts, {k: sentence_embeddings(setup.teacher, v) for k, v in texts.items()})
+    texts, reference = setups[key]
+    row = {"model": str(folder), "arch": record.get("arch"), "steps": record.get("steps"),
+           "augment": record.get("config", {}).get("augment"), "dropout": record.get("config", {}).get("dropout"),
+           "transfer_set": transfer}
+    for name, sentences in texts.items():
+        scored = embedding_fidelity(reference[name], sentence_embeddings(str(folder), sentences))
+        row[name] = {k: round(scored[k], 4) for k in ("spearman", "spearman_se", "mean_cosine")}
+    row["gap"] = round(row["trained_on"]["spearman"] - row["held_out"]["spearman"], 4)
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("students", nargs="+", type=Path, help="folders saved by recipe_sweep.py --save")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fit_gap.json"))
+    args = parser.parse_args()
+    setups: dict = {}
+    rows = []
+    for folder in args.students:
+        rows.append(measure(folder, setups))
+        print(json.dumps(rows[-1]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"rows_per_sample": ROWS, "students": rows, "environment": environment()},
+                                   indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -30,15 +30,16 @@ class FidelitySetup:
 
 
 def fidelity_setup(teacher: str, train: int, *, seq_len: int = 64, unit: str = "sentence",
-                   on_disk: bool = False) -> FidelitySetup:
-    """`on_disk`: the teacher's targets also in $KDNAS_CACHE/targets, so a resumed run does not compute them again."""
+                   on_disk: bool = False, num_eval: int = 32) -> FidelitySetup:
+    """`on_disk`: the teacher's targets also in $KDNAS_CACHE/targets, so a resumed run does not compute them again.
+    `num_eval`: the transfer set's held-out rows, which come first (a search's final run keeps 256)."""
     from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set, targets_dir
     from distill.data import heldout_sentences
     from evaluation import sentence_embeddings
 
     model = load_teacher(teacher)
     texts = load_corpus("news")
-    data = make_transfer_set(model.tokenizer, texts, seq_len=seq_len, num_train=train, num_eval=32, seed=0, unit=unit)
+    data = make_transfer_set(model.tokenizer, texts, seq_len=seq_len, num_train=train, num_eval=num_eval, seed=0, unit=unit)
     sentences = heldout_sentences(texts, 1000, seed=0)
     cache = TeacherCache(model, data, directory=targets_dir() if on_disk else None)
     return FidelitySetup(teacher=model, data=data, cache=cache, sentences=sentences,

@@ -192,7 +192,7 @@ def _final_flags(p: argparse.ArgumentParser, d) -> None:
                           "(default: %(default)s)")
     fin.add_argument("--quality-sentences", type=int, default=d.quality_sentences,
                      help="held-out corpus sentences for the shipped student's embedding fidelity and its untrained "
-                          "baselines; 0 skips (default: %(default)s)")
+                          "baselines, and as many rows of its own transfer set beside them; 0 skips (default: %(default)s)")
     fin.add_argument("--final-top-k", type=int, default=d.final_top_k,
                      help="also finish the next best (best/ then finalists/RANK-ARCH/) (default: %(default)s)")
     fin.add_argument("--reference", action="store_true",
@@ -309,6 +309,7 @@ def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
 
 
 def _print_summary(summary: dict, out: Path) -> None:
+    from .baselines import fit_line
     from .neighbours import origin, shape_label
     from .records import loss_of, steps_label
 
@@ -346,6 +347,8 @@ def _print_summary(summary: dict, out: Path) -> None:
             verdict = "beats both untrained baselines on fidelity" if quality["beats_baselines"] else \
                 "does NOT beat the untrained baselines on fidelity: this recipe failed"
             print(f"  embedding fidelity rho ({quality['sentences']} held-out sentences): {rows}; {verdict}")
+            if fit := fit_line(quality):
+                print(f"  {fit}")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 

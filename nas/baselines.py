@@ -9,16 +9,25 @@ A distilled student that does not beat both has failed, and the summary says so.
 Spearman's ρ between the teacher's and the model's pairwise cosine similarities of held-out corpus
 sentences (`evaluation.fidelity.embedding_fidelity`); the probes of `kdnas evaluate` are too slow for
 the search itself and are run by `benchmarks/student_quality.py`.
+
+The student's fidelity on as many rows of its own transfer set stands beside it, as a training run shows
+its training loss beside the validation loss: a student that orders the teacher's similarities better on
+text it was trained on than on new text is short of text, and more of it would lift it where more passes
+over the same would not (measured: benchmarks/fit_gap.py, docs/design/final-recipe.md "Short of text, or
+of capacity?").
 """
 
 from __future__ import annotations
 
+import math
+import random
 from typing import Any
 
 from torch import nn
 
 from distill import StudentSpec
 from core.errors import KdnasError
+from evaluation.fidelity import MIN_SENTENCES
 
 PAIRS = 4000
 
@@ -62,13 +71,24 @@ def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any]
     reference = sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency_seq)
     baselines, _ = untrained_baselines(ctx.teacher, spec, cache.importance(), cfg.layer_rule, cfg.latency_seq)
     rows = {f"{name} (untrained)": _fidelity(ctx, model, sentences, reference) for name, model in baselines.items()}
-    return {"sentences": sentences, "reference": reference, "rows": rows}
+    return {"sentences": sentences, "reference": reference, "rows": rows, "trained_on": _training_rows(ctx, cache)}
+
+
+def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:
+    """As many rows of the transfer set as held-out sentences, decoded to text, with the teacher's embeddings."""
+    from evaluation import sentence_embeddings
+
+    cfg, data = ctx.config, cache.data
+    picked = random.Random(cfg.seed).sample(range(data.num_train), min(cfg.quality_sentences, data.num_train))
+    texts = ctx.teacher.tokenizer.batch_decode(data.train_ids[picked], skip_special_tokens=True)
+    return {"sentences": texts, "reference": sentence_embeddings(ctx.teacher, texts, max_len=cfg.latency_seq)}
 
 
 def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any,
-                   prepared: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, or None
-    when not asked for (0) or the corpus is too small to hold any out. `prepared` is
+                   prepared: dict[str, Any] | None = None, passes: float | None = None) -> dict[str, Any] | None:
+    """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, and the
+    student's on as many rows of its transfer set (`trained_on`, with the `passes` its run made over
+    them); None when not asked for (0) or the corpus is too small to hold any out. `prepared` is
     `baseline_fidelity`'s result when it was computed before."""
     prepared = baseline_fidelity(ctx, spec, cache) if prepared is None else prepared
     if prepared is None or "skipped" in prepared:
@@ -77,7 +97,28 @@ def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any,
     rows = {"student": _fidelity(ctx, student, sentences, prepared["reference"]), **prepared["rows"]}
     student_rho = rows["student"]["spearman"]
     beaten = all(student_rho > r["spearman"] for name, r in rows.items() if name != "student")
-    return {"sentences": len(sentences), "max_len": ctx.config.latency_seq, "fidelity": rows, "beats_baselines": beaten}
+    own, trained = prepared["trained_on"], None
+    if len(own["sentences"]) >= MIN_SENTENCES:
+        trained = {"sentences": len(own["sentences"]), "passes": passes,
+                   **_fidelity(ctx, student, own["sentences"], own["reference"])}
+    return {"sentences": len(sentences), "max_len": ctx.config.latency_seq, "fidelity": rows, "beats_baselines": beaten,
+            "trained_on": trained}
+
+
+def fit_line(quality: dict[str, Any]) -> str | None:
+    """One line on the student's fidelity on its own training text beside held-out text, and what the
+    difference says; None where it was not measured."""
+    own, held = quality.get("trained_on"), (quality.get("fidelity") or {}).get("student")
+    if not own or not held:
+        return None
+    gap, se = own["spearman"] - held["spearman"], math.hypot(own["spearman_se"], held["spearman_se"])
+    line = f"on {own['sentences']} of its own training rows rho {own['spearman']:.3f} ({gap:+.3f} over held-out"
+    if own.get("passes") is not None and own["passes"] < 1:
+        return line + f"; after {own['passes']:.1f} of a pass, not all of them seen yet)"
+    if gap > 2 * se:
+        return line + ", beyond the noise): it fits the text it saw better than new text; a longer run needs " \
+                      "more distinct text of this kind (--corpus), not more passes over the same"
+    return line + ", within the noise): as good on new text as on the text it saw; more text would not lift it"
 
 
 def _fidelity(ctx: Any, model: nn.Module, sentences: list[str], reference: Any) -> dict[str, float]:

@@ -145,14 +145,18 @@ def _latency(record: dict[str, Any] | None, config: Any, runtime: str) -> str:
 
 
 def _quality(quality: Any) -> str:
-    """Embedding fidelity of the student beside the untrained baselines (nas.baselines)."""
+    """Embedding fidelity of the student beside the untrained baselines, and on its own training text
+    (nas.baselines)."""
+    from .baselines import fit_line
+
     if not quality or not isinstance(quality, dict) or "fidelity" not in quality:
         return (quality or {}).get("skipped", "not measured") if isinstance(quality, dict) else "not measured"
     rows = "; ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
     verdict = "beats both untrained baselines on fidelity" if quality.get("beats_baselines") else \
         "does NOT beat the untrained baselines on fidelity: the recipe failed for this shape"
+    fit = fit_line(quality)
     return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality['sentences']} held-out "
-            f"sentences): {rows} — {verdict}. Linear probes: `kdnas evaluate`")
+            f"sentences): {rows} — {verdict}" + (f"; {fit}" if fit else "") + ". Linear probes: `kdnas evaluate`")
 
 
 def _pipeline(pipe: dict[str, Any]) -> str:

@@ -376,7 +376,8 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     student = res.student.eval()
     t1 = time.perf_counter()
     ctx.progress.phase(f"{label}: fidelity")
-    quality = fidelity_table(ctx, spec, student, cache, prepared)
+    passes = res.steps * res.config.batch_size / (res.rows or data.num_train)
+    quality = fidelity_table(ctx, spec, student, cache, prepared, passes=round(passes, 2))
     t2 = time.perf_counter()
     ctx.progress.phase(f"{label}: export")
     shipped = _ship(ctx, student, dest, teacher_dir, pipeline,

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 from distill import ModelDims, StudentSpec, TeacherCache
-from nas.baselines import fidelity_table, first_layers_depth
+from nas.baselines import fidelity_table, first_layers_depth, fit_line
 
 
 def test_first_layers_depth_is_the_deepest_cut_no_dearer_than_the_student():
@@ -27,10 +27,13 @@ def test_fidelity_table_ranks_the_teacher_itself_above_the_baselines(teacher, ne
     spec = StudentSpec(layers=2, heads=12, hidden=384, ffn=1536, **teacher.student_sizes())
     ctx = SimpleNamespace(config=SearchConfig(quality_sentences=60, latency_seq=64), teacher=teacher, texts=news_texts)
     # The full teacher as "student" (6 layers): perfect fidelity, above both 2-layer baselines.
-    table = fidelity_table(ctx, spec, teacher.model, TeacherCache(teacher, small_data))
+    table = fidelity_table(ctx, spec, teacher.model, TeacherCache(teacher, small_data), passes=3.0)
     rows = table["fidelity"]
     assert set(rows) == {"student", "first 2 layers (untrained)", "inherited (untrained)"}
     assert rows["student"]["spearman"] > 0.999 and table["beats_baselines"]
+    # as many rows of its transfer set, decoded: the teacher agrees with itself there too
+    trained = table["trained_on"]
+    assert trained["sentences"] == 60 and trained["passes"] == 3.0 and trained["spearman"] > 0.999
     assert rows["first 2 layers (untrained)"]["spearman"] < 0.95
     torch.manual_seed(0)
     from transformers import BertModel
@@ -38,3 +41,24 @@ def test_fidelity_table_ranks_the_teacher_itself_above_the_baselines(teacher, ne
     random = BertModel(spec.to_config())
     assert not fidelity_table(ctx, spec, random, TeacherCache(teacher, small_data))["beats_baselines"]
     assert d.layers == 6
+
+
+def _quality(own_rho: float, held_rho: float, passes: float | None = 4.0, se: float = 0.003) -> dict:
+    return {"fidelity": {"student": {"spearman": held_rho, "spearman_se": se}},
+            "trained_on": {"sentences": 1000, "passes": passes, "spearman": own_rho, "spearman_se": se}}
+
+
+def test_fit_line_says_whether_the_student_is_at_home_only_on_its_training_text():
+    # the fresh-clone demo's student (benchmarks/results/fit_gap.json): 0.967 trained on, 0.912 held out
+    short = fit_line(_quality(0.967, 0.912))
+    assert short.startswith("on 1000 of its own training rows rho 0.967 (+0.055 over held-out, beyond the noise)")
+    assert "more distinct text" in short
+    even = fit_line(_quality(0.914, 0.912))  # 0.002 apart, each ± 0.003
+    assert "within the noise" in even and "more text would not lift it" in even
+    early = fit_line(_quality(0.95, 0.90, passes=0.4))  # some sampled rows not seen yet: no verdict
+    assert "0.4 of a pass" in early and "more distinct text" not in early
+
+
+def test_fit_line_is_silent_where_the_training_text_was_not_measured():
+    assert fit_line({"fidelity": {"student": {"spearman": 0.9, "spearman_se": 0.003}}, "trained_on": None}) is None
+    assert fit_line({"skipped": "corpus too small"}) is None

@@ -105,6 +105,10 @@ def test_search_writes_every_output(search_run):
     assert final["quality"]["sentences"] == 48 and "student" in fidelity
     assert any(name.startswith("first ") for name in fidelity), fidelity
     assert final["init"]["init"] == "inherit" and "embedding fidelity rho" in search_run["stdout"]
+    # and on as many rows of its own transfer set (all 48 here), with the passes its run made over them
+    trained = final["quality"]["trained_on"]
+    assert trained["sentences"] == 48 and trained["passes"] == round(final["steps"] * 8 / 48, 2)
+    assert "of its own training rows rho" in search_run["stdout"] and "own training rows" in (best / "README.md").read_text()
     # what the training ran in, as distill.json has it, and said on the card
     assert final["precision"] == json.loads((best / "distill.json").read_text())["precision"]
     assert f"({final['precision']}, " in (best / "README.md").read_text()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 from pathlib import Path
 
@@ -33,9 +32,10 @@ ROWS = 1000
 def samples(setup, rows: int = ROWS, seed: int = 0) -> dict[str, list[str]]:
     """`rows` training rows and as many held-out sentences, decoded to one text form (the row length of
     the transfer set, the tokenizer's normalisation)."""
+    from distill.data import training_texts
+
     tokenizer, data = setup.teacher.tokenizer, setup.data
-    picked = random.Random(seed).sample(range(data.num_train), min(rows, data.num_train))
-    trained = tokenizer.batch_decode(data.train_ids[picked], skip_special_tokens=True)
+    trained = training_texts(tokenizer, data, rows, seed=seed)
     cut = tokenizer(setup.sentences[:rows], truncation=True, max_length=data.seq_len)["input_ids"]
     return {"held_out": tokenizer.batch_decode(cut, skip_special_tokens=True), "trained_on": trained}
 

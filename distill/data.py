@@ -257,6 +257,13 @@ def heldout_sentences(texts: list[str], n: int = 1000, *, seed: int = 0, min_wor
     return sentences[:n]
 
 
+def training_texts(tokenizer, data: TransferSet, n: int, *, seed: int = 0) -> list[str]:
+    """Up to `n` rows of the transfer set's training split, a seeded sample, decoded to text: what a student
+    was trained on, in the form held-out sentences are read in (the fit gap: nas.baselines, benchmarks/fit_gap.py)."""
+    picked = random.Random(seed).sample(range(data.num_train), min(n, data.num_train))
+    return tokenizer.batch_decode(data.train_ids[picked], skip_special_tokens=True)
+
+
 def pad_rows(rows: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`(input_ids, attention_mask)` `[len(rows), width]`; width defaults to the longest row, so
     a batch of short texts costs short compute."""

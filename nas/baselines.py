@@ -20,7 +20,6 @@ of capacity?").
 from __future__ import annotations
 
 import math
-import random
 from typing import Any
 
 from torch import nn
@@ -76,11 +75,11 @@ def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any]
 
 def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:
     """As many rows of the transfer set as held-out sentences, decoded to text, with the teacher's embeddings."""
+    from distill.data import training_texts
     from evaluation import sentence_embeddings
 
-    cfg, data = ctx.config, cache.data
-    picked = random.Random(cfg.seed).sample(range(data.num_train), min(cfg.quality_sentences, data.num_train))
-    texts = ctx.teacher.tokenizer.batch_decode(data.train_ids[picked], skip_special_tokens=True)
+    cfg = ctx.config
+    texts = training_texts(ctx.teacher.tokenizer, cache.data, cfg.quality_sentences, seed=cfg.seed)
     return {"sentences": texts, "reference": sentence_embeddings(ctx.teacher, texts, max_len=cfg.latency_seq)}
 
 

@@ -9,6 +9,9 @@ student every N steps of the same run; `--precision auto fp32` runs each recipe 
 with both batch orders, `--augment 0 0.5` without and with half the batches perturbed (distill.augment).
 `--save-every N` saves each run's state every N steps under `--state DIR`; the same command run again
 goes on from there (distill.checkpoint) — for a run of hours, stopped by a crash or by the machine going away.
+`--start DIR` starts every run from a trained student (a `--save` folder) narrowed to `--arch` by activation
+importance instead of from the teacher (distill.inherit.narrowed, what the search's final stage does with a
+finalist refused over the budget): train wide, then narrow.
 
     python benchmarks/recipe_sweep.py --arch 3x12x384x1536 --unit sentence --steps 300 \\
         "embed=tok+cos+rel:even:3e-4" "hs:even:3e-4"
@@ -59,6 +62,8 @@ def main() -> int:
                         help="save each run's state every N steps under --state; run again to go on (0: never)")
     parser.add_argument("--state", type=Path, default=Path("runs/sweep-state"),
                         help="where --save-every keeps the runs' states (default: %(default)s)")
+    parser.add_argument("--start", type=Path, default=None,
+                        help="start from this trained student folder, narrowed to --arch (default: the teacher, inherited)")
     parser.add_argument("--save", type=Path, default=None,
                         help="keep each run's student in DIR/<arch>-<steps>-<n> (weights, tokenizer, distill.json), "
                              "so benchmarks/student_quality.py can measure it beside the demo's")
@@ -89,11 +94,15 @@ def main() -> int:
                 print(json.dumps({"recipe": recipe, "checkpoint": {"step": step, **metrics["fidelity"]},
                                   "seconds": round(time.perf_counter() - started, 1)}), flush=True)
 
-        name = re.sub(r"[^\w.+-]", "_", f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}")
+        start = _narrowed_start(args.start, teacher, spec, data) if args.start else None
+        start_score = score(start) if start is not None else None
+        origin = f"-from-{args.start.name}" if args.start else ""
+        name = re.sub(r"[^\w.+-]", "_",
+                      f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}{origin}")
         saves = Checkpoints(args.state / f"{name}.pt", args.save_every) if args.save_every else None
         started = time.perf_counter()
         result = distill(spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval,
-                         checkpoints=saves)
+                         checkpoints=saves, student=start)
         # the last evaluation is the run's own result, scored below; a resumed run's earlier ones come from its save
         checkpoints = [{"step": h["step"], **h["fidelity"]} for h in result.history if h["step"] < args.steps]
         run = {"recipe": recipe, "arch": args.arch, "unit": args.unit, "train": data.num_train,
@@ -104,6 +113,8 @@ def main() -> int:
                # resumed run's count the seconds before it stopped too
                "loop_seconds": round(result.seconds, 1), "l_hs_norm": round(result.metrics["l_hs_norm"], 4),
                "checkpoints": checkpoints, **score(result.student)}
+        if args.start:
+            run["start"] = {"from": str(args.start), "narrowed": start_score}
         if args.save is not None:
             folder = args.save / f"{args.arch}-{args.steps}-{len(runs)}"
             run["saved"] = str(save_student(result, data, args.unit, teacher, folder))
@@ -114,6 +125,16 @@ def main() -> int:
     args.out.write_text(json.dumps({"runs": previous + [{**r, "environment": environment()} for r in runs]},
                                    indent=2) + "\n")
     return 0
+
+
+def _narrowed_start(folder: Path, teacher, spec, data):
+    """The trained student in `folder` cut down to `spec` by its activations on the transfer set's first rows."""
+    from transformers import AutoModel
+
+    from distill.inherit import narrowed
+
+    wide = AutoModel.from_pretrained(folder, attn_implementation="eager")
+    return narrowed(wide, teacher.tokenizer, spec, *data.split("train"))[0].train()
 
 
 def save_student(result, data, unit: str, teacher, folder: Path) -> Path:

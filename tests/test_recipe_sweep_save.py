@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from recipe_sweep import save_student  # noqa: E402
+from recipe_sweep import _narrowed_start, save_student  # noqa: E402
 from student_quality import build_baselines  # noqa: E402
 
 
@@ -31,3 +31,28 @@ def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuil
     # the benchmark rebuilds this student's untrained start from the record and checks it is the same
     baselines = build_baselines(folder, "minilm-l6", "news", tmp_path / "work")
     assert sorted(baselines) == ["first-1-layers", "inherited-2x12x384x256"]
+
+
+def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(teacher, news_texts, tmp_path):
+    """`--start`: train wide, then narrow — the saved student cut to a narrower FFN continues training."""
+    import torch
+
+    from distill import DistillConfig, distill, make_transfer_set, parse_arch
+
+    data = make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=64, num_eval=8, seed=0,
+                             unit="sentence")
+    wide_spec, narrow_spec = (parse_arch(a, **teacher.student_sizes()) for a in ("2x12x384x256", "2x12x384x128"))
+    wide = distill(wide_spec, teacher, data, DistillConfig(method="embed", steps=2, batch_size=8, progress=False))
+    folder = save_student(wide, data, "sentence", teacher, tmp_path / "wide")
+
+    start = _narrowed_start(folder, teacher, narrow_spec, data)
+    w_in = wide.student.encoder.layer[0].intermediate.dense.weight
+    n_in = start.encoder.layer[0].intermediate.dense.weight
+    assert n_in.shape == (128, 384)
+    # every kept row is one of the wide student's FFN neurons, in their original order
+    rows = [int(torch.argmin((w_in - row).abs().sum(1))) for row in n_in]
+    assert rows == sorted(rows) and len(set(rows)) == 128
+    assert torch.equal(n_in, w_in[rows])
+    result = distill(narrow_spec, teacher, data, DistillConfig(method="embed", steps=2, batch_size=8, progress=False),
+                     student=start)
+    assert result.student.config.intermediate_size == 128

@@ -10,7 +10,7 @@ with both batch orders, `--augment 0 0.5` without and with half the batches pert
 `--save-every N` saves each run's state every N steps under `--state DIR`; the same command run again
 goes on from there (distill.checkpoint) — for a run of hours, stopped by a crash or by the machine going away.
 `--start DIR` starts every run from a trained student (a `--save` folder) narrowed to `--arch` by activation
-importance instead of from the teacher (distill.inherit.narrowed, what the search's final stage does with a
+importance instead of from the teacher (distill.narrowed_from, what the search's final stage does with a
 finalist refused over the budget): train wide, then narrow.
 
     python benchmarks/recipe_sweep.py --arch 3x12x384x1536 --unit sentence --steps 300 \\
@@ -38,7 +38,7 @@ from _env import environment  # noqa: E402
 
 def main() -> int:
     from _fidelity_setup import fidelity_setup
-    from distill import Checkpoints, DistillConfig, Evaluator, distill, parse_arch
+    from distill import Checkpoints, DistillConfig, Evaluator, distill, narrowed_from, parse_arch
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="+")
@@ -94,7 +94,7 @@ def main() -> int:
                 print(json.dumps({"recipe": recipe, "checkpoint": {"step": step, **metrics["fidelity"]},
                                   "seconds": round(time.perf_counter() - started, 1)}), flush=True)
 
-        start = _narrowed_start(args.start, teacher, spec, data) if args.start else None
+        start = narrowed_from(args.start, teacher.tokenizer, spec, *data.split("train")) if args.start else None
         start_score = score(start) if start is not None else None
         origin = f"-from-{args.start.name}" if args.start else ""
         name = re.sub(r"[^\w.+-]", "_",
@@ -125,16 +125,6 @@ def main() -> int:
     args.out.write_text(json.dumps({"runs": previous + [{**r, "environment": environment()} for r in runs]},
                                    indent=2) + "\n")
     return 0
-
-
-def _narrowed_start(folder: Path, teacher, spec, data):
-    """The trained student in `folder` cut down to `spec` by its activations on the transfer set's first rows."""
-    from transformers import AutoModel
-
-    from distill.inherit import narrowed
-
-    wide = AutoModel.from_pretrained(folder, attn_implementation="eager")
-    return narrowed(wide, teacher.tokenizer, spec, *data.split("train"))[0].train()
 
 
 def save_student(result, data, unit: str, teacher, folder: Path) -> Path:

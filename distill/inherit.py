@@ -356,6 +356,16 @@ def narrowed(model: nn.Module, tokenizer: object, spec: StudentSpec, ids: torch.
     return inherit_student(source, spec, importance, "first")
 
 
+def narrowed_from(folder: object, tokenizer: object, spec: StudentSpec, ids: torch.Tensor,
+                  mask: torch.Tensor) -> nn.Module:
+    """The trained student saved in `folder` read back and `narrowed` to `spec`, in training mode: the start
+    of a run that goes on from a wider student (nas.final's refused finalist, benchmarks/recipe_sweep.py --start)."""
+    from transformers import AutoModel
+
+    trained = AutoModel.from_pretrained(folder, attn_implementation="eager")
+    return narrowed(trained, tokenizer, spec, ids, mask)[0].train()
+
+
 def first_layers(teacher: Teacher, layers: int, importance: Importance) -> nn.Module:
     """The teacher's first `layers` layers at full width, untrained: the cheapest honest baseline."""
     t = teacher.dims

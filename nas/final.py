@@ -28,7 +28,7 @@ from typing import Any
 
 import optuna
 
-from distill import Checkpoints, DistillResult, Evaluator, StudentSpec, narrowed, parse_arch
+from distill import Checkpoints, DistillResult, Evaluator, StudentSpec, narrowed_from, parse_arch
 from distill import distill as run_distill
 from distill.loop import fit_steps, resolve_precision
 from distill.trainer import resolve_device
@@ -482,12 +482,9 @@ def _fitted_to(cfg: Any) -> str:
 
 def _narrowed_start(ctx: Any, cache: Any, spec: StudentSpec, start: dict[str, Any], label: str) -> Any:
     """`start`'s trained student, read back from over-budget/ and narrowed to `spec`."""
-    from transformers import AutoModel
-
     ctx.progress.phase(f"{label}: continues {start['arch']} ({start['steps']} steps, over the budget as shipped), "
                        f"narrowed by activation importance")
-    trained = AutoModel.from_pretrained(start["dir"], attn_implementation="eager")
-    return narrowed(trained, ctx.teacher.tokenizer, spec, *cache.data.split("train"))[0].train()
+    return narrowed_from(start["dir"], ctx.teacher.tokenizer, spec, *cache.data.split("train"))
 
 
 def _continued_steps(cfg: Any, start: dict[str, Any], until: float | None) -> int:

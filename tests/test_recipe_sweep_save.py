@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from recipe_sweep import _narrowed_start, save_student  # noqa: E402
+from recipe_sweep import save_student  # noqa: E402
 from student_quality import build_baselines  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(te
     """`--start`: train wide, then narrow — the saved student cut to a narrower FFN continues training."""
     import torch
 
-    from distill import DistillConfig, distill, make_transfer_set, parse_arch
+    from distill import DistillConfig, distill, make_transfer_set, narrowed_from, parse_arch
 
     data = make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=64, num_eval=8, seed=0,
                              unit="sentence")
@@ -45,7 +45,7 @@ def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(te
     wide = distill(wide_spec, teacher, data, DistillConfig(method="embed", steps=2, batch_size=8, progress=False))
     folder = save_student(wide, data, "sentence", teacher, tmp_path / "wide")
 
-    start = _narrowed_start(folder, teacher, narrow_spec, data)
+    start = narrowed_from(folder, teacher.tokenizer, narrow_spec, *data.split("train"))
     w_in = wide.student.encoder.layer[0].intermediate.dense.weight
     n_in = start.encoder.layer[0].intermediate.dense.weight
     assert n_in.shape == (128, 384)

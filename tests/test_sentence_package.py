@@ -358,7 +358,10 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     # What this test sets: every graph fits before training, and 1x4x64x256 reads over as shipped.
     monkeypatch.setattr(final, "_shipped_graph_latency", lambda ctx, spec, pipeline, label: (1.0, [], {}))
     _fixed_readings(monkeypatch)
-    real_latency, real_narrowed, narrowed_to = final._final_latency, final.narrowed, []
+    from distill import inherit
+
+    # narrowed_from (what the final stage calls) reads the wide student back and cuts it with inherit.narrowed
+    real_latency, real_narrowed, narrowed_to = final._final_latency, inherit.narrowed, []
 
     def as_shipped(ctx, graph, label):
         result, readings, drift = real_latency(ctx, graph, label)
@@ -370,7 +373,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
         return real_narrowed(model, tokenizer, spec, ids, mask)
 
     monkeypatch.setattr(final, "_final_latency", as_shipped)
-    monkeypatch.setattr(final, "narrowed", narrowed)
+    monkeypatch.setattr(inherit, "narrowed", narrowed)
     # fewer steps than the least a continued run makes: it ships as narrowed, with no steps of its own
     monkeypatch.setattr(final, "MIN_CONTINUED_STEPS", min_steps)
     ctx = SearchContext(config=config, space=SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128, 256)),

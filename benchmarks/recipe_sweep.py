@@ -38,6 +38,7 @@ from _env import environment  # noqa: E402
 
 def main() -> int:
     from _fidelity_setup import fidelity_setup
+    from core.errors import InputError
     from distill import Checkpoints, DistillConfig, Evaluator, distill, narrowed_from, parse_arch
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,6 +69,9 @@ def main() -> int:
                         help="keep each run's student in DIR/<arch>-<steps>-<n> (weights, tokenizer, distill.json), "
                              "so benchmarks/student_quality.py can measure it beside the demo's")
     args = parser.parse_args()
+    if args.start is not None and not (args.start / "config.json").is_file():
+        parser.error(f"--start {args.start}: no saved student there (no config.json); "
+                     "allowed: a folder of --save or a search's best/")
 
     setup = fidelity_setup(args.teacher, args.train, seq_len=args.seq_len, unit=args.unit, on_disk=args.save_every > 0)
     teacher, data, cache = setup.teacher, setup.data, setup.cache
@@ -94,7 +98,11 @@ def main() -> int:
                 print(json.dumps({"recipe": recipe, "checkpoint": {"step": step, **metrics["fidelity"]},
                                   "seconds": round(time.perf_counter() - started, 1)}), flush=True)
 
-        start = narrowed_from(args.start, teacher.tokenizer, spec, *data.split("train")) if args.start else None
+        try:  # the same folder and shape for every run: refused, it is refused before any training
+            start = narrowed_from(args.start, teacher.tokenizer, spec, *data.split("train")) if args.start else None
+        except InputError as err:
+            print(f"recipe_sweep.py: --start {args.start}: {err}", file=sys.stderr)
+            return 2
         start_score = score(start) if start is not None else None
         origin = f"-from-{args.start.name}" if args.start else ""
         name = re.sub(r"[^\w.+-]", "_",

@@ -40,6 +40,7 @@ def main() -> int:
     from _fidelity_setup import fidelity_setup
     from core.errors import InputError
     from distill import Checkpoints, DistillConfig, Evaluator, distill, narrowed_from, parse_arch
+    from distill.augment import WORD_SOURCES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="+")
@@ -56,6 +57,8 @@ def main() -> int:
                         help="run every recipe in each of these precisions (auto, bf16, fp32), side by side")
     parser.add_argument("--augment", type=float, nargs="+", default=[0.0],
                         help="run every recipe with each of these shares of perturbed batches (distill.augment)")
+    parser.add_argument("--augment-words", nargs="+", default=["batch"], choices=WORD_SOURCES,
+                        help="run every perturbed recipe with each of these sources of new words (distill.augment)")
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
                         help="run every recipe with each of these seeds (the order of the batches)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
@@ -83,14 +86,16 @@ def main() -> int:
         return {"spearman": round(f["spearman"], 4), "mean_cosine": round(f["mean_cosine"], 4)}
 
     runs = []
-    for recipe, precision, seed, augment in [(r, p, s, a) for r in args.recipes for p in args.precision
-                                             for s in args.seed for a in args.augment]:
+    for recipe, precision, seed, augment, words in [
+            (r, p, s, a, w) for r in args.recipes for p in args.precision for s in args.seed for a in args.augment
+            for w in (args.augment_words if a > 0 else ["batch"])]:
         method, rule, lr = recipe.split(":")
         method, _, terms = method.partition("=")
         config = DistillConfig(method=method, steps=args.steps, batch_size=args.batch_size, lr=float(lr),
                                layer_rule=rule, embed_terms=terms or None, progress=False,
                                dropout=None if args.dropout < 0 else args.dropout,
-                               eval_every=args.checkpoints, precision=precision, seed=seed, augment=augment)
+                               eval_every=args.checkpoints, precision=precision, seed=seed, augment=augment,
+                               augment_words=words)
         evaluator = _Scoring(Evaluator(cache, strategy=config.eval_layer_map), score)
 
         def on_eval(step: int, metrics: dict) -> None:
@@ -106,7 +111,7 @@ def main() -> int:
         start_score = score(start) if start is not None else None
         origin = f"-from-{args.start.name}" if args.start else ""
         name = re.sub(r"[^\w.+-]", "_",
-                      f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}{origin}")
+                      f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}{'' if words == 'batch' else '-' + words}{origin}")
         saves = Checkpoints(args.state / f"{name}.pt", args.save_every) if args.save_every else None
         started = time.perf_counter()
         result = distill(spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval,
@@ -115,7 +120,7 @@ def main() -> int:
         checkpoints = [{"step": h["step"], **h["fidelity"]} for h in result.history if h["step"] < args.steps]
         run = {"recipe": recipe, "arch": args.arch, "unit": args.unit, "train": data.num_train,
                "seq_len": args.seq_len, "steps": args.steps, "batch_size": args.batch_size, "dropout": args.dropout,
-               "seed": seed, "augment": augment, "resumed_from": result.resumed_from,
+               "seed": seed, "augment": augment, "augment_words": words, "resumed_from": result.resumed_from,
                "precision": result.precision, "seconds": round(time.perf_counter() - started, 1),
                # the steps and evaluations alone (the first run also pays for the teacher's targets); a
                # resumed run's count the seconds before it stopped too

@@ -6,6 +6,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .trainer import DistillConfig
 
 STATE_FILE = "checkpoint.pt"  # in --out until the finished student replaces the folder
 
@@ -37,7 +41,6 @@ and it goes on from the last save, ending as the run would have.
 def register(subparsers: argparse._SubParsersAction) -> None:
     from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
     from .loop import PRECISIONS
-    from .methods import EMBED_DEFAULT_TERMS, EMBED_TERMS
     from .trainer import DistillConfig
 
     d = DistillConfig()  # one source for the defaults: the CLI shows the dataclass's
@@ -62,6 +65,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="training rows: windows of running text, or one sentence each (default: %(default)s)")
     p.add_argument("--eval-size", type=int, default=64, help="held-out sequences for L_HS (default: %(default)s)")
     p.add_argument("--eval-every", type=int, default=d.eval_every, help="evaluate every N steps; 0 = at the end (default: %(default)s)")
+    _method_options(p, d)
+    p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
+                   help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
+    p.add_argument("--device", default=d.device, help="auto | cpu | cuda (default: %(default)s)")
+    p.add_argument("--precision", default=d.precision, choices=PRECISIONS,
+                   help="auto: bf16 autocast where the device multiplies bf16 natively (CUDA, CPUs with "
+                        "AVX512-BF16 or AMX), else fp32 (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=d.seed)
+    _output_options(p)
+    p.set_defaults(func=run)
+
+
+def _method_options(p: argparse.ArgumentParser, d: DistillConfig) -> None:
+    """What a method takes, how the student starts, and the perturbed batches."""
+    from .augment import WORD_SOURCES
+    from .methods import EMBED_DEFAULT_TERMS, EMBED_TERMS
+
     p.add_argument("--layer-map", default=None,
                    help="single | last | uniform | uniform-cons | uniform+last (hs, pkd; default: uniform)")
     p.add_argument("--relation-heads", type=int, default=None,
@@ -80,16 +100,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--embed-terms", default=None,
                    help=f"embed method: '+'-joined terms of {', '.join(EMBED_TERMS)} (default: {EMBED_DEFAULT_TERMS})")
     p.add_argument("--augment", type=float, default=d.augment, metavar="SHARE", help="share of the batches perturbed "
-                   "(15 %% of the words replaced by words of the batch), the teacher labelling them live (default: %(default)s)")
-    p.add_argument("--assistant", default="off", choices=["off", "on", "auto"],
-                   help="teacher assistant (MiniLM 3.3): on, off, or auto (when L_S <= L_T/2 and d_S <= d_T/2)")
-    p.add_argument("--device", default=d.device, help="auto | cpu | cuda (default: %(default)s)")
-    p.add_argument("--precision", default=d.precision, choices=PRECISIONS,
-                   help="auto: bf16 autocast where the device multiplies bf16 natively (CUDA, CPUs with "
-                        "AVX512-BF16 or AMX), else fp32 (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=d.seed)
-    _output_options(p)
-    p.set_defaults(func=run)
+                   "(15 %% of the words replaced), the teacher labelling them live (default: %(default)s)")
+    p.add_argument("--augment-words", default=d.augment_words, choices=list(WORD_SOURCES),
+                   help="where a perturbed row's new words come from: batch, words of the same batch; neighbours, "
+                        "the replaced word's nearest words in the teacher's embeddings (TinyBERT) "
+                        "(default: %(default)s)")
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
@@ -125,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
         steps=args.steps, batch_size=args.batch_size, lr=args.lr, eval_every=args.eval_every,
         layer_map=args.layer_map, relation_heads=args.relation_heads, teacher_layer=args.teacher_layer,
         ckd_overlap=args.ckd_overlap, alp_scope=args.alp_scope, temperature=args.temperature, init=args.init, seed=args.seed,
-        layer_rule=args.layer_rule, embed_terms=args.embed_terms, augment=args.augment, device=args.device,
+        layer_rule=args.layer_rule, embed_terms=args.embed_terms, augment=args.augment,
+        augment_words=args.augment_words, device=args.device,
         precision=args.precision,
         progress=not args.quiet,
     )

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from .activations import Activations, ModelDims
-from .augment import substitute_tokens
+from .augment import WORD_SOURCES, substitute_neighbours, substitute_tokens, word_neighbours
 from .cache import TeacherCache
 from .checkpoint import Checkpoints, load_state, run_identity, save_state
 from .data import TransferSet
@@ -69,6 +69,9 @@ class DistillConfig:
     # Share of the batches whose tokens are perturbed, the teacher labelling them live (distill.augment):
     # for a transfer set seen many times over. 0: every batch as the corpus has it.
     augment: float = 0.0
+    # Where a perturbed row's new words come from (distill.augment.WORD_SOURCES): "batch", other words
+    # of the same batch; "neighbours", the replaced word's nearest words in the teacher's embeddings.
+    augment_words: str = "batch"
     eval_layer_map: str = "uniform"
     # "inherit": the teacher's own layers, heads, neurons and channels (distill.inherit); "svd":
     # XtremeDistil's SVD-factorised teacher word embeddings, the rest random; "random".
@@ -99,6 +102,7 @@ class DistillConfig:
         check_choice("init", self.init, INITS)
         if isinstance(self.augment, bool) or not isinstance(self.augment, (int, float)) or not 0 <= self.augment <= 1:
             raise InputError(f"augment {self.augment!r} is invalid: the share of batches perturbed, 0 <= augment <= 1")
+        check_choice("augment words", self.augment_words, WORD_SOURCES)
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise InputError(f"dropout {self.dropout} is invalid: allowed 0 <= dropout < 1")
         check_choice("layer rule", self.layer_rule, LAYER_RULES)
@@ -312,6 +316,7 @@ class _Loop:
         self.mlm = method.student_needs().logits
         self.generator = torch.Generator().manual_seed(config.seed)
         self.special = _special_ids(teacher.tokenizer)
+        self.neighbours = self._neighbours()
         self.tokens = 0
         # The record so far, kept here so that a save holds it and a resumed run starts from it.
         self.epoch: list[torch.Tensor] = []  # the batches left of the current pass, the next one last
@@ -409,6 +414,14 @@ class _Loop:
             "epoch": self.epoch, "history": self.history, "running": self.running, "tokens": self.tokens,
             "seconds": self._seconds(), "eval_seconds": self.eval_seconds})
 
+    def _neighbours(self) -> torch.Tensor | None:
+        """The replacement table for `augment_words="neighbours"` over the training rows' words, else None."""
+        if not (self.config.augment > 0 and self.config.augment_words == "neighbours"):
+            return None
+        words = base_model(self.teacher.model).embeddings.word_embeddings.weight
+        tokens = self.teacher.tokenizer.convert_ids_to_tokens(list(range(words.shape[0])))
+        return word_neighbours(words.cpu(), self.ids, self.special, tokens)
+
     def _grow(self, plan: StepPlan) -> None:
         """Ask for more training rows for the `plan.total` updates the run will now make."""
         start = time.monotonic()
@@ -417,6 +430,7 @@ class _Loop:
             cache.ensure("train", self.method.teacher_needs())
             cache.place("train", self.device)  # as at the start: on a GPU, resident there when they fit
             self.cache, (self.ids, self.mask) = cache, cache.data.split("train")
+            self.neighbours = self._neighbours()  # the new rows' words join the candidates
         plan.paused(time.monotonic() - start)
 
     def evaluate(self, step: int, running: list[float], last: bool) -> dict:
@@ -431,7 +445,9 @@ class _Loop:
         loss_mask = mask
         # A perturbed batch has no cached targets: the teacher labels it live (distill.augment).
         perturbed = self.config.augment > 0 and float(torch.rand((), generator=self.generator)) < self.config.augment
-        if perturbed:
+        if perturbed and self.neighbours is not None:
+            ids = substitute_neighbours(ids, mask, self.special, self.neighbours, self.generator)
+        elif perturbed:
             ids = substitute_tokens(ids, mask, self.special, self.generator)
         if self.mlm:
             ids, loss_mask = _mask_tokens(ids, mask, self.teacher.tokenizer, self.config.mask_prob, self.generator)

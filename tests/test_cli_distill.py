@@ -53,6 +53,7 @@ def in_process(capsys, *args) -> tuple[int, str]:
     (["--method", "minilm", "--arch", "2x4x64x128"], "needs equal attention heads"),
     (["--steps", "0"], "--steps 0 is invalid"),
     (["--augment", "2"], "augment 2.0 is invalid: the share of batches perturbed, 0 <= augment <= 1"),
+    (["--augment-words", "vocab"], "--augment-words: invalid choice: 'vocab' (choose from 'batch', 'neighbours')"),
     (["--method", "hs", "--relation-heads", "4"], "does not apply to method 'hs'"),
     (["--save-every", "-1"], "--save-every -1 is invalid: must be >= 0"),
 ])

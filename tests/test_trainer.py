@@ -95,6 +95,7 @@ def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path
     (dict(augment=1.5), r"augment 1.5 is invalid: the share of batches perturbed, 0 <= augment <= 1"),
     (dict(augment=float("nan")), "augment nan is invalid"),
     (dict(augment=True), "augment True is invalid"),
+    (dict(augment_words="vocab"), r"augment words .vocab. is invalid: allowed batch, neighbours"),
 ])
 def test_bad_config_values(bad, message):
     with pytest.raises(KdnasError, match=message):
@@ -264,6 +265,37 @@ def test_substituted_tokens_come_from_the_batch_and_spare_special_tokens_and_pad
     assert torch.equal(out, again) and not torch.equal(ids, out)
 
 
+def test_word_neighbours_are_the_nearest_corpus_words_of_the_same_kind():
+    from distill.augment import word_neighbours
+
+    # 0-2 special, 3-6 word starts, 7-9 word pieces; 10 is a word start the rows never use
+    tokens = ["[PAD]", "[CLS]", "[SEP]", "cat", "cats", "dog", "car", "##s", "##ing", "##ed", "kitten"]
+    emb = torch.tensor([[0, 0, 1.0], [0, 1, 0], [0, 1, 1], [1, 0.1, 0], [1, 0.2, 0], [1, 0.9, 0], [0.2, 1, 0],
+                        [1, 0, 0.1], [0.1, 0, 1], [0.2, 0, 1], [1, 0.15, 0]])
+    ids = torch.tensor([[1, 3, 4, 5, 6, 2, 0], [1, 7, 8, 9, 3, 2, 0]])
+    table = word_neighbours(emb, ids, torch.tensor([0, 1, 2]), tokens, k=2)
+    assert table.shape == (11, 2)
+    assert table[3].tolist() == [4, 5] and table[6].tolist() == [5, 4]  # nearest first, never itself
+    assert set(table[7].tolist()) <= {8, 9} and table[8].tolist() == [9, 7]  # a word piece among word pieces
+    assert table[10].tolist() == [10, 10] and table[1].tolist() == [1, 1]  # unused and special: unchanged
+    assert 10 not in table[3:10].flatten().tolist()  # only words the rows use are drawn
+
+
+def test_neighbour_substitution_replaces_words_by_their_table_neighbours_only():
+    from distill.augment import substitute_neighbours
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 2000, (64, 40), generator=g)
+    ids[:, 0], ids[:, 30], ids[:, 31:] = 101, 102, 0
+    mask = (ids != 0).long()
+    table = torch.arange(3000).unsqueeze(1) + torch.tensor([5000, 6000, 7000])  # token t's neighbours: t+5000, ...
+    out = substitute_neighbours(ids, mask, torch.tensor([101, 102, 0]), table, torch.Generator().manual_seed(1))
+    changed = out != ids
+    assert not changed[:, [0, 30]].any() and (out[:, 31:] == 0).all()
+    assert 0.12 < changed.sum().item() / ids[:, 1:30].numel() < 0.18
+    assert set((out[changed] - ids[changed]).tolist()) == {5000, 6000, 7000}  # each from its own row of the table
+
+
 def test_perturbed_batches_are_labelled_by_the_teacher_live(teacher, small_data, cache, monkeypatch):
     # A perturbed batch has no cached target: the teacher must see exactly the input the student sees.
     spec = parse_arch("1x4x64x128", **teacher.student_sizes())
@@ -282,3 +314,10 @@ def test_perturbed_batches_are_labelled_by_the_teacher_live(teacher, small_data,
         rows = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
         assert sum(row not in corpus for row in rows) >= len(rows) // 2
     assert plain.history[-1]["train_loss"] != perturbed.history[-1]["train_loss"]
+    seen.clear()
+    near = distill(spec, teacher, small_data, dataclasses.replace(config, augment=1.0, augment_words="neighbours"),
+                   cache=cache)
+    assert len(seen) == 4 and near.history[-1]["train_loss"] != perturbed.history[-1]["train_loss"]
+    for ids, mask in seen:  # perturbed copies here too
+        rows = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
+        assert sum(row not in corpus for row in rows) >= len(rows) // 2

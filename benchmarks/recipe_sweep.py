@@ -110,8 +110,9 @@ def main() -> int:
             return 2
         start_score = score(start) if start is not None else None
         origin = f"-from-{args.start.name}" if args.start else ""
+        source = "" if words == "batch" else f"-{words}"  # the names of runs saved before the option stay valid
         name = re.sub(r"[^\w.+-]", "_",
-                      f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}{'' if words == 'batch' else '-' + words}{origin}")
+                      f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}{source}{origin}")
         saves = Checkpoints(args.state / f"{name}.pt", args.save_every) if args.save_every else None
         started = time.perf_counter()
         result = distill(spec, teacher, data, config, cache=cache, evaluator=evaluator, on_eval=on_eval,

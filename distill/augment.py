@@ -33,9 +33,8 @@ def substitute_tokens(ids: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor,
     """`ids` [batch, seq] with about `share` of its real tokens replaced by real tokens of the same batch,
     drawn uniformly (so in the corpus's frequencies). Positions that `mask` marks as padding and tokens
     listed in `keep` (the special tokens) are never replaced nor drawn. Returns a new tensor."""
-    real = mask.bool() & ~torch.isin(ids, keep.to(ids.device))
+    real, chosen = _chosen(ids, mask, keep, generator, share)
     pool = ids[real]
-    chosen = (torch.rand(ids.shape, generator=generator) < share).to(ids.device) & real
     out = ids.clone()
     count = int(chosen.sum())
     if count and pool.numel():
@@ -84,11 +83,17 @@ def substitute_neighbours(ids: torch.Tensor, mask: torch.Tensor, keep: torch.Ten
     """`ids` [batch, seq] with about `share` of its real tokens each replaced by one of its `table`
     neighbours (distill.augment.word_neighbours), drawn uniformly. Padding and the tokens in `keep`
     are never replaced. Returns a new tensor."""
-    real = mask.bool() & ~torch.isin(ids, keep.to(ids.device))
-    chosen = (torch.rand(ids.shape, generator=generator) < share).to(ids.device) & real
+    chosen = _chosen(ids, mask, keep, generator, share)[1]
     out = ids.clone()
     count = int(chosen.sum())
     if count:
         pick = torch.randint(table.shape[1], (count,), generator=generator)
         out[chosen] = table[ids[chosen].cpu(), pick].to(ids.device)
     return out
+
+
+def _chosen(ids: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor, generator: torch.Generator,
+            share: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the real tokens: not padding, not in `keep`; about `share` of them, drawn to be replaced)."""
+    real = mask.bool() & ~torch.isin(ids, keep.to(ids.device))
+    return real, (torch.rand(ids.shape, generator=generator) < share).to(ids.device) & real

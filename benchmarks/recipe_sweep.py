@@ -6,7 +6,8 @@ rows of `--seq-len` tokens) for `--steps` steps of `--batch-size`; every run is 
 embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, 4,000 pairs of 1,000 held-out
 corpus sentences) and the mean cosine to the teacher's embedding. `--checkpoints N` also scores the
 student every N steps of the same run; `--precision auto fp32` runs each recipe in both, `--seed 0 1`
-with both batch orders, `--augment 0 0.5` without and with half the batches perturbed (distill.augment).
+with both batch orders, `--augment 0 0.5` without and with half the batches perturbed (distill.augment),
+`--weight-decay 0.01 0.1` with each AdamW weight decay.
 `--save-every N` saves each run's state every N steps under `--state DIR`; the same command run again
 goes on from there (distill.checkpoint) — for a run of hours, stopped by a crash or by the machine going away.
 `--start DIR` starts every run from a trained student (a `--save` folder) narrowed to `--arch` by activation
@@ -59,6 +60,9 @@ def main() -> int:
                         help="run every recipe with each of these shares of perturbed batches (distill.augment)")
     parser.add_argument("--augment-words", nargs="+", default=["batch"], choices=WORD_SOURCES,
                         help="run every perturbed recipe with each of these sources of new words (distill.augment)")
+    decay = DistillConfig.__dataclass_fields__["weight_decay"].default
+    parser.add_argument("--weight-decay", type=float, nargs="+", default=[decay],
+                        help="run every recipe with each of these AdamW weight decays (default: %(default)s)")
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
                         help="run every recipe with each of these seeds (the order of the batches)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
@@ -86,16 +90,16 @@ def main() -> int:
         return {"spearman": round(f["spearman"], 4), "mean_cosine": round(f["mean_cosine"], 4)}
 
     runs = []
-    for recipe, precision, seed, augment, words in [
-            (r, p, s, a, w) for r in args.recipes for p in args.precision for s in args.seed for a in args.augment
-            for w in (args.augment_words if a > 0 else ["batch"])]:
+    for recipe, precision, seed, augment, words, wd in [
+            (r, p, s, a, w, d) for r in args.recipes for p in args.precision for s in args.seed for a in args.augment
+            for w in (args.augment_words if a > 0 else ["batch"]) for d in args.weight_decay]:
         method, rule, lr = recipe.split(":")
         method, _, terms = method.partition("=")
         config = DistillConfig(method=method, steps=args.steps, batch_size=args.batch_size, lr=float(lr),
                                layer_rule=rule, embed_terms=terms or None, progress=False,
                                dropout=None if args.dropout < 0 else args.dropout,
                                eval_every=args.checkpoints, precision=precision, seed=seed, augment=augment,
-                               augment_words=words)
+                               augment_words=words, weight_decay=wd)
         evaluator = _Scoring(Evaluator(cache, strategy=config.eval_layer_map), score)
 
         def on_eval(step: int, metrics: dict) -> None:
@@ -110,7 +114,8 @@ def main() -> int:
             return 2
         start_score = score(start) if start is not None else None
         origin = f"-from-{args.start.name}" if args.start else ""
-        source = "" if words == "batch" else f"-{words}"  # the names of runs saved before the option stay valid
+        source = "" if words == "batch" else f"-{words}"  # the names of runs saved before the options stay valid
+        source += "" if wd == decay else f"-wd{wd:g}"
         name = re.sub(r"[^\w.+-]", "_",
                       f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}{source}{origin}")
         saves = Checkpoints(args.state / f"{name}.pt", args.save_every) if args.save_every else None
@@ -121,7 +126,8 @@ def main() -> int:
         checkpoints = [{"step": h["step"], **h["fidelity"]} for h in result.history if h["step"] < args.steps]
         run = {"recipe": recipe, "arch": args.arch, "unit": args.unit, "train": data.num_train,
                "seq_len": args.seq_len, "steps": args.steps, "batch_size": args.batch_size, "dropout": args.dropout,
-               "seed": seed, "augment": augment, "augment_words": words, "resumed_from": result.resumed_from,
+               "seed": seed, "augment": augment, "augment_words": words, "weight_decay": wd,
+               "resumed_from": result.resumed_from,
                "precision": result.precision, "seconds": round(time.perf_counter() - started, 1),
                # the steps and evaluations alone (the first run also pays for the teacher's targets); a
                # resumed run's count the seconds before it stopped too

@@ -60,7 +60,7 @@ def main() -> int:
                         help="run every recipe with each of these shares of perturbed batches (distill.augment)")
     parser.add_argument("--augment-words", nargs="+", default=["batch"], choices=WORD_SOURCES,
                         help="run every perturbed recipe with each of these sources of new words (distill.augment)")
-    decay = DistillConfig.__dataclass_fields__["weight_decay"].default
+    decay = DistillConfig().weight_decay  # one source for the default: the dataclass's
     parser.add_argument("--weight-decay", type=float, nargs="+", default=[decay],
                         help="run every recipe with each of these AdamW weight decays (default: %(default)s)")
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
@@ -76,6 +76,11 @@ def main() -> int:
                         help="keep each run's student in DIR/<arch>-<steps>-<n> (weights, tokenizer, distill.json), "
                              "so benchmarks/student_quality.py can measure it beside the demo's")
     args = parser.parse_args()
+    for wd in args.weight_decay:  # refused before the teacher and its targets load
+        try:
+            DistillConfig(weight_decay=wd)
+        except InputError as err:
+            parser.error(f"--weight-decay {wd}: {err}")
     if args.start is not None and not (args.start / "config.json").is_file():
         parser.error(f"--start {args.start}: no saved student there (no config.json); "
                      "allowed: a folder of --save or a search's best/")

@@ -97,6 +97,8 @@ class DistillConfig:
             raise InputError(f"batch size {self.batch_size} is invalid: must be >= 1")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise InputError(f"learning rate {self.lr} is invalid: must be a positive number")
+        if not (self.weight_decay >= 0 and math.isfinite(self.weight_decay)):  # AdamW's own refusal comes mid-run
+            raise InputError(f"weight decay {self.weight_decay} is invalid: must be a number >= 0")
         if not 0 <= self.warmup < 1:
             raise InputError(f"warm-up fraction {self.warmup} is invalid: allowed 0 <= warmup < 1")
         check_choice("init", self.init, INITS)

@@ -90,6 +90,8 @@ def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path
 @pytest.mark.parametrize("bad, message", [
     (dict(steps=0), "steps=0 is invalid"),
     (dict(lr=-1.0), "learning rate -1.0 is invalid"),
+    (dict(weight_decay=-0.1), "weight decay -0.1 is invalid: must be a number >= 0"),
+    (dict(weight_decay=float("inf")), "weight decay inf is invalid"),
     (dict(init="zeros"), "init 'zeros' is invalid"),
     (dict(precision="half"), "precision 'half' is invalid: allowed auto, bf16, fp32"),
     (dict(augment=1.5), r"augment 1.5 is invalid: the share of batches perturbed, 0 <= augment <= 1"),

@@ -64,6 +64,7 @@ def export_model(
     *,
     int8: bool = False,
     int8_fp32_attention: bool = False,
+    int8_fp32_embeddings: bool = False,
     opset: int | None = None,
     optimize: bool = True,
     tokenizer=None,
@@ -76,8 +77,7 @@ def export_model(
     bundled teacher name (minilm-l6, mpnet-base). `tokenizer`: a tokenizer, or a folder/teacher name
     to load one from; by default the model folder's own. `model.onnx` is the optimized (fused)
     graph when `optimize`, since that is what runs fastest and it passes the same parity check.
-    `int8_fp32_attention` keeps the fused attention's QKV projection in fp32 in `model.int8.onnx`
-    (a little more quality, much less speed-up; see `quantize_int8`).
+    `int8_fp32_attention` / `int8_fp32_embeddings`: see `quantize_int8` (what each keeps fp32, at what cost).
     `normalize` / `pooling`: how the graph's `sentence_embedding` is made, so it equals
     `SentenceTransformer(folder).encode`; None reads them from the model folder's sentence-transformers
     modules (modules.json: a Normalize module -> normalized), else mean pooling, not normalized.
@@ -85,7 +85,7 @@ def export_model(
     """
     started = time.perf_counter()
     out = Path(out_dir).expanduser()
-    _check_arguments(out, opset, int8, int8_fp32_attention, pooling)
+    _check_arguments(out, opset, int8, int8_fp32_attention, int8_fp32_embeddings, pooling)
     model, source, tok_source = _load_model(model_or_dir)
     pooling, normalize = _embedding_pipeline(tok_source, pooling, normalize)
     tok = _matching_tokenizer(tokenizer if tokenizer is not None else tok_source, source, model)
@@ -100,7 +100,8 @@ def export_model(
         parity = _check_parity(graph.path, batches, reference)
         int8_min = int8_mean = recipe = None
         if int8:
-            int8_min, int8_mean, recipe = _quantize(stage, batches, reference, int8_fp32_attention, notes)
+            int8_min, int8_mean, recipe = _quantize(stage, batches, reference, notes, fp32_attention=int8_fp32_attention,
+                                                    fp32_embeddings=int8_fp32_embeddings)
 
         tok.save_pretrained(stage)
         model.config.save_pretrained(stage)
@@ -137,11 +138,14 @@ def _matching_tokenizer(tokenizer_or_source, source: str, model):
     return tok
 
 
-def _check_arguments(out: Path, opset: int | None, int8: bool, int8_fp32_attention: bool, pooling: str | None) -> None:
+def _check_arguments(out: Path, opset: int | None, int8: bool, fp32_attention: bool, fp32_embeddings: bool,
+                     pooling: str | None) -> None:
     _check_out_dir(out)
     _graph.check_opset(opset)
-    if int8_fp32_attention and not int8:
-        raise InputError("--int8-fp32-attention chooses how model.int8.onnx is quantized: add --int8 to write it")
+    given = [flag for flag, on in (("--int8-fp32-attention", fp32_attention), ("--int8-fp32-embeddings", fp32_embeddings))
+             if on]
+    if given and not int8:
+        raise InputError(f"{given[0]} chooses how model.int8.onnx is quantized: add --int8 to write it")
     if pooling is not None:
         _graph.check_pooling(pooling)
 
@@ -156,12 +160,12 @@ def _check_parity(path: str, batches: list, reference: list) -> "_parity.Parity"
     return parity
 
 
-def _quantize(stage: Path, batches: list, reference: list, fp32_attention: bool,
-              notes: list[str]) -> tuple[float, float, str]:
+def _quantize(stage: Path, batches: list, reference: list, notes: list[str], **recipe_options: bool
+              ) -> tuple[float, float, str]:
     """model.int8.onnx beside model.onnx, and its embeddings' cosines to the fp32 reference (a note
-    when the mean falls under the quality bar)."""
-    _graph.quantize_int8(stage / MODEL_FILE, stage / INT8_FILE, fp32_attention=fp32_attention)
-    recipe = "dynamic, per-channel int8 weights, " + ("fused attention fp32" if fp32_attention else "attention quantized too")
+    when the mean falls under the quality bar). `recipe_options`: `quantize_int8`'s fp32_* switches."""
+    _graph.quantize_int8(stage / MODEL_FILE, stage / INT8_FILE, **recipe_options)
+    recipe = _graph.int8_recipe(**recipe_options)
     cosines = _embedding_cosines(reference, _parity.run_onnx(str(stage / INT8_FILE), batches))
     int8_min, int8_mean = min(cosines), float(np.mean(cosines))
     if int8_mean < _parity.INT8_MEAN_COSINE:

@@ -154,7 +154,21 @@ def count_ops(path: str | os.PathLike) -> dict[str, int]:
     return {op: counts.get(op, 0) for op in FUSED_OPS}
 
 
-def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attention: bool = False) -> None:
+# Ops that hold the embedding tables: the fused graph's EmbedLayerNormalization (word, position and
+# segment tables) and, in a plain graph, the Gather that reads each table. Together they are 70-90 %
+# of a small student's weights, so an INT8 graph that left them fp32 kept most of the fp32 file.
+EMBEDDING_OPS = ("EmbedLayerNormalization", "Gather")
+
+
+def int8_recipe(*, fp32_attention: bool = False, fp32_embeddings: bool = False) -> str:
+    """What `quantize_int8` does with these options, in words (export.json's `int8_recipe`)."""
+    return ("dynamic, per-channel int8 weights, "
+            + ("fused attention fp32" if fp32_attention else "attention quantized too")
+            + (", embedding tables fp32" if fp32_embeddings else ", embedding tables int8"))
+
+
+def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attention: bool = False,
+                  fp32_embeddings: bool = False) -> None:
     """Dynamic INT8 quantization: per-channel int8 weights, activations quantized at run time.
 
     Every weight MatMul is quantized, and a fused `Attention` becomes `QAttention`: on this kind of
@@ -162,17 +176,20 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attent
     it (`fp32_attention=True`) costs most of the speed-up (measured, BERT-base shape, 2 threads:
     about 1.6x vs 2.5x over fp32) for a small quality gain (MiniLM-L6, 256 news sentences: min
     cosine 0.986 vs 0.982). Per-channel scales matter more: per-tensor gives 0.95 (README).
+    The embedding tables are stored int8 too (one scale per table; `QEmbedLayerNormalization` in a
+    fused graph): a third of the file for a mean cosine 0.0003-0.0004 lower and the same speed
+    (benchmarks/results/int8_embeddings.json); `fp32_embeddings=True` keeps them fp32.
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    ops = ["MatMul"] + ([] if fp32_attention else ["Attention"]) + ([] if fp32_embeddings else list(EMBEDDING_OPS))
     dst = Path(dst)
     tmp = dst.with_name(f".{dst.name}.tmp")
     try:
         logger_level = _quiet_root_logger()
         quantize_dynamic(
-            str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
-            op_types_to_quantize=["MatMul"] if fp32_attention else ["MatMul", "Attention"],
+            str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=ops,
             # A fused graph carries contrib ops without type inference; tell the quantizer they are fp32.
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )

@@ -113,6 +113,10 @@ def profile(
         "int8": bool(int8) and onnx_flavour and resolved["kind"] != "onnx", "cpu": cpu, "versions": versions,
         "protocol": PROTOCOL,
     }
+    if identity["int8"]:  # an INT8 reading is of one quantization recipe: a new recipe is a new reading
+        from export import int8_recipe
+
+        identity["int8_recipe"] = int8_recipe()
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
     cache_file = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / f"{key}.json"
     cached = _read_cache(cache_file) if use_cache else None

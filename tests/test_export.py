@@ -56,7 +56,8 @@ def test_tiny_student_export_parity_fusion_int8(student_dir, tmp_path):
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["parity"]["max_abs"] == report.parity.max_abs
     assert manifest["fused"] == report.fused and manifest["opset"] == 17
-    assert manifest["sizes"]["model.int8.onnx"] < manifest["sizes"]["model.onnx"]
+    # The embedding tables (most of a small student's weights) are int8 too: about a quarter of the file.
+    assert manifest["sizes"]["model.int8.onnx"] < 0.4 * manifest["sizes"]["model.onnx"]
     assert {"torch", "onnxruntime", "onnx", "transformers"} <= set(manifest["versions"])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
@@ -72,7 +73,8 @@ def test_tiny_student_export_parity_fusion_int8(student_dir, tmp_path):
     # The default recipe quantizes the fused attention too (QAttention): that is where the speed is.
     ops = Counter(node.op_type for node in onnx.load(str(out / "model.int8.onnx")).graph.node)
     assert ops["QAttention"] == 2 and ops["Attention"] == 0 and ops["DynamicQuantizeMatMul"] + ops["MatMulInteger"] > 0
-    assert manifest["int8_recipe"] == "dynamic, per-channel int8 weights, attention quantized too"
+    assert ops["QEmbedLayerNormalization"] == 1 and ops["EmbedLayerNormalization"] == 0
+    assert manifest["int8_recipe"] == "dynamic, per-channel int8 weights, attention quantized too, embedding tables int8"
 
     # Exporting again into the same folder replaces the earlier export.
     again = export_model(student_dir, out, optimize=False, opset=14)
@@ -99,8 +101,24 @@ def test_int8_fp32_attention_option_and_quality_warning(student_dir, tmp_path, m
         report = export_model(student_dir, tmp_path / "onnx", int8=True, int8_fp32_attention=True)
     ops = Counter(node.op_type for node in onnx.load(str(tmp_path / "onnx" / "model.int8.onnx")).graph.node)
     assert ops["Attention"] == 2 and ops["QAttention"] == 0
-    assert report.int8_recipe.endswith("fused attention fp32")
+    assert report.int8_recipe.endswith("fused attention fp32, embedding tables int8")
     assert any("INT8 quality" in w for w in json.loads((tmp_path / "onnx" / "export.json").read_text())["warnings"])
+
+
+def test_int8_embedding_tables(student_dir, tmp_path):
+    # --int8-fp32-embeddings keeps the fused embedding node and its fp32 tables (a larger file).
+    kept = export_model(student_dir, tmp_path / "kept", int8=True, int8_fp32_embeddings=True)
+    ops = Counter(node.op_type for node in onnx.load(str(tmp_path / "kept" / "model.int8.onnx")).graph.node)
+    assert ops["EmbedLayerNormalization"] == 1 and ops["QEmbedLayerNormalization"] == 0 and ops["QAttention"] == 2
+    assert kept.int8_recipe.endswith("attention quantized too, embedding tables fp32")
+    assert kept.sizes["model.int8.onnx"] > 0.8 * kept.sizes["model.onnx"]
+    # In a plain (unfused) graph each table is read by a Gather: the tables it reads are stored int8.
+    plain = export_model(student_dir, tmp_path / "plain", int8=True, optimize=False)
+    graph = onnx.load(str(tmp_path / "plain" / "model.int8.onnx")).graph
+    tables = {t.name: t.data_type for t in graph.initializer if len(t.dims) == 2}
+    read = [tables[n.input[0]] for n in graph.node if n.op_type == "Gather" and n.input[0] in tables]
+    assert len(read) >= 2 and set(read) <= {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}, read
+    assert plain.int8_mean_cosine >= 0.99 and plain.sizes["model.int8.onnx"] < 0.4 * plain.sizes["model.onnx"]
 
 
 @pytest.mark.slow
@@ -142,8 +160,10 @@ def test_bad_inputs(student_dir, tmp_path):
         export_model(tmp_path / "empty", tmp_path / "b")
     with pytest.raises(KdnasError, match="opset 9 is not supported"):
         export_model(student_dir, tmp_path / "c", opset=9)
-    with pytest.raises(KdnasError, match="add --int8"):
+    with pytest.raises(KdnasError, match="^--int8-fp32-attention chooses .* add --int8"):
         export_model(student_dir, tmp_path / "e", int8_fp32_attention=True)
+    with pytest.raises(KdnasError, match="^--int8-fp32-embeddings chooses .* add --int8"):
+        export_model(student_dir, tmp_path / "e", int8_fp32_embeddings=True)
     with pytest.raises(KdnasError, match="no tokenizer"):
         export_model(TINY, tmp_path / "d")  # a spec has no tokenizer of its own
     (tmp_path / "busy").mkdir()
@@ -163,8 +183,9 @@ def test_cli_export(student_dir, tmp_path, capsys):
     assert (tmp_path / "cli" / "model.onnx").is_file()
 
     for argv in (["export", str(tmp_path / "nope"), "--out", str(tmp_path / "x")],
-                 ["export", str(student_dir), "--out", str(tmp_path / "y"), "--opset", "99"]):
+                 ["export", str(student_dir), "--out", str(tmp_path / "y"), "--opset", "99"],
+                 ["export", str(student_dir), "--out", str(tmp_path / "z"), "--int8-fp32-embeddings"]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("kdnas export: error:") and err.count("\n") == 1
-    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    assert not any((tmp_path / name).exists() for name in "xyz")

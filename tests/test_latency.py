@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import export
 from core.errors import KdnasError
 from core.spec import StudentSpec
 import latency._profile as latency_profile
@@ -209,6 +210,12 @@ def test_measure_then_cache_hit(tmp_path, monkeypatch):
     monkeypatch.setattr(latency_profile, "_run_worker", _noisy_worker([]))
     assert profile(TINY, seq=32, threads=1, cache_dir=tmp_path).key != first.key
     assert profile(StudentSpec(2, 2, 64, 128, vocab_size=1000), seq=32, cache_dir=tmp_path).key != first.key
+    # An INT8 reading is of one quantization recipe: another recipe is another key, fp32 readings keep theirs.
+    int8_key = profile(TINY, seq=32, int8=True, cache_dir=tmp_path).key
+    assert int8_key != first.key
+    monkeypatch.setattr(export, "int8_recipe", lambda **_: "another recipe")
+    assert profile(TINY, seq=32, int8=True, cache_dir=tmp_path).key != int8_key
+    assert profile(TINY, seq=32, cache_dir=tmp_path).key == first.key
 
 
 def test_torch_runtime_and_onnx_file(tmp_path):

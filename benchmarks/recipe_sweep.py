@@ -63,6 +63,8 @@ def main() -> int:
     decay = DistillConfig().weight_decay  # one source for the default: the dataclass's
     parser.add_argument("--weight-decay", type=float, nargs="+", default=[decay],
                         help="run every recipe with each of these AdamW weight decays (default: %(default)s)")
+    parser.add_argument("--word-embeddings", nargs="+", default=["frozen"], choices=["frozen", "trained"],
+                        help="the inherited word embeddings frozen (kdnas's default) or trained with the rest")
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
                         help="run every recipe with each of these seeds (the order of the batches)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
@@ -95,16 +97,17 @@ def main() -> int:
         return {"spearman": round(f["spearman"], 4), "mean_cosine": round(f["mean_cosine"], 4)}
 
     runs = []
-    for recipe, precision, seed, augment, words, wd in [
-            (r, p, s, a, w, d) for r in args.recipes for p in args.precision for s in args.seed for a in args.augment
-            for w in (args.augment_words if a > 0 else ["batch"]) for d in args.weight_decay]:
+    for recipe, precision, seed, augment, words, wd, table in [
+            (r, p, s, a, w, d, t) for r in args.recipes for p in args.precision for s in args.seed for a in args.augment
+            for w in (args.augment_words if a > 0 else ["batch"]) for d in args.weight_decay
+            for t in args.word_embeddings]:
         method, rule, lr = recipe.split(":")
         method, _, terms = method.partition("=")
         config = DistillConfig(method=method, steps=args.steps, batch_size=args.batch_size, lr=float(lr),
                                layer_rule=rule, embed_terms=terms or None, progress=False,
                                dropout=None if args.dropout < 0 else args.dropout,
                                eval_every=args.checkpoints, precision=precision, seed=seed, augment=augment,
-                               augment_words=words, weight_decay=wd)
+                               augment_words=words, weight_decay=wd, freeze_embeddings=table == "frozen")
         evaluator = _Scoring(Evaluator(cache, strategy=config.eval_layer_map), score)
 
         def on_eval(step: int, metrics: dict) -> None:
@@ -120,7 +123,7 @@ def main() -> int:
         start_score = score(start) if start is not None else None
         origin = f"-from-{args.start.name}" if args.start else ""
         source = "" if words == "batch" else f"-{words}"  # the names of runs saved before the options stay valid
-        source += "" if wd == decay else f"-wd{wd:g}"
+        source += ("" if wd == decay else f"-wd{wd:g}") + ("" if table == "frozen" else "-we")
         name = re.sub(r"[^\w.+-]", "_",
                       f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}{source}{origin}")
         saves = Checkpoints(args.state / f"{name}.pt", args.save_every) if args.save_every else None
@@ -131,7 +134,7 @@ def main() -> int:
         checkpoints = [{"step": h["step"], **h["fidelity"]} for h in result.history if h["step"] < args.steps]
         run = {"recipe": recipe, "arch": args.arch, "unit": args.unit, "train": data.num_train,
                "seq_len": args.seq_len, "steps": args.steps, "batch_size": args.batch_size, "dropout": args.dropout,
-               "seed": seed, "augment": augment, "augment_words": words, "weight_decay": wd,
+               "seed": seed, "augment": augment, "augment_words": words, "weight_decay": wd, "word_embeddings": table,
                "resumed_from": result.resumed_from,
                "precision": result.precision, "seconds": round(time.perf_counter() - started, 1),
                # the steps and evaluations alone (the first run also pays for the teacher's targets); a

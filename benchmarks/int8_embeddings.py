@@ -31,40 +31,24 @@ from _env import environment  # noqa: E402
 RECIPES = {"tables int8 (default)": {}, "tables fp32 (--int8-fp32-embeddings)": {"fp32_embeddings": True}}
 
 
-def embeddings(path: Path, tokenizer, texts: list[str]):
-    import numpy as np
-    import onnxruntime as ort
-    import torch
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 2
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    names = {i.name for i in session.get_inputs()}
-    out = []
-    for start in range(0, len(texts), 32):
-        batch = tokenizer(texts[start:start + 32], padding=True, truncation=True, max_length=128, return_tensors="np")
-        out.append(session.run(["sentence_embedding"], {k: v.astype(np.int64) for k, v in batch.items() if k in names})[0])
-    return torch.tensor(np.concatenate(out))
-
-
 def measure(model: str, texts: list[str], rounds: int) -> dict:
     import torch
     from transformers import AutoTokenizer
 
     from evaluation.fidelity import embedding_fidelity
-    from export import export_model, int8_recipe, quantize_int8
+    from export import export_model, int8_recipe, onnx_sentence_embeddings, quantize_int8
     from latency import profile_pair
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "fp32"
         report = export_model(model, folder)
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        reference = embeddings(folder / "model.onnx", tokenizer, texts)
+        reference = torch.from_numpy(onnx_sentence_embeddings(folder / "model.onnx", tokenizer, texts))
         rows, paths = {}, {}
         for name, options in RECIPES.items():
             paths[name] = Path(tmp) / f"{len(paths)}.onnx"
             quantize_int8(folder / "model.onnx", paths[name], **options)
-            quantized = embeddings(paths[name], tokenizer, texts)
+            quantized = torch.from_numpy(onnx_sentence_embeddings(paths[name], tokenizer, texts))
             cos = torch.nn.functional.cosine_similarity(quantized, reference)
             fid = embedding_fidelity(reference, quantized)
             rows[name] = {"recipe": int8_recipe(**options), "bytes": paths[name].stat().st_size,

@@ -10,8 +10,9 @@
 
 from ._export import ExportReport, export_model
 from ._graph import GraphInfo, export_onnx, int8_recipe, quantize_int8
-from ._parity import Parity
+from ._parity import Parity, onnx_sentence_embeddings
 from ._sentence import read_sentence_pipeline, write_sentence_transformers
 
 __all__ = ["export_model", "ExportReport", "Parity", "export_onnx", "quantize_int8", "int8_recipe", "GraphInfo",
-           "read_sentence_pipeline", "write_sentence_transformers"]
+           "read_sentence_pipeline", "write_sentence_transformers",
+           "onnx_sentence_embeddings"]

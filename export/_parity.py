@@ -6,7 +6,9 @@ them) and fused attention is free to compute them differently.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -79,6 +81,16 @@ def compare(reference: list[tuple], candidate: list[tuple], batches: list[dict],
         cosines.extend(_cosine(ref_e, cand_e).tolist())
         lengths.extend(int(n) for n in keep.sum(1))
     return Parity(max_abs, float(min(cosines)), tolerance, len(cosines), tuple(lengths))
+
+
+def onnx_sentence_embeddings(path: str | Path, tokenizer, texts: Sequence[str], *, max_len: int = 128,
+                             batch_size: int = 32) -> np.ndarray:
+    """[len(texts), hidden]: the `sentence_embedding` output of an exported graph (model.onnx or
+    model.int8.onnx) for `texts`, tokenized by `tokenizer` and cut to `max_len` tokens, in padded
+    batches — what a user who deploys the graph gets."""
+    batches = [dict(tokenizer(list(texts[i:i + batch_size]), padding=True, truncation=True, max_length=max_len,
+                              return_tensors="np")) for i in range(0, len(texts), batch_size)]
+    return np.concatenate([outputs[1] for outputs in run_onnx(str(path), batches)])
 
 
 def run_onnx(path: str, batches: list[dict]) -> list[tuple]:

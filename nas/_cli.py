@@ -349,6 +349,8 @@ def _print_summary(summary: dict, out: Path) -> None:
             print(f"  embedding fidelity rho ({quality['sentences']} held-out sentences): {rows}; {verdict}")
             if fit := fit_line(quality):
                 print(f"  {fit}")
+            if int8 := quality.get("int8"):
+                print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 

@@ -20,8 +20,10 @@ of capacity?").
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from distill import StudentSpec
@@ -102,6 +104,19 @@ def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any,
                    **_fidelity(ctx, student, own["sentences"], own["reference"])}
     return {"sentences": len(sentences), "max_len": ctx.config.latency_seq, "fidelity": rows, "beats_baselines": beaten,
             "trained_on": trained}
+
+
+def int8_fidelity(ctx: Any, prepared: dict[str, Any] | None, graph: Path) -> dict[str, float] | None:
+    """The shipped INT8 graph's fidelity on the held-out sentences the student is scored on: what a user
+    who deploys model.int8.onnx gets, beside the fp32 student's row. None where fidelity was not measured."""
+    if not prepared or "skipped" in prepared:
+        return None
+    from evaluation import embedding_fidelity
+    from export import onnx_sentence_embeddings
+
+    cfg = ctx.config
+    emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, prepared["sentences"], max_len=cfg.latency_seq)
+    return embedding_fidelity(prepared["reference"], torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
 
 
 def fit_line(quality: dict[str, Any]) -> str | None:

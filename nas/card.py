@@ -36,7 +36,8 @@ def model_card(entry: dict[str, Any], config: Any) -> str:
         ("shape (layers x heads x hidden x ffn)", shape_label(entry)),
         ("parameters", f"{int(entry['params']):,}"),
         ("latency, fp32", _latency(entry.get("latency"), config, config.runtime) + _drift(entry)),
-        ("latency, int8 (model.int8.onnx)", _latency(entry.get("latency_int8_onnx"), config, "onnxruntime")),
+        ("latency, int8 (model.int8.onnx)",
+         _latency(entry.get("latency_int8_onnx"), config, "onnxruntime") + _int8_fidelity(entry.get("quality"))),
         ("held-out normalized L_HS (0 = the teacher's hidden states)", _number(entry.get("l_hs_norm"))),
         ("quality", _quality(entry.get("quality"))),
         ("teacher", f"`{config.teacher}`"),
@@ -157,6 +158,15 @@ def _quality(quality: Any) -> str:
     fit = fit_line(quality)
     return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality['sentences']} held-out "
             f"sentences): {rows} — {verdict}" + (f"; {fit}" if fit else "") + ". Linear probes: `kdnas evaluate`")
+
+
+def _int8_fidelity(quality: Any) -> str:
+    """The INT8 graph's embedding fidelity beside the fp32 student's (nas.baselines.int8_fidelity), where measured."""
+    q = quality if isinstance(quality, dict) else {}
+    int8, fp32 = q.get("int8"), (q.get("fidelity") or {}).get("student")
+    if not int8 or not fp32:
+        return ""
+    return f"; embedding fidelity ρ {int8['spearman']:.3f} on the same held-out sentences (fp32: {fp32['spearman']:.3f})"
 
 
 def _pipeline(pipe: dict[str, Any]) -> str:

@@ -357,7 +357,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     that reading was marginal, a proxy run's seconds, its trial's pace per update and the finalists
     still to train, from which a `--timeout` fits the run (nas.time_limit); `start`: the refused
     wider finalist whose training it continues (`_Stage.trained_wider`), if any."""
-    from .baselines import baseline_fidelity, fidelity_table
+    from .baselines import baseline_fidelity, fidelity_table, int8_fidelity
     from .card import write_model_card
 
     cfg, data = ctx.config, cache.data
@@ -384,15 +384,14 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
                      {**res.summary(), "search_trial": row["number"],
                       "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
                                        "seq_len": data.seq_len, "unit": cfg.final_unit}})
+    if quality and "fidelity" in quality:  # the INT8 graph as shipped, on the same sentences
+        quality["int8"] = int8_fidelity(ctx, prepared, dest / "model.int8.onnx")
     t3 = time.perf_counter()
     ctx.progress.phase(f"{label}: latency")
     # The graphs as shipped (fused fp32, INT8), not a rebuild from config.json.
     shipped_latency, readings, drift = _final_latency(ctx, dest / "model.onnx", label)
     latency = latency_record(shipped_latency)
-    # Read right after the fp32 graph beside the teacher, so scaled by the teacher's drift in that pair.
-    int8 = measure(dest / "model.int8.onnx", cfg)
-    factor = drift.get("latency_scaled_by", 1.0)
-    int8_latency = latency_record(int8.scaled(factor)) | ({"read_ms": float(int8.median_ms)} if factor != 1.0 else {})
+    int8_latency = _int8_latency(cfg, dest / "model.int8.onnx", drift)
     entry = {
         "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
         "recipe": _recipe(cfg), "steps": res.steps, "steps_planned": cfg.final_steps, "steps_most": cfg.final_most,
@@ -409,6 +408,14 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     write_model_card(dest, entry, cfg)
     state_file(dest).unlink(missing_ok=True)  # the finalist is written: nothing left to go on from
     return entry
+
+
+def _int8_latency(cfg: Any, graph: Path, drift: dict[str, float]) -> dict[str, Any]:
+    """The shipped INT8 graph's latency record, read right after the fp32 graph beside the teacher and so
+    scaled by the teacher's drift in that pair (with the reading itself where it was scaled)."""
+    int8 = measure(graph, cfg)
+    factor = drift.get("latency_scaled_by", 1.0)
+    return latency_record(int8.scaled(factor)) | ({"read_ms": float(int8.median_ms)} if factor != 1.0 else {})
 
 
 def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: float | None,

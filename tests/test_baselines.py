@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 
 from distill import ModelDims, StudentSpec, TeacherCache
-from nas.baselines import fidelity_table, first_layers_depth, fit_line
+from nas.baselines import baseline_fidelity, fidelity_table, first_layers_depth, fit_line, int8_fidelity
 
 
 def test_first_layers_depth_is_the_deepest_cut_no_dearer_than_the_student():
@@ -41,6 +41,23 @@ def test_fidelity_table_ranks_the_teacher_itself_above_the_baselines(teacher, ne
     random = BertModel(spec.to_config())
     assert not fidelity_table(ctx, spec, random, TeacherCache(teacher, small_data))["beats_baselines"]
     assert d.layers == 6
+
+
+def test_int8_fidelity_scores_the_shipped_graph_on_the_same_sentences(teacher, news_texts, small_data, tmp_path):
+    from export import export_model
+    from nas.config import SearchConfig
+
+    spec = StudentSpec(layers=2, heads=12, hidden=384, ffn=1536, **teacher.student_sizes())
+    ctx = SimpleNamespace(config=SearchConfig(quality_sentences=60, latency_seq=64), teacher=teacher, texts=news_texts)
+    prepared = baseline_fidelity(ctx, spec, TeacherCache(teacher, small_data))
+    export_model("minilm-l6", tmp_path / "graphs", int8=True)
+    # The teacher's own fp32 graph orders the pairs as the teacher does: the graph is fed and pooled as
+    # the reference was (tokenizer, length cut, mean pooling). Its INT8 graph loses a little.
+    fp32 = int8_fidelity(ctx, prepared, tmp_path / "graphs" / "model.onnx")
+    int8 = int8_fidelity(ctx, prepared, tmp_path / "graphs" / "model.int8.onnx")
+    assert fp32["spearman"] > 0.9999 and fp32["mean_cosine"] > 0.9999
+    assert 0.95 < int8["spearman"] < fp32["spearman"] and int8["sentences"] == 60
+    assert int8_fidelity(ctx, None, tmp_path / "graphs" / "model.int8.onnx") is None  # fidelity not asked for
 
 
 def _quality(own_rho: float, held_rho: float, passes: float | None = 4.0, se: float = 0.003) -> dict:

@@ -109,6 +109,10 @@ def test_search_writes_every_output(search_run):
     trained = final["quality"]["trained_on"]
     assert trained["sentences"] == 48 and trained["passes"] == round(final["steps"] * 8 / 48, 2)
     assert "of its own training rows rho" in search_run["stdout"] and "own training rows" in (best / "README.md").read_text()
+    # and the INT8 graph as shipped, on the same held-out sentences
+    assert final["quality"]["int8"]["sentences"] == 48 and -1 <= final["quality"]["int8"]["spearman"] <= 1
+    assert "model.int8.onnx: embedding fidelity rho" in search_run["stdout"]
+    assert "on the same held-out sentences (fp32: " in (best / "README.md").read_text()
     # what the training ran in, as distill.json has it, and said on the card
     assert final["precision"] == json.loads((best / "distill.json").read_text())["precision"]
     assert f"({final['precision']}, " in (best / "README.md").read_text()

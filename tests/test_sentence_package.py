@@ -178,6 +178,10 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
                "fidelity": {"student": {"spearman": 0.9512}, "first 3 layers (untrained)": {"spearman": 0.4321}}}
     scored = write_model_card(tmp_path, {**entry, "quality": quality}, config).read_text()
     assert "student 0.951; first 3 layers (untrained) 0.432" in scored and "beats both untrained baselines" in scored
+    assert "fp32: " not in scored  # no INT8 fidelity in this entry
+    with_int8 = write_model_card(tmp_path, {**entry, "quality": {**quality, "int8": {"spearman": 0.9487}}}, config)
+    assert "1.87 ms median (p90 2.00; batch 1, 128 tokens, 2 threads, onnxruntime); embedding fidelity ρ 0.949 on " \
+           "the same held-out sentences (fp32: 0.951)" in with_int8.read_text()
     failed = write_model_card(tmp_path, {**entry, "quality": {**quality, "beats_baselines": False}}, config).read_text()
     assert "does NOT beat the untrained baselines" in failed
 

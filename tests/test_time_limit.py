@@ -97,7 +97,7 @@ def test_the_search_splits_its_time_between_trials_and_the_final_run():
     assert not limit.trials_may_start(done=3, now=100.0 + TRIAL_SHARE * 600)
     assert limit.trials_may_start(done=0, now=10_000.0)  # one trial always runs
     after = after_training_s(step_s=4.0, baselines_s=12.0)
-    assert after == STEPS_AFTER * 4.0 + 6.0
+    assert after == STEPS_AFTER * 4.0 + 8.0
     assert limit.final_until(after, now=400.0) == pytest.approx(700.0 - after)
     # two finalists left share the time: the first ends half-way
     assert limit.final_until(after, finalists_left=2, now=400.0) == pytest.approx(400.0 + (300.0 - after) / 2)

@@ -63,8 +63,9 @@ def main() -> int:
     decay = DistillConfig().weight_decay  # one source for the default: the dataclass's
     parser.add_argument("--weight-decay", type=float, nargs="+", default=[decay],
                         help="run every recipe with each of these AdamW weight decays (default: %(default)s)")
-    parser.add_argument("--word-embeddings", nargs="+", default=["frozen"], choices=["frozen", "trained"],
-                        help="the inherited word embeddings frozen (kdnas's default) or trained with the rest")
+    parser.add_argument("--word-embeddings", nargs="+", default=["default"], choices=["default", "trained"],
+                        help="the word embeddings as kdnas treats them (frozen in an inherited student, trained in "
+                             "a --start one) or trained with the rest")
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
                         help="run every recipe with each of these seeds (the order of the batches)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
@@ -107,7 +108,8 @@ def main() -> int:
                                layer_rule=rule, embed_terms=terms or None, progress=False,
                                dropout=None if args.dropout < 0 else args.dropout,
                                eval_every=args.checkpoints, precision=precision, seed=seed, augment=augment,
-                               augment_words=words, weight_decay=wd, freeze_embeddings=table == "frozen")
+                               augment_words=words, weight_decay=wd,
+                               freeze_embeddings=None if table == "default" else False)
         evaluator = _Scoring(Evaluator(cache, strategy=config.eval_layer_map), score)
 
         def on_eval(step: int, metrics: dict) -> None:
@@ -123,7 +125,7 @@ def main() -> int:
         start_score = score(start) if start is not None else None
         origin = f"-from-{args.start.name}" if args.start else ""
         source = "" if words == "batch" else f"-{words}"  # the names of runs saved before the options stay valid
-        source += ("" if wd == decay else f"-wd{wd:g}") + ("" if table == "frozen" else "-we")
+        source += ("" if wd == decay else f"-wd{wd:g}") + ("" if table == "default" else "-we")
         name = re.sub(r"[^\w.+-]", "_",
                       f"{args.arch}-{args.train}x{args.steps}-{recipe}-{precision}-s{seed}-a{augment}{source}{origin}")
         saves = Checkpoints(args.state / f"{name}.pt", args.save_every) if args.save_every else None

@@ -6,9 +6,10 @@ them) and fused attention is free to compute them differently.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -63,13 +64,21 @@ def tokenized_batches(tokenizer, input_names: tuple[str, ...]) -> list[dict[str,
     for idx in BATCHES:
         enc = tokenizer([SENTENCES[i] for i in idx], padding=True, truncation=True, max_length=256,
                         return_tensors="np")
-        batch = {"input_ids": enc["input_ids"].astype(np.int64),
-                 "attention_mask": enc["attention_mask"].astype(np.int64)}
-        if "token_type_ids" in input_names:
-            tt = enc.get("token_type_ids")
-            batch["token_type_ids"] = (np.zeros_like(batch["input_ids"]) if tt is None else tt).astype(np.int64)
-        batches.append(batch)
+        batches.append(graph_feed(enc, input_names))
     return batches
+
+
+def graph_feed(encoding: Mapping[str, Any], input_names: Collection[str]) -> dict[str, np.ndarray]:
+    """The int64 inputs a graph with `input_names` takes, from a tokenizer's `encoding`. A BERT student
+    of an MPNet teacher has segment embeddings its teacher's tokenizer gives no ids for: they are zeros,
+    as BertModel makes them when none are given (what `SentenceTransformer(best)` runs)."""
+    feed = {"input_ids": np.asarray(encoding["input_ids"], dtype=np.int64),
+            "attention_mask": np.asarray(encoding["attention_mask"], dtype=np.int64)}
+    if "token_type_ids" in input_names:
+        segments = encoding.get("token_type_ids")
+        feed["token_type_ids"] = (np.zeros_like(feed["input_ids"]) if segments is None
+                                  else np.asarray(segments, dtype=np.int64))
+    return feed
 
 
 def compare(reference: list[tuple], candidate: list[tuple], batches: list[dict], tolerance: float) -> Parity:
@@ -98,7 +107,7 @@ def run_onnx(path: str, batches: list[dict]) -> list[tuple]:
 
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
-    return [tuple(session.run(None, {k: v for k, v in batch.items() if k in names})) for batch in batches]
+    return [tuple(session.run(None, graph_feed(batch, names))) for batch in batches]
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -121,6 +121,26 @@ def test_int8_embedding_tables(student_dir, tmp_path):
     assert plain.int8_mean_cosine >= 0.99 and plain.sizes["model.int8.onnx"] < 0.4 * plain.sizes["model.onnx"]
 
 
+def test_a_graph_with_segment_ids_runs_from_a_tokenizer_that_gives_none(student_dir, tmp_path):
+    """A BERT student of an MPNet teacher takes token_type_ids its teacher's tokenizer never makes: they are
+    zeros, as BertModel makes them, so the graph embeds a sentence as with the ids a BERT tokenizer gives."""
+    from functools import partial
+
+    from transformers import AutoTokenizer
+
+    from export import onnx_sentence_embeddings
+
+    export_model(student_dir, tmp_path / "onnx")
+    graph, tokenizer = tmp_path / "onnx" / "model.onnx", AutoTokenizer.from_pretrained(student_dir)
+    without = partial(tokenizer, return_token_type_ids=False)
+    assert "token_type_ids" not in without(["a"]) and "token_type_ids" in tokenizer(["a"])
+    texts = list(_parity.SENTENCES)
+    np.testing.assert_array_equal(onnx_sentence_embeddings(graph, without, texts, batch_size=3),
+                                  onnx_sentence_embeddings(graph, tokenizer, texts, batch_size=3))
+    feed = _parity.graph_feed(without(texts[:2], padding=True), {"input_ids", "attention_mask"})
+    assert set(feed) == {"input_ids", "attention_mask"} and feed["input_ids"].dtype == np.int64
+
+
 @pytest.mark.slow
 def test_bundled_teacher_mpnet(tmp_path):
     with pytest.warns(UserWarning, match="ATTENTION NOT FUSED"):

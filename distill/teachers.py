@@ -128,14 +128,16 @@ class Teacher:
         return model_dims(self.model)
 
     def student_sizes(self) -> dict[str, int]:
-        """Vocabulary/position/segment sizes a BERT student needs to share this tokenizer."""
+        """Vocabulary/position/segment sizes a BERT student needs to share this tokenizer. A teacher without
+        segment embeddings (MPNet) gives its student one segment: its graph then takes no token_type_ids,
+        which the teacher's tokenizer never makes."""
         config = self.model.config
         positions = min(int(getattr(self.tokenizer, "model_max_length", 512) or 512), 512,
                         int(getattr(config, "max_position_embeddings", 512)))
         return {
             "vocab_size": int(len(self.tokenizer)),
             "max_position": positions,
-            "type_vocab_size": max(int(getattr(config, "type_vocab_size", 2) or 2), 1),
+            "type_vocab_size": max(int(getattr(config, "type_vocab_size", 1) or 1), 1),
             "pad_token_id": int(self.tokenizer.pad_token_id or 0),
         }
 

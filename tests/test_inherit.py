@@ -100,7 +100,7 @@ def test_the_trainer_falls_back_to_svd_with_a_notice(teacher, small_data, capsys
 
 
 @pytest.mark.slow
-def test_an_mpnet_teacher_maps_into_a_bert_student(news_texts):
+def test_an_mpnet_teacher_maps_into_a_bert_student(news_texts, tmp_path):
     """Everything but MPNet's relative position bias maps; the cut student is far from random."""
     from distill import load_teacher, make_transfer_set
 
@@ -118,6 +118,15 @@ def test_an_mpnet_teacher_maps_into_a_bert_student(news_texts):
 
     r = sentence_embeddings((BertModel(spec.to_config()).eval(), mpnet.tokenizer), sentences, max_len=64)
     assert embedding_fidelity(t, s, pairs=500)["spearman"] > embedding_fidelity(t, r, pairs=500)["spearman"] + 0.2
+    # MPNet has no segment embeddings: the student has one segment, and its graph takes no token_type_ids,
+    # which MPNet's tokenizer never makes; the graph embeds a sentence as the student does
+    from export import export_model, onnx_sentence_embeddings
+
+    assert spec.type_vocab_size == 1
+    report = export_model(student, tmp_path / "graph", tokenizer=mpnet.tokenizer)
+    assert report.inputs == ("input_ids", "attention_mask") and report.attention_fused
+    graph = onnx_sentence_embeddings(tmp_path / "graph" / "model.onnx", mpnet.tokenizer, sentences, max_len=64)
+    assert abs(graph - s.numpy()).max() < 1e-4
 
 
 def test_a_pruned_students_embed_projection_starts_as_its_channel_selection(teacher, small_data):

@@ -76,7 +76,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         url = cfg.storage or default_storage_url(out)
         storage = open_storage(url)
         settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))
-        existing = find_study(storage, cfg.study_name)
+        existing = _found_study(storage, cfg.study_name)
         if existing is not None:
             check_settings(existing, settings, url)
             facts = existing.user_attrs
@@ -231,6 +231,16 @@ def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.S
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     return study
+
+
+def _found_study(storage, name: str) -> optuna.Study | None:
+    """The existing study called `name`, or None. One with neither settings nor trials was created a moment
+    ago by a worker started beside this one (three workers on one journal file: one of them saw the study
+    before its creator had written the settings, and refused it as not kdnas's): it is read once they are."""
+    existing = find_study(storage, name)
+    if existing is None or SETTINGS_ATTR in existing.user_attrs or existing.trials:
+        return existing
+    return _settled_study(storage, name)
 
 
 def _settled_study(storage, name: str, wait_s: float = 60.0) -> optuna.Study:

@@ -37,6 +37,29 @@ def test_settings_mismatch_is_one_line_and_leaves_the_study_untouched(tmp_path):
     assert find_study(open_storage(url), "nope") is None
 
 
+def test_a_study_a_worker_beside_this_one_just_created_is_read_once_its_settings_are_written(tmp_path):
+    """Three workers on one journal file: one found the study between its creator's create and settings,
+    and refused it as not kdnas's (exit 2). Found without settings and trials, it is read once they are."""
+    import threading
+
+    from nas.search import _found_study
+
+    storage = open_storage(f"journal:{tmp_path / 'study.log'}")
+    assert _found_study(storage, "s") is None
+    created = optuna.create_study(storage=storage, study_name="s", direction="maximize")
+    threading.Timer(0.3, created.set_user_attr, (SETTINGS_ATTR, {"budget_ms": 8.0})).start()
+    t0 = time.monotonic()
+    found = _found_study(open_storage(f"journal:{tmp_path / 'study.log'}"), "s")
+    assert found.user_attrs[SETTINGS_ATTR] == {"budget_ms": 8.0} and time.monotonic() - t0 >= 0.3
+    # a study with trials and no settings is another tool's: found as it is, at once (check_settings refuses it)
+    other = optuna.create_study(storage=storage, study_name="other", direction="maximize")
+    other.enqueue_trial({"x": 1})
+    t0 = time.monotonic()
+    assert SETTINGS_ATTR not in _found_study(storage, "other").user_attrs and time.monotonic() - t0 < 5
+    with pytest.raises(KdnasError, match="was not created by kdnas search"):
+        check_settings(_found_study(storage, "other"), {}, "journal:x")
+
+
 def test_unopenable_storages_are_user_errors(tmp_path):
     for url in (f"sqlite:///{tmp_path}/missing-dir/x.db", "postgresql://u:p@127.0.0.1:1/db", "nosuchdialect://x",
                 f"journal:{tmp_path}/missing-dir/j.log"):

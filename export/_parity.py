@@ -69,9 +69,9 @@ def tokenized_batches(tokenizer, input_names: tuple[str, ...]) -> list[dict[str,
 
 
 def graph_feed(encoding: Mapping[str, Any], input_names: Collection[str]) -> dict[str, np.ndarray]:
-    """The int64 inputs a graph with `input_names` takes, from a tokenizer's `encoding`. A BERT student
-    of an MPNet teacher has segment embeddings its teacher's tokenizer gives no ids for: they are zeros,
-    as BertModel makes them when none are given (what `SentenceTransformer(best)` runs)."""
+    """The int64 inputs a graph with `input_names` takes, from a tokenizer's `encoding`. Segment ids a graph
+    takes but the tokenizer does not make (a BERT under an MPNet-style tokenizer, such as a student kdnas
+    wrote before it gave those one segment) are zeros, as BertModel makes them when none are given."""
     feed = {"input_ids": np.asarray(encoding["input_ids"], dtype=np.int64),
             "attention_mask": np.asarray(encoding["attention_mask"], dtype=np.int64)}
     if "token_type_ids" in input_names:

@@ -122,8 +122,8 @@ def test_int8_embedding_tables(student_dir, tmp_path):
 
 
 def test_a_graph_with_segment_ids_runs_from_a_tokenizer_that_gives_none(student_dir, tmp_path):
-    """A BERT student of an MPNet teacher takes token_type_ids its teacher's tokenizer never makes: they are
-    zeros, as BertModel makes them, so the graph embeds a sentence as with the ids a BERT tokenizer gives."""
+    """A graph that takes token_type_ids from a tokenizer that makes none (a BERT under an MPNet-style
+    tokenizer): they are zeros, as BertModel makes them, so it embeds a sentence as with a BERT tokenizer's ids."""
     from functools import partial
 
     from transformers import AutoTokenizer

@@ -12,7 +12,8 @@ with both batch orders, `--augment 0 0.5` without and with half the batches pert
 goes on from there (distill.checkpoint) — for a run of hours, stopped by a crash or by the machine going away.
 `--start DIR` starts every run from a trained student (a `--save` folder) narrowed to `--arch` by activation
 importance instead of from the teacher (distill.narrowed_from, what the search's final stage does with a
-finalist refused over the budget): train wide, then narrow.
+finalist refused over the budget, which also keeps the word embeddings frozen: `--word-embeddings frozen`):
+train wide, then narrow.
 
     python benchmarks/recipe_sweep.py --arch 3x12x384x1536 --unit sentence --steps 300 \\
         "embed=tok+cos+rel:even:3e-4" "hs:even:3e-4"
@@ -35,6 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
+
+# --word-embeddings: DistillConfig.freeze_embeddings for each choice (None: distill's own rule)
+WORD_EMBEDDINGS = {"default": None, "trained": False, "frozen": True}
 
 
 def main() -> int:
@@ -63,9 +67,10 @@ def main() -> int:
     decay = DistillConfig().weight_decay  # one source for the default: the dataclass's
     parser.add_argument("--weight-decay", type=float, nargs="+", default=[decay],
                         help="run every recipe with each of these AdamW weight decays (default: %(default)s)")
-    parser.add_argument("--word-embeddings", nargs="+", default=["default"], choices=["default", "trained"],
-                        help="the word embeddings as kdnas treats them (frozen in an inherited student, trained in "
-                             "a --start one) or trained with the rest")
+    parser.add_argument("--word-embeddings", nargs="+", default=["default"], choices=list(WORD_EMBEDDINGS),
+                        help="the word embeddings as `distill` treats them (frozen in an inherited student, trained "
+                             "in a --start one), trained with the rest, or frozen (as the search's final stage "
+                             "keeps them when it continues a refused finalist)")
     parser.add_argument("--seed", type=int, nargs="+", default=[0],
                         help="run every recipe with each of these seeds (the order of the batches)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "recipe_sweep.json")
@@ -109,7 +114,7 @@ def main() -> int:
                                dropout=None if args.dropout < 0 else args.dropout,
                                eval_every=args.checkpoints, precision=precision, seed=seed, augment=augment,
                                augment_words=words, weight_decay=wd,
-                               freeze_embeddings=None if table == "default" else False)
+                               freeze_embeddings=WORD_EMBEDDINGS[table])
         evaluator = _Scoring(Evaluator(cache, strategy=config.eval_layer_map), score)
 
         def on_eval(step: int, metrics: dict) -> None:

@@ -6,10 +6,14 @@ no more FLOPs than the student) and the student's own inherited starting point b
 (rebuilt from its distill.json and checked against it) — and measures every row with `kdnas
 evaluate`'s measures: embedding fidelity, linear probes on the full splits and 16-shot, and
 (--finetune) fine-tuning over 3 seeds. A student that does not beat both baselines on every measure
-has failed, and the verdict says so.
+has failed, and the verdict says so. A student trained on from a refused wider finalist (the search's
+fallback, init "continued") has as its untrained start the inheritance of its own shape, as in the
+search's table. `--also` measures more models beside them, unjudged: a smaller off-the-shelf model a
+user could take instead of distilling (its mean cosine via a fitted map where its width differs, *).
 
     python benchmarks/student_quality.py runs/demo/best
     python benchmarks/student_quality.py runs/demo/best runs/long/best --finetune
+    python benchmarks/student_quality.py runs/mpnet/best --teacher mpnet-base --also minilm-l6
 Writes benchmarks/results/student_quality.json and prints a Markdown table.
 """
 
@@ -57,7 +61,11 @@ def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Pat
     baselines, plan = untrained_baselines(teacher, spec, TeacherCache(teacher, data).importance(), config["layer_rule"],
                                           seq=128)
     started = record["init"]
-    if plan is None or started.get("teacher_layers") != [j + 1 for j in plan.layers]:
+    if started.get("init") == "continued":  # trained on from a refused wider finalist (nas.final): its
+        # untrained baseline is, as in the search's own table, the inheritance of its own shape
+        print(f"{student_dir}: continued from {started['from']}; its untrained start is {spec.arch} "
+              f"inherited ({plan and plan.describe()})", file=sys.stderr)
+    elif plan is None or started.get("teacher_layers") != [j + 1 for j in plan.layers]:
         raise SystemExit(f"rebuilt start {plan and plan.describe()} differs from the student's {started}")
     models = {name.replace(" ", "-") + (f"-{spec.arch}" if name == "inherited" else ""): model
               for name, model in baselines.items()}
@@ -97,7 +105,7 @@ def verdicts(report: dict, students: list[str], baselines: list[str]) -> dict[st
 def main() -> int:
     from core.errors import InputError
     from evaluation import FinetuneConfig, evaluate
-    from evaluation import QualityConfig
+    from evaluation import QualityConfig, resolve_model
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("students", nargs="+", type=Path, help="student folders; the first one's baselines are built")
@@ -111,10 +119,20 @@ def main() -> int:
                         help="fine-tuning examples per task (default: the whole training split)")
     parser.add_argument("--no-latency", action="store_true",
                         help="skip the latency column (when the machine is busy: figures would be noise)")
+    parser.add_argument("--also", nargs="+", default=[], metavar="MODEL",
+                        help="more models measured beside, not judged: a bundled name or a folder (e.g. a smaller "
+                             "off-the-shelf model a user could take instead of distilling: minilm-l6 beside an "
+                             "mpnet-base student)")
     parser.add_argument("--work", type=Path, default=Path("runs/student-quality"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "student_quality.json")
     args = parser.parse_args()
     refuse_non_students(args.students)
+    try:  # a typo in --also fails now, not after the baselines are built
+        for name in args.also:
+            resolve_model(name)
+    except InputError as err:
+        print(f"student_quality.py: --also: {err}", file=sys.stderr)
+        return 2
     # Fine-tuning with unfrozen embeddings, 3 epochs, on the full training splits unless --finetune-train caps them;
     # made before any work, so that a bad rate or size is refused in one line.
     try:
@@ -126,7 +144,7 @@ def main() -> int:
 
     baselines = build_baselines(args.students[0], args.teacher, args.corpus, args.work)
     measures = ("fidelity", "probe") + (("finetune",) if args.finetune else ())
-    models = [str(s) for s in args.students] + [str(p) for p in baselines.values()]
+    models = [str(s) for s in args.students] + [str(p) for p in baselines.values()] + list(args.also)
     report = evaluate(models, args.tasks, config, teacher=args.teacher, measures=measures, latency=not args.no_latency,
                       quality=QualityConfig(corpus=args.corpus), log=lambda m: print(m, file=sys.stderr, flush=True))
     report["verdicts"] = verdicts(report, [str(s) for s in args.students], [str(p) for p in baselines.values()])
@@ -161,7 +179,8 @@ def table(report: dict) -> str:
         probes = row["probes"]
         cells = [Path(row["model"]).name if "/" in row["model"] else row["model"],
                  f"{row['latency_ms']:.2f}" if row.get("latency_ms") else "-",
-                 f"{row['fidelity']['spearman']:.3f}", f"{row['fidelity']['mean_cosine']:.3f}"]
+                 f"{row['fidelity']['spearman']:.3f}", f"{row['fidelity']['mean_cosine']:.3f}"
+                 + ("" if row["fidelity"]["cosine_via"] == "identity" else "*")]  # another width: fitted map
         cells += [f"{100 * probes[t]['full']:.1f}" for t in tasks]
         cells += [f"{100 * probes[t]['few_shot_mean']:.1f} ± {100 * probes[t]['few_shot_std']:.1f}" for t in tasks]
         gain = row.get("probe_gain_kept", {}).get("average")

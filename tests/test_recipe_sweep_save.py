@@ -6,9 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from recipe_sweep import save_student  # noqa: E402
+from recipe_sweep import WORD_EMBEDDINGS, save_student  # noqa: E402
 from student_quality import build_baselines  # noqa: E402
 
 
@@ -31,6 +33,15 @@ def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuil
     # the benchmark rebuilds this student's untrained start from the record and checks it is the same
     baselines = build_baselines(folder, "minilm-l6", "news", tmp_path / "work")
     assert sorted(baselines) == ["first-1-layers", "inherited-2x12x384x256"]
+    # a start that is not the one the record names is refused ...
+    (folder / "distill.json").write_text(json.dumps({**record, "init": {**record["init"], "teacher_layers": [9]}}))
+    with pytest.raises(SystemExit, match="differs from the student's"):
+        build_baselines(folder, "minilm-l6", "news", tmp_path / "work")
+    # ... while a student trained on from a refused wider finalist (the search's fallback) has its own
+    # shape's inheritance as its untrained start, as in the search's table
+    continued = {"init": "continued", "from": "2x12x384x512", "after_steps": 2, "narrowed_by": "activation importance"}
+    (folder / "distill.json").write_text(json.dumps({**record, "init": continued}))
+    assert sorted(build_baselines(folder, "minilm-l6", "news", tmp_path / "work")) == sorted(baselines)
 
 
 def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(teacher, news_texts, tmp_path):
@@ -53,6 +64,15 @@ def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(te
     rows = [int(torch.argmin((w_in - row).abs().sum(1))) for row in n_in]
     assert rows == sorted(rows) and len(set(rows)) == 128
     assert torch.equal(n_in, w_in[rows])
+    words = start.embeddings.word_embeddings.weight.detach().clone()
     result = distill(narrow_spec, teacher, data, DistillConfig(method="embed", steps=2, batch_size=8, progress=False),
                      student=start)
     assert result.student.config.intermediate_size == 128
+    # `--word-embeddings default`: a given start's word embeddings train; `frozen` keeps them, as the
+    # search's final stage does when it continues a refused finalist
+    assert not torch.equal(result.student.embeddings.word_embeddings.weight, words)
+    start = narrowed_from(folder, teacher.tokenizer, narrow_spec, *data.split("train"))
+    frozen = DistillConfig(method="embed", steps=2, batch_size=8, progress=False,
+                           freeze_embeddings=WORD_EMBEDDINGS["frozen"])
+    result = distill(narrow_spec, teacher, data, frozen, student=start)
+    assert torch.equal(result.student.embeddings.word_embeddings.weight, words)

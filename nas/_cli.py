@@ -347,7 +347,7 @@ def _print_summary(summary: dict, out: Path) -> None:
             verdict = "beats both untrained baselines on fidelity" if quality["beats_baselines"] else \
                 "does NOT beat the untrained baselines on fidelity: this recipe failed"
             print(f"  embedding fidelity rho ({quality['sentences']} held-out sentences): {rows}; {verdict}")
-            if fit := fit_line(quality):
+            if fit := fit_line(quality, f.get("train_rows")):
                 print(f"  {fit}")
             if int8 := quality.get("int8"):
                 print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")

@@ -119,9 +119,10 @@ def int8_fidelity(ctx: Any, prepared: dict[str, Any] | None, graph: Path) -> dic
     return embedding_fidelity(prepared["reference"], torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
 
 
-def fit_line(quality: dict[str, Any]) -> str | None:
+def fit_line(quality: dict[str, Any], rows: int | None = None) -> str | None:
     """One line on the student's fidelity on its own training text beside held-out text, and what the
-    difference says; None where it was not measured."""
+    difference says, naming the option that gives more text (`rows`: the run's training rows, where known);
+    None where it was not measured."""
     own, held = quality.get("trained_on"), (quality.get("fidelity") or {}).get("student")
     if not own or not held:
         return None
@@ -130,8 +131,10 @@ def fit_line(quality: dict[str, Any]) -> str | None:
     if own.get("passes") is not None and own["passes"] < 1:
         return line + f"; after {own['passes']:.1f} of a pass, not all of them seen yet)"
     if gap > 2 * se:
+        more = "--final-train" + ("" if rows is None else f" above this run's {rows} rows")
         return line + ", beyond the noise): it fits the text it saw better than new text; a longer run needs " \
-                      "more distinct text of this kind (--corpus), not more passes over the same"
+                      f"more distinct text of this kind — more of the corpus ({more}) while it holds more, else " \
+                      "another (--corpus) — not more passes over the same"
     return line + ", within the noise): as good on new text as on the text it saw; more text would not lift it"
 
 

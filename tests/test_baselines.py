@@ -69,7 +69,9 @@ def test_fit_line_says_whether_the_student_is_at_home_only_on_its_training_text(
     # the fresh-clone demo's student (benchmarks/results/fit_gap.json): 0.967 trained on, 0.912 held out
     short = fit_line(_quality(0.967, 0.912))
     assert short.startswith("on 1000 of its own training rows rho 0.967 (+0.055 over held-out, beyond the noise)")
-    assert "more distinct text" in short
+    assert "more distinct text" in short and "(--final-train)" in short and "(--corpus)" in short
+    # with the run's training rows, the advice says how many it had
+    assert "(--final-train above this run's 15360 rows)" in fit_line(_quality(0.967, 0.912), rows=15360)
     even = fit_line(_quality(0.914, 0.912))  # 0.002 apart, each ± 0.003
     assert "within the noise" in even and "more text would not lift it" in even
     early = fit_line(_quality(0.95, 0.90, passes=0.4))  # some sampled rows not seen yet: no verdict

@@ -145,9 +145,9 @@ def _latency(record: dict[str, Any] | None, config: Any, runtime: str) -> str:
             f"{config.latency_batch}, {config.latency_seq} tokens, {config.threads} threads, {runtime})")
 
 
-def _quality(quality: Any, rows: int | None) -> str:
-    """Embedding fidelity of the student beside the untrained baselines, and on its own training text of
-    `rows` training rows (nas.baselines)."""
+def _quality(quality: Any, train_rows: int | None) -> str:
+    """Embedding fidelity of the student beside the untrained baselines, and on its own training text, of
+    `train_rows` rows (nas.baselines)."""
     from .baselines import fit_line
 
     if not quality or not isinstance(quality, dict) or "fidelity" not in quality:
@@ -155,7 +155,7 @@ def _quality(quality: Any, rows: int | None) -> str:
     rows = "; ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
     verdict = "beats both untrained baselines on fidelity" if quality.get("beats_baselines") else \
         "does NOT beat the untrained baselines on fidelity: the recipe failed for this shape"
-    fit = fit_line(quality, rows)
+    fit = fit_line(quality, train_rows)
     return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality['sentences']} held-out "
             f"sentences): {rows} — {verdict}" + (f"; {fit}" if fit else "") + ". Linear probes: `kdnas evaluate`")
 

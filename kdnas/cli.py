@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from core.errors import KdnasError
 
 EXIT_USER_ERROR = 2
+# What a bug report needs beside kdnas's own version: the libraries a student's numbers depend on.
+REPORTED_LIBRARIES = ("torch", "transformers", "onnxruntime", "optuna")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,6 +26,22 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def version_line() -> str:
+    """`kdnas 0.1.0 (python 3.11.7, torch 2.13.0+cpu, ...)`: read from the installed packages' metadata,
+    so `--version` answers at once without importing torch."""
+    versions = [f"python {platform.python_version()}"]
+    for name in REPORTED_LIBRARIES:
+        try:
+            versions.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{name} not installed")
+    try:
+        own = metadata.version("kdnas")
+    except metadata.PackageNotFoundError:
+        own = "(not installed)"
+    return f"kdnas {own} ({', '.join(versions)})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=version_line(),
+                        help="print kdnas's version and those of python, torch, transformers, onnxruntime, optuna")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (distill_cli, evaluate_cli, export_cli, latency_cli):
         module.register(sub)

@@ -31,6 +31,7 @@ from .cache import TeacherCache
 from .checkpoint import Checkpoints, load_state, run_identity, save_state
 from .data import TransferSet
 from core.errors import InputError, TrainingError, check_choice
+from core.files import make_shared
 from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
@@ -179,6 +180,7 @@ class DistillResult:
             self.student.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             (tmp / "distill.json").write_text(json.dumps({**self.summary(), **(extra or {})}, indent=2))
+            make_shared(tmp)  # mkdtemp and the safetensors writer make them private; the folder is for users
             if out.exists():
                 shutil.rmtree(out)
             tmp.rename(out)

@@ -33,6 +33,7 @@ from torch import nn
 from distill.cache import TeacherCache
 from distill.data import make_transfer_set, pad_rows
 from core.errors import InputError, check_choice
+from core.files import make_shared
 from .finetune import Classifier, FinetuneConfig, accuracy_and_f1, predict_logits, train_classifier
 from .models import encode, load_encoder, resolve_device, resolve_model, yardstick_precision
 from distill.losses import od_loss
@@ -129,6 +130,7 @@ class TransferResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         self.student.encoder.save_pretrained(out)
+        make_shared(out / "model.safetensors")  # the safetensors writer makes it private (core.files)
         self.tokenizer.save_pretrained(out)
         torch.save(self.student.head.state_dict(), out / "task_head.pt")
         (out / "transfer.json").write_text(json.dumps(self.summary(), indent=2))

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import InputError, ParityError
+from core.files import make_shared
 from core.spec import StudentSpec, build_student
 
 from . import _graph, _parity, _sentence
@@ -115,7 +116,7 @@ def export_model(
             warnings=tuple(notes), seconds=round(time.perf_counter() - started, 2),
         )
         (stage / MANIFEST).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-        stage.chmod(0o755)  # mkdtemp makes it private; the export is meant to be shipped
+        make_shared(stage)  # mkdtemp makes it private; the export is meant to be shipped
         _swap_in(stage, out)
     return report
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from core.errors import InputError
+from core.files import atomic_write_text
 
 MODULES = "modules.json"
 POOLING_DIR = "1_Pooling"
@@ -173,13 +173,4 @@ def _read_json(path: Path):
 
 def _write_json(path: Path, value) -> None:
     """Atomic, so a reader never sees half a config."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(value, indent=2) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(value, indent=2) + "\n")

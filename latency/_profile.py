@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from core.errors import InputError, LatencyError, check_choice
+from core.files import atomic_write_text
 from core.quiet import quiet_host
 from core.spec import StudentSpec, parse_arch
 
@@ -138,7 +139,7 @@ def profile(
         cores=stats["cores"], window=stats["window"],
     )
     if use_cache and not result.noisy:  # a busy machine's figure must not outlive the load that made it
-        _write_atomic(cache_file, json.dumps(result.to_dict(), indent=1))
+        atomic_write_text(cache_file, json.dumps(result.to_dict(), indent=1))
     return result
 
 
@@ -435,18 +436,6 @@ def _run_worker(request: dict, threads: int, timeout: float) -> dict:
     if proc.returncode != 0 or reply is None:
         raise LatencyError(f"latency worker failed (exit {proc.returncode}): {_last_line(proc.stderr)}")
     return reply
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _one_line(err: BaseException) -> str:

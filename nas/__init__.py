@@ -27,7 +27,7 @@ def write_report(out: str | Path, *, storage: str | None = None, study_name: str
     """Rebuild a search's four outputs in `out` from its storage (safe while the search runs)."""
     from core.errors import InputError
 
-    from ._io import ensure_writable_dir
+    from core.files import ensure_writable_dir
     from .report import write_outputs
     from .storage import find_study, open_storage, read_pointer
 

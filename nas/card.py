@@ -11,7 +11,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ._io import atomic_write_text
+from core.files import atomic_write_text
+
 from .neighbours import shape_label
 from .records import steps_label
 

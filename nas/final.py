@@ -33,8 +33,8 @@ from distill import distill as run_distill
 from distill.loop import fit_steps, resolve_precision
 from distill.trainer import resolve_device
 from core.errors import InputError
+from core.files import atomic_write_text, make_shared
 
-from ._io import atomic_write_text
 from .config import FINAL_MAX_PASSES
 from .measure import beside_teacher, budget_latency, latency_record, measure
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
@@ -528,6 +528,7 @@ def _ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[s
     report = export_model(student, dest, int8=True, tokenizer=ctx.teacher.tokenizer,
                           pooling=pipeline["pooling"], normalize=pipeline["normalize"])
     student.save_pretrained(dest)
+    make_shared(dest / "model.safetensors")  # the safetensors writer makes it private; best/ is for users
     sentence = write_sentence_transformers(dest, teacher_dir, hidden_size=student.config.hidden_size)
     atomic_write_text(dest / "distill.json", json.dumps(summary, indent=2, default=str) + "\n")
     return {"export": _jsonable(report.to_dict()), "sentence_transformers": _jsonable(sentence)}

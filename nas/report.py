@@ -16,7 +16,8 @@ from typing import Any
 import optuna
 import plotly.io as pio
 
-from ._io import atomic_write_text
+from core.files import atomic_write_text
+
 from .neighbours import shape_label
 from .plots import history_figure, importance_figure, importances, pareto_figure
 from .records import COLUMNS, loss_of, steps_label, study_facts, trial_rows

@@ -21,8 +21,8 @@ from distill import TeacherCache, load_corpus, load_teacher, targets_dir
 from core.errors import InputError, TrainingError
 from distill.loop import resolve_precision
 from distill.trainer import resolve_device
+from core.files import ensure_writable_dir
 
-from ._io import ensure_writable_dir
 from ._progress import Progress
 from .config import SearchConfig
 from .final import claim_final, finalists, is_done, run_final

@@ -33,8 +33,8 @@ except ImportError:  # Windows: no advisory locks; concurrent first opens stay a
     fcntl = None
 
 from core.errors import KdnasError, InputError, StorageError, first_line
+from core.files import atomic_write_text
 
-from ._io import atomic_write_text
 from .resume import claim_retry
 
 SETTINGS_ATTR = "kdnas_settings"

@@ -12,6 +12,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="session")
+def shared_modes():
+    """`shared_modes(folder)`: the permission bits its folders and its files have (each a single value
+    where all agree, else the set of them), and `umask()` to compare them with (core.files)."""
+    import stat
+
+    from core.files import umask
+
+    def modes(folder: Path) -> dict:
+        found = {"folders": set(), "files": set()}
+        for path in [folder, *folder.rglob("*")]:
+            found["folders" if path.is_dir() else "files"].add(stat.S_IMODE(path.stat().st_mode))
+        return {kind: next(iter(m)) if len(m) == 1 else m for kind, m in found.items()}
+
+    modes.umask = umask
+    return modes
+
+
+@pytest.fixture(scope="session")
 def teacher():
     from distill import load_teacher
 

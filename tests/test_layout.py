@@ -5,7 +5,7 @@ only point down, and the only sideways arrow is latency -> export (it times expo
     nas
     evaluation
     distill   export <- latency
-    core (errors, spec, assets)
+    core (errors, spec, assets, files)
 """
 
 from __future__ import annotations

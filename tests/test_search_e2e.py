@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -77,7 +78,7 @@ def search_run(tmp_path_factory, budget_ms):
     return {"out": out, "args": args, "stdout": result.stdout, "seconds": time.perf_counter() - started}
 
 
-def test_search_writes_every_output(search_run):
+def test_search_writes_every_output(search_run, shared_modes):
     out = search_run["out"]
     for name in ("pareto.html", "report.html", "trials.csv", "summary.json", "study.db", "search.json"):
         assert (out / name).is_file(), name
@@ -121,6 +122,12 @@ def test_search_writes_every_output(search_run):
     model = AutoModel.from_pretrained(best)
     arch = f"{model.config.num_hidden_layers}x{model.config.num_attention_heads}x{model.config.hidden_size}x{model.config.intermediate_size}"
     assert arch == final["arch"]
+    # Readable like any file the user makes (a service account or a container's user loads best/),
+    # not private like the temporary files and safetensors writer they come from.
+    mask = shared_modes.umask()
+    assert shared_modes(best) == {"folders": 0o777 & ~mask, "files": 0o666 & ~mask}
+    for name in ("pareto.html", "report.html", "trials.csv", "summary.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o666 & ~mask, name
     # Pages are offline: plotly.js embedded, nothing fetched.
     for page in ("pareto.html", "report.html"):
         text = (out / page).read_text()

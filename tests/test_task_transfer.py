@@ -116,7 +116,7 @@ def test_config_rejects_bad_values():
         TransferConfig(arch="4x192")
 
 
-def test_task_transfer_end_to_end(minilm_2l, topic, tmp_path):
+def test_task_transfer_end_to_end(minilm_2l, topic, tmp_path, shared_modes):
     """All five stages on real data with a real (2-layer MiniLM) teacher; the saved student loads."""
     from transformers import AutoModel
 
@@ -137,3 +137,5 @@ def test_task_transfer_end_to_end(minilm_2l, topic, tmp_path):
     loaded = AutoModel.from_pretrained(out)
     assert loaded.config.num_hidden_layers == 2 and (out / "tokenizer.json").exists()
     assert (out / "transfer.json").exists() and (out / "task_head.pt").exists()
+    mask = shared_modes.umask()  # readable as any file the user makes, the weights too (core.files)
+    assert shared_modes(out) == {"folders": 0o777 & ~mask, "files": 0o666 & ~mask}

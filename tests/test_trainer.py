@@ -75,7 +75,7 @@ def test_nan_loss_stops_and_names_the_step(teacher, small_data, cache, steps):
                 cache=cache)
 
 
-def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path):
+def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path, shared_modes):
     from transformers import AutoModel, AutoTokenizer
 
     spec = parse_arch("1x4x64x128", **teacher.student_sizes())
@@ -85,6 +85,9 @@ def test_saved_student_loads_with_automodel(teacher, small_data, cache, tmp_path
     ids = small_data.eval_ids[:2]
     torch.testing.assert_close(loaded(input_ids=ids).last_hidden_state, result.student.eval()(input_ids=ids).last_hidden_state)
     assert AutoTokenizer.from_pretrained(tmp_path / "student").vocab_size == teacher.tokenizer.vocab_size
+    # readable like any file the user makes, not private like the temporary folder it was written in
+    mask = shared_modes.umask()
+    assert shared_modes(tmp_path / "student") == {"folders": 0o777 & ~mask, "files": 0o666 & ~mask}
 
 
 @pytest.mark.parametrize("bad, message", [

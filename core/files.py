@@ -1,0 +1,68 @@
+"""Files kdnas hands to its users: written whole or not at all, and readable like any file they make.
+
+A temporary file (`tempfile.mkstemp`) or folder (`mkdtemp`) is private to its owner (0600 / 0700),
+and so is what the safetensors writer makes. Renamed into place, they would ship a model folder that
+another account — a service user, a container's non-root user — cannot read. So what is finished
+gets the permissions an ordinary `open()` / `mkdir()` gives under the process's umask.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .errors import InputError
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where Linux reports it (os.umask can only set it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def make_shared(path: str | os.PathLike) -> Path:
+    """Give `path` — a file, or a folder and everything below it — the permissions `open()` and
+    `mkdir()` would have given it (0666 / 0777 less the umask)."""
+    path, mask = Path(path), umask()
+    for item in [path, *(path.rglob("*") if path.is_dir() else ())]:
+        if not item.is_symlink():
+            item.chmod((0o777 if item.is_dir() else 0o666) & ~mask)
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write `text` to `path` (UTF-8) through a temporary file renamed over it: a reader sees the old
+    file or the new one, never half of one; its folder is made if missing."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        make_shared(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def ensure_writable_dir(path: str | os.PathLike, what: str = "--out", hint: str = "") -> Path:
+    """Create `path` if needed and prove a file can be written there; else a one-line user error."""
+    path = Path(path).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".kdnas-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise InputError(f"{what} {path} is not writable: {err.strerror or err}{hint}") from None
+    return path

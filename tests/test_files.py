@@ -1,0 +1,57 @@
+"""core.files: atomic writes, and files as readable as the user's umask makes any file — not private
+like the temporary files and the safetensors files they start as."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.files import atomic_write_text, make_shared, umask
+
+
+@pytest.fixture(params=[0o022, 0o077, 0o002])
+def mask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_umask_is_read_and_left_as_it_was(mask):
+    assert umask() == mask and umask() == mask
+
+
+def test_an_atomic_write_replaces_the_file_whole_with_the_umask_s_mode(tmp_path, mask):
+    path = tmp_path / "new" / "card.md"
+    atomic_write_text(path, "first")
+    atomic_write_text(path, "second ρ")
+    assert path.read_text(encoding="utf-8") == "second ρ" and _mode(path) == 0o666 & ~mask
+    assert [p.name for p in path.parent.iterdir()] == ["card.md"]  # no temporary file left
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_one(tmp_path):
+    path = tmp_path / "summary.json"
+    atomic_write_text(path, "old")
+    with pytest.raises(TypeError):
+        atomic_write_text(path, None)
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_a_private_folder_and_safetensors_file_are_shared_as_the_umask_allows(tmp_path, mask):
+    from safetensors.torch import save_file
+
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))
+    (folder / "sub").mkdir()
+    save_file({"w": torch.zeros(2)}, str(folder / "sub" / "model.safetensors"))
+    assert _mode(folder) == 0o700  # what mkdtemp makes: the reason for make_shared
+    make_shared(folder)
+    assert _mode(folder) == _mode(folder / "sub") == 0o777 & ~mask
+    assert _mode(folder / "sub" / "model.safetensors") == 0o666 & ~mask

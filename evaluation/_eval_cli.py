@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -94,14 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-size", default=str(d.eval_size), help="test examples per task, or 'all' (default: %(default)s)")
     p.add_argument("--train-embeddings", action="store_true",
                    help="also fine-tune the word embeddings (frozen by default: ~4x cheaper on CPU)")
-    p.add_argument("--no-latency", action="store_true", help="skip the CPU latency column")
-    p.add_argument("--latency-seq", type=int, default=128, help="sequence length for latency (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=2, help="CPU threads for latency (default: %(default)s)")
-    p.add_argument("--no-cache", action="store_true", help="recompute every score (ignore $KDNAS_CACHE/eval and /quality)")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: %(default)s)")
-    p.add_argument("--out", default=None, help="write the results as JSON to this file")
-    p.add_argument("--json", action="store_true", help="print the JSON on stdout instead of the table")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_run_flags(p)
     p.set_defaults(func=run_evaluate)
 
     t = subparsers.add_parser(
@@ -124,6 +118,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t.add_argument("--out", required=True, help="output folder for the student")
     t.add_argument("--quiet", action="store_true")
     t.set_defaults(func=run_transfer)
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """`kdnas evaluate`'s options for latency, cache, device and what it writes."""
+    p.add_argument("--no-latency", action="store_true", help="skip the CPU latency column")
+    p.add_argument("--latency-seq", type=int, default=128, help="sequence length for latency (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=2, help="CPU threads for latency (default: %(default)s)")
+    p.add_argument("--no-cache", action="store_true", help="recompute every score (ignore $KDNAS_CACHE/eval and /quality)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda (default: %(default)s)")
+    p.add_argument("--out", default=None, help="write the results as JSON to this file")
+    p.add_argument("--card", action="store_true",
+                   help="also write the table into each student folder's model card (README.md), in a section "
+                        "that a later --card run replaces")
+    p.add_argument("--json", action="store_true", help="print the JSON on stdout instead of the table")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def _add_quality_flags(p: argparse.ArgumentParser) -> None:
@@ -169,6 +178,7 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from core.errors import InputError
+    from .card import card_folders
     from .finetune import FinetuneConfig
     from .report import MEASURES, QualityConfig, check_measures, evaluate, format_table
 
@@ -189,6 +199,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         measures = tuple(m for m in measures if m != "fidelity")
     quality = QualityConfig(corpus=args.corpus, fidelity_sentences=args.fidelity_sentences,
                             fidelity_pairs=args.fidelity_pairs, shots=args.shots, draws=args.draws)
+    cards = card_folders(args.models) if args.card else None  # before the minutes of measuring
     report = evaluate(args.models, tasks, config, teacher=teacher, latency=not args.no_latency,
                       latency_seq=args.latency_seq, threads=args.threads, cache=not args.no_cache,
                       log=None if args.quiet else (lambda m: print(m, file=sys.stderr)),
@@ -197,7 +208,22 @@ def run_evaluate(args: argparse.Namespace) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2) if args.json else format_table(report))
+    if cards is not None:
+        _write_cards(report, *cards, command="kdnas " + shlex.join(getattr(args, "argv", ["evaluate"])))
     return 0
+
+
+def _write_cards(report: dict, folders: list, left_out: list[str], command: str) -> None:
+    """`--card`: the table into each student folder's README.md; said on stderr, with what was left out."""
+    from latency import cpu_name
+
+    from .card import write_card
+
+    for folder in folders:
+        path = write_card(folder, report, command, machine=cpu_name())
+        print(f"kdnas evaluate: the table is in {path}", file=sys.stderr)
+    if left_out:
+        print(f"kdnas evaluate: no card for {', '.join(left_out)} (not a folder: a bundled model)", file=sys.stderr)
 
 
 def run_transfer(args: argparse.Namespace) -> int:

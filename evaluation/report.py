@@ -167,8 +167,25 @@ def gain_kept(student: float, teacher: float, majority: float) -> float:
 
 
 def format_table(report: dict) -> str:
-    """A readable table: fidelity and probe columns (`table_parts`), then fine-tuning
-    accuracy mean ± std (macro-F1), % of teacher and gain kept, each when measured; params, latency."""
+    """A readable table for a terminal (`report_table`'s cells in aligned columns, notes below)."""
+    head, lines, notes = report_table(report)
+    widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
+    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), *notes])
+
+
+def format_markdown(report: dict) -> str:
+    """The same table in Markdown (a model card's), its notes as a paragraph below."""
+    head, lines, notes = report_table(report)
+    row = lambda cells: "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"  # noqa: E731
+    table = [row(head), row(["---"] * len(head)), *map(row, lines)]
+    return "\n".join(table) + ("\n\n" + " ".join(f"{note}." for note in notes) if notes else "")
+
+
+def report_table(report: dict) -> tuple[list[str], list[list[str]], list[str]]:
+    """Head, one row of cells per model and the majority class, and the notes: fidelity and probe
+    columns (`table_parts`), then fine-tuning accuracy mean ± std (macro-F1), % of teacher and gain
+    kept, each when measured; params, latency."""
     q_head, q_rows, q_majority, q_note = table_parts(report)
     f_head, f_rows, f_majority, f_note = _finetune_parts(report)
     head = ["model", "params", "latency ms"] + q_head + f_head
@@ -178,10 +195,7 @@ def format_table(report: dict) -> str:
                       f"{row['parameters'] / 1e6:.1f}M",
                       f"{row['latency_ms']:.2f}" if row.get("latency_ms") else "-"] + q_cells + f_cells)
     lines.append(["majority class", "", ""] + q_majority + f_majority)
-    widths = [max(len(r[i]) for r in [head, *lines]) for i in range(len(head))]
-    fmt = lambda r: "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-    footer = [note for note in (q_note, f_note) if note]
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, lines), *footer])
+    return head, lines, [note for note in (q_note, f_note) if note]
 
 
 def _finetune_parts(report: dict) -> tuple[list[str], list[list[str]], list[str], str]:

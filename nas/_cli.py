@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -351,6 +352,9 @@ def _print_summary(summary: dict, out: Path) -> None:
                 print(f"  {fit}")
             if int8 := quality.get("int8"):
                 print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
+    if summary.get("final"):
+        print(f"probes and fine-tuning (minutes): kdnas evaluate {shlex.quote(str(out / 'best'))} --card "
+              "adds their table to its model card")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 

@@ -81,3 +81,35 @@ def test_evaluate_writes_json_and_table(capsys, tmp_path, minilm_2l, isolated_ca
     assert [m["role"] for m in report["models"]] == ["teacher", "student"]
     assert report["models"][1]["percent_of_teacher"]["topic"] == pytest.approx(100.0)
     assert report["protocol"]["seeds"] == [0]
+
+
+def test_card_puts_the_table_into_the_student_s_model_card_and_a_rerun_replaces_it(capsys, tmp_path, minilm_2l,
+                                                                                   isolated_cache):
+    from evaluation.card import END, START
+
+    student = tmp_path / "student"
+    shutil.copytree(minilm_2l, student)
+    (student / "README.md").write_text("# my student\n\nWhat the search wrote.\n")
+    common = [str(student), "--teacher", minilm_2l, "--tasks", "topic", "--max-len", "16", "--no-latency", "--quiet",
+              "--card"]
+    assert kdnas.cli.main(["evaluate", *common, "--measures", "probe", "--draws", "2"]) == 0
+    assert f"the table is in {student / 'README.md'}" in capsys.readouterr().err
+    card = (student / "README.md").read_text()
+    assert card.startswith("# my student\n\nWhat the search wrote.\n\n" + START)
+    assert "| model | params | latency ms | topic probe | topic 16-shot | probe gain kept |" in card
+    assert f"| **{student}** (this model) |" in card and f"| {minilm_2l} (teacher) |" in card
+    assert f"`kdnas evaluate {student} --teacher {minilm_2l}" in card and card.rstrip().endswith(END)
+    report = json.loads((student / "evaluate.json").read_text())  # the whole report beside it
+    assert [m["role"] for m in report["models"]] == ["teacher", "student"] and "standard_errors" in report["models"][1]
+    # a second run replaces its section, and only it
+    assert kdnas.cli.main(["evaluate", *common, "--measures", "finetune", "--seeds", "0", "--train-size", "32",
+                           "--eval-size", "20", "--epochs", "1"]) == 0
+    card = (student / "README.md").read_text()
+    assert card.count(START) == card.count(END) == 1 and card.count("What the search wrote.") == 1
+    assert "topic acc (F1)" in card and "topic probe" not in card
+
+
+def test_card_without_a_student_folder_is_refused_before_any_work(capsys):
+    assert kdnas.cli.main(["evaluate", "minilm-l6", "--card", "--quiet"]) == 2
+    line = _error_line(capsys)
+    assert "--card" in line and "no MODEL is a folder (minilm-l6)" in line

@@ -117,6 +117,9 @@ def test_search_writes_every_output(search_run, shared_modes):
     # what the training ran in, as distill.json has it, and said on the card
     assert final["precision"] == json.loads((best / "distill.json").read_text())["precision"]
     assert f"({final['precision']}, " in (best / "README.md").read_text()
+    # the probes are not the search's to run; the card and the summary say how to add them to the card
+    assert "`kdnas evaluate path/to/this/folder --card` adds their table below" in (best / "README.md").read_text()
+    assert f"kdnas evaluate {best} --card adds their table to its model card" in search_run["stdout"]
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(best)

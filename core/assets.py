@@ -27,6 +27,8 @@ class BundledTeacher:
     description: str
     package: str  # pip requirement, for the error message
     files: dict[str, str]  # path inside the model folder -> sha256
+    hub_id: str = ""  # the model it is a copy of, as model cards name a base model
+    license: str = ""  # its licence (SPDX, lower case as model cards write it); a student inherits its weights
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ MINILM = BundledTeacher(
         "tokenizer_config.json": "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
         "special_tokens_map.json": "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
     },
+    hub_id="sentence-transformers/all-MiniLM-L6-v2",
+    license="apache-2.0",
 )
 
 MPNET = BundledTeacher(
@@ -65,6 +69,8 @@ MPNET = BundledTeacher(
         "tokenizer_config.json": "67f2ff7e223518e729869bb3a70f0caf8368fe549383fc11cfe2dfb42fffc268",
         "special_tokens_map.json": "9ef40e9c160511bf3f46ceb71f1471dafa1e9473d5120bb816c36b2efa75f8ba",
     },
+    hub_id="sentence-transformers/all-mpnet-base-v2",
+    license="apache-2.0",
 )
 
 # The five wheels each carry one part of a zip; joined in order they hold `all-mpnet-base-v2/`.

@@ -41,13 +41,13 @@ def model_card(entry: dict[str, Any], config: Any) -> str:
          _latency(entry.get("latency_int8_onnx"), config, "onnxruntime") + _int8_fidelity(entry.get("quality"))),
         ("held-out normalized L_HS (0 = the teacher's hidden states)", _number(entry.get("l_hs_norm"))),
         ("quality", _quality(entry.get("quality"), entry.get("train_rows"))),
-        ("teacher", f"`{config.teacher}`"),
+        ("teacher", _teacher(config.teacher)),
         ("sentence embedding", _pipeline(pipe)),
         ("distillation", _distillation(entry)),
     ]
     rows = "\n".join(f"| {name} | {value} |" for name, value in facts)
     return f"""---
-library_name: sentence-transformers
+{_origin(config.teacher)}library_name: sentence-transformers
 pipeline_tag: sentence-similarity
 tags: [sentence-transformers, feature-extraction, knowledge-distillation, kdnas]
 ---
@@ -81,6 +81,27 @@ embeddings = model.encode(["A sentence to embed."])
 (and `token_type_ids` where present) from this folder's tokenizer and return `sentence_embedding`,
 the same vector as `encode`. `export.json`, `distill.json` and `search.json` hold every measured fact.
 """
+
+
+def _teacher(teacher: str) -> str:
+    from core.assets import TEACHERS
+
+    bundled = TEACHERS.get(teacher)
+    origin = f" (bundled copy of {bundled.hub_id}, licence {bundled.license})" if bundled and bundled.hub_id else ""
+    return f"`{teacher}`{origin}"
+
+
+def _origin(teacher: str) -> str:
+    """Front-matter lines naming a bundled teacher's original model and licence: the student starts from
+    its weights (distill.inherit), so it is a derivative of that model and ships under its licence. A
+    teacher of the user's own is named in the card's text only."""
+    from core.assets import TEACHERS
+
+    bundled = TEACHERS.get(teacher)
+    if bundled is None:
+        return ""
+    return (f"base_model: {bundled.hub_id}\n" if bundled.hub_id else "") + \
+        (f"license: {bundled.license}\n" if bundled.license else "")
 
 
 def search_command(config: Any) -> str:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+import yaml
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -150,6 +152,13 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
              "sentence_transformers": {"pooling": "mean", "normalize": True, "max_seq_length": 256}}
     card = write_model_card(tmp_path, entry, config).read_text()
     assert "3x12x384x1536" in card and "17,400,000" in card and "0.4321" in card
+    # the front matter names the model its weights come from, and that model's licence; the YAML parses
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert front["base_model"] == "sentence-transformers/all-MiniLM-L6-v2" and front["license"] == "apache-2.0"
+    assert front["library_name"] == "sentence-transformers" and "knowledge-distillation" in front["tags"]
+    assert "| teacher | `minilm-l6` (bundled copy of sentence-transformers/all-MiniLM-L6-v2, licence apache-2.0) |" in card
+    own = write_model_card(tmp_path, entry, replace(config, teacher="/models/my-teacher")).read_text()
+    assert set(yaml.safe_load(own.split("---\n")[1])) == {"library_name", "pipeline_tag", "tags"}
     assert "3.21 ms" in card and "1.87 ms" in card and "not measured" in card  # no quality in the entry
     assert "mean pooling, L2-normalized, max_seq_length 256" in card
     assert "| 50 steps on 1024 sequences |" in card  # what the training ran in is not in this entry

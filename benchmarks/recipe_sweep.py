@@ -166,12 +166,10 @@ def save_student(result, data, unit: str, teacher, folder: Path) -> Path:
     """The run's student as a loadable folder with the sentence-transformers modules of its teacher and
     the distill.json fields student_quality.py rebuilds its baselines from (the transfer set's shape)."""
     from core.assets import teacher_path
-    from export import write_sentence_transformers
 
     transfer = {"train": data.num_train, "eval": data.num_eval, "seq_len": data.seq_len, "unit": unit}
-    result.save(folder, teacher.tokenizer, extra={"transfer_set": transfer})
-    write_sentence_transformers(folder, teacher_path(teacher.name), hidden_size=result.student.config.hidden_size)
-    return folder
+    return result.save(folder, teacher.tokenizer, extra={"transfer_set": transfer},
+                       sentence_from=teacher_path(teacher.name))
 
 
 class _Scoring:

@@ -5,6 +5,7 @@
     core.assets   the bundled teachers and corpus (pinned packages, verified hashes), cache_root
     core.files    atomic writes, files as readable as any the user makes (not private like temp files),
                   a writability check for output folders
+    core.sentence the sentence-transformers files that make a student folder a drop-in for its teacher
 
 Import the module you need (`from core.errors import KdnasError`); this file imports nothing, so
 importing one basic does not load the others.

@@ -122,6 +122,7 @@ def _output_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from core import assets
     from core.errors import InputError
     from .cache import TeacherCache, targets_dir
     from .data import load_corpus, make_transfer_set
@@ -141,9 +142,7 @@ def run(args: argparse.Namespace) -> int:
         layer_map=args.layer_map, relation_heads=args.relation_heads, teacher_layer=args.teacher_layer,
         ckd_overlap=args.ckd_overlap, alp_scope=args.alp_scope, temperature=args.temperature, init=args.init, seed=args.seed,
         layer_rule=args.layer_rule, embed_terms=args.embed_terms, augment=args.augment,
-        augment_words=args.augment_words, device=args.device,
-        precision=args.precision,
-        progress=not args.quiet,
+        augment_words=args.augment_words, device=args.device, precision=args.precision, progress=not args.quiet,
     )
     if (notice := emulation_notice(config.precision, resolve_device(config.device))) is not None:
         print(f"kdnas distill: {notice}", file=sys.stderr)
@@ -174,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
     extra = {"teacher": args.teacher, "corpus": args.corpus, "method": args.method,
              "assistant": use_assistant, "transfer_set": data.fingerprint}
-    result.save(out, teacher.tokenizer, extra=extra)
+    result.save(out, teacher.tokenizer, extra=extra, sentence_from=assets.teacher_path(args.teacher))
     m = result.metrics
     log(f"done in {result.seconds:.1f}s: held-out L_HS {m['l_hs_norm']:.4f} normalized "
         f"({m['l_hs_raw']:.4f} raw), train loss {m['train_loss']:.4f} -> {out}")

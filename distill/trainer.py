@@ -32,6 +32,7 @@ from .checkpoint import Checkpoints, load_state, run_identity, save_state
 from .data import TransferSet
 from core.errors import InputError, TrainingError, check_choice
 from core.files import make_shared
+from core.sentence import has_sentence_modules, write_sentence_transformers
 from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
@@ -170,9 +171,13 @@ class DistillResult:
             "resumed_from": self.resumed_from,
         }
 
-    def save(self, out_dir: str | os.PathLike, tokenizer, extra: dict | None = None) -> Path:
+    def save(self, out_dir: str | os.PathLike, tokenizer, extra: dict | None = None,
+             sentence_from: str | os.PathLike | None = None) -> Path:
         """Write a folder loadable with `AutoModel.from_pretrained`, plus its tokenizer and
-        `distill.json` (losses, config). Written beside the target, then renamed into place."""
+        `distill.json` (losses, config). When `sentence_from` (the teacher's folder or hub name) is a
+        sentence-transformers model, its modules too (core.sentence): without them
+        `SentenceTransformer(folder)` pools without the teacher's normalization. Written beside the
+        target, then renamed into place."""
         out = Path(out_dir)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
@@ -180,6 +185,8 @@ class DistillResult:
             self.student.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             (tmp / "distill.json").write_text(json.dumps({**self.summary(), **(extra or {})}, indent=2))
+            if has_sentence_modules(sentence_from):
+                write_sentence_transformers(tmp, sentence_from, hidden_size=self.student.config.hidden_size)
             make_shared(tmp)  # mkdtemp and the safetensors writer make them private; the folder is for users
             if out.exists():
                 shutil.rmtree(out)

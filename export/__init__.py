@@ -8,10 +8,11 @@
     write_sentence_transformers("runs/student", teacher_dir, hidden_size=384)
 """
 
+from core.sentence import read_sentence_pipeline, write_sentence_transformers  # a basic, named here as before
+
 from ._export import ExportReport, export_model
 from ._graph import GraphInfo, export_onnx, int8_recipe, quantize_int8
 from ._parity import Parity, onnx_sentence_embeddings
-from ._sentence import read_sentence_pipeline, write_sentence_transformers
 
 __all__ = ["export_model", "ExportReport", "Parity", "export_onnx", "quantize_int8", "int8_recipe", "GraphInfo",
            "read_sentence_pipeline", "write_sentence_transformers",

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from core import sentence as _sentence
 from core.errors import InputError, ParityError
 from core.files import make_shared
 from core.spec import StudentSpec, build_student
 
-from . import _graph, _parity, _sentence
+from . import _graph, _parity
 
 MANIFEST = "export.json"
 MODEL_FILE = "model.onnx"

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 
@@ -28,6 +29,15 @@ def test_distill_writes_a_loadable_student_and_losses(tmp_path):
     model = AutoModel.from_pretrained(out)
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 64
     assert list((tmp_path / "targets").iterdir()), "teacher targets were cached on disk"
+    # a drop-in for its sentence-transformers teacher: the same pooling and normalization, not the plain
+    # mean pooling sentence-transformers gives a folder without modules.json
+    from sentence_transformers import SentenceTransformer
+
+    student = SentenceTransformer(str(out), device="cpu")
+    assert [type(m).__name__ for m in student] == ["Transformer", "Pooling", "Normalize"]
+    assert student.max_seq_length == 256 and student.get_sentence_embedding_dimension() == 64
+    norms = np.linalg.norm(student.encode(["A sentence to embed.", "And another one."]), axis=1)
+    assert np.allclose(norms, 1.0, atol=1e-5), norms
 
 
 def in_process(capsys, *args) -> tuple[int, str]:

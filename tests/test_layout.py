@@ -5,7 +5,7 @@ only point down, and the only sideways arrow is latency -> export (it times expo
     nas
     evaluation
     distill   export <- latency
-    core (errors, spec, assets, files)
+    core (errors, spec, assets, files, sentence)
 """
 
 from __future__ import annotations

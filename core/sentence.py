@@ -1,5 +1,8 @@
 """The sentence-transformers files that make a student folder a drop-in for its teacher.
 
+A basic (file I/O only) because every command that writes a student writes them: `kdnas distill`
+(distill.trainer), `kdnas search`'s best/ (beside its ONNX graphs, export), the benchmarks.
+
 `SentenceTransformer(folder)` on a folder without `modules.json` builds plain mean pooling with no
 normalization (sentence-transformers 6), whatever the teacher did. The bundled teachers normalize,
 so a student shipped without these files would silently give different embeddings (and a different
@@ -35,6 +38,11 @@ _LEGACY_MODES = {
 }
 # Position embeddings these model types reserve for padding (usable positions = max - pad_token_id - 1).
 _OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "mpnet")
+
+
+def has_sentence_modules(model_dir: str | os.PathLike | None) -> bool:
+    """Whether `model_dir` is a sentence-transformers model (it has a modules.json)."""
+    return _find(model_dir, MODULES) is not None
 
 
 def read_sentence_pipeline(model_dir: str | os.PathLike | None) -> dict:

@@ -16,8 +16,8 @@ import json
 import os
 from pathlib import Path
 
-from core.errors import InputError
-from core.files import atomic_write_text
+from .errors import InputError
+from .files import atomic_write_text
 
 MODULES = "modules.json"
 POOLING_DIR = "1_Pooling"

@@ -111,5 +111,15 @@ case "$cmd" in
     if [[ $rc -eq 5 ]]; then echo "dev.sh: pytest collected no tests" >&2; exit 1; fi
     exit $rc
     ;;
-  *) echo "usage: bash dev.sh {demo|test|setup} [extra args]" >&2; exit 2 ;;
+  -h|--help|help)
+    cat <<'USAGE'
+usage: bash dev.sh {demo|test|setup} [extra args]
+  demo    set up, then the main job: kdnas search on the bundled teacher and corpus (ten minutes on
+          two CPU cores); extra args go to kdnas search, e.g. --budget-ms 8 --trials 20
+  test    set up, then the test suite (within 15 minutes); extra args go to pytest, e.g. -m slow
+  setup   only set up: .venv (or $KDNAS_VENV) with torch, kdnas and the bundled assets
+USAGE
+    ;;
+  "") echo "dev.sh: no command given: allowed demo, test, setup (bash dev.sh --help)" >&2; exit 2 ;;
+  *) echo "dev.sh: unknown command '$cmd': allowed demo, test, setup (bash dev.sh --help)" >&2; exit 2 ;;
 esac

@@ -45,9 +45,12 @@ def write_card(folder: str | Path, report: dict, command: str, machine: str) -> 
     path = Path(folder) / CARD
     text = path.read_text(encoding="utf-8") if path.is_file() else f"# {Path(folder).resolve().name}\n"
     section = card_section(report, Path(folder), command, machine)
-    if START in text and END in text and text.index(START) < text.index(END):
-        before, rest = text.split(START, 1)
-        text = before + section + rest.split(END, 1)[1]
+    # The section is the last start marker before the first end marker: a marker left alone by an
+    # edit of the card never makes the text around it part of what is replaced.
+    end = text.find(END)
+    start = text.rfind(START, 0, end) if end >= 0 else -1
+    if start >= 0:
+        text = text[:start] + section + text[end + len(END):]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     return atomic_write_text(path, text)

@@ -113,3 +113,17 @@ def test_card_without_a_student_folder_is_refused_before_any_work(capsys):
     assert kdnas.cli.main(["evaluate", "minilm-l6", "--card", "--quiet"]) == 2
     line = _error_line(capsys)
     assert "--card" in line and "no MODEL is a folder (minilm-l6)" in line
+
+
+def test_a_card_section_replaces_only_itself(tmp_path):
+    from evaluation.card import END, START, write_card
+
+    report = {"protocol": {"measures": []}, "tasks": {}, "models": [
+        {"model": "s", "path": "/nowhere/s", "role": "student", "parameters": 1e6, "latency_ms": None}]}
+    card = tmp_path / "README.md"
+    # a start marker whose end an edit removed, the user's text after it, then a whole section
+    card.write_text(f"# card\n\n{START}\nmine\n\n{START}\nold table\n{END}\n\nafter\n")
+    write_card(tmp_path, report, "kdnas evaluate s --card", machine="a CPU")
+    text = card.read_text()
+    assert text.startswith(f"# card\n\n{START}\nmine\n\n{START}\n## Measured with `kdnas evaluate`")
+    assert "old table" not in text and text.endswith(f"{END}\n\nafter\n") and text.count(END) == 1

@@ -219,8 +219,9 @@ def _write_cards(report: dict, folders: list, left_out: list[str], command: str)
 
     from .card import write_card
 
+    machine = cpu_name()
     for folder in folders:
-        path = write_card(folder, report, command, machine=cpu_name())
+        path = write_card(folder, report, command, machine=machine)
         print(f"kdnas evaluate: the table is in {path}", file=sys.stderr)
     if left_out:
         print(f"kdnas evaluate: no card for {', '.join(left_out)} (not a folder: a bundled model)", file=sys.stderr)

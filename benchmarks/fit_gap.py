@@ -71,7 +71,7 @@ def measure(folder: Path, setups: dict) -> dict:
 
 def _baselines(setup, record: dict) -> dict:
     from core.spec import StudentSpec
-    from nas.baselines import untrained_baselines
+    from evaluation.baselines import untrained_baselines
 
     spec = StudentSpec(**record["spec"])
     rule = (record.get("init") or {}).get("layer_rule") or record["config"]["layer_rule"]

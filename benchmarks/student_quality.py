@@ -1,10 +1,10 @@
 """Is the shipped student a useful model? It, the teacher and two untrained baselines, side by side.
 
-For a student folder written by `kdnas search` (e.g. runs/demo/best) this builds the two untrained
+For each student folder written by `kdnas search` (e.g. runs/demo/best) this builds the two untrained
 baselines at equal or lower cost — the teacher's first k layers (k: the deepest full-width cut with
 no more FLOPs than the student) and the student's own inherited starting point before any training
-(rebuilt from its distill.json and checked against it) — and measures every row with `kdnas
-evaluate`'s measures: embedding fidelity, linear probes on the full splits and 16-shot, and
+(rebuilt from its distill.json and checked against it; `evaluation.baselines`, what `kdnas evaluate
+--baselines` runs) — and measures every row with `kdnas evaluate`'s measures: embedding fidelity, linear probes on the full splits and 16-shot, and
 (--finetune) fine-tuning over 3 seeds. A student that does not beat both baselines on every measure
 has failed, and the verdict says so. A student trained on from a refused wider finalist (the search's
 fallback, init "continued") has as its untrained start the inheritance of its own shape, as in the
@@ -44,71 +44,25 @@ def refuse_non_students(folders: list[Path]) -> None:
 
 
 def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Path) -> dict[str, Path]:
-    """Save both untrained baselines of `student_dir` as loadable sentence-transformers folders."""
-    from distill import StudentSpec, TeacherCache, load_corpus, load_teacher, make_transfer_set
-    from core.assets import teacher_path
-    from export import write_sentence_transformers
-    from nas.baselines import untrained_baselines
+    """Both untrained baselines of `student_dir` (evaluation.baselines, as `kdnas evaluate --baselines`
+    builds them), kept under `work`, by row name."""
+    from evaluation.baselines import build_baselines as rebuild
 
     refuse_non_students([student_dir])
-    record = json.loads((student_dir / "distill.json").read_text())
-    teacher = load_teacher(teacher_name)
-    spec = StudentSpec(**record["spec"])
-    data_info, config = record["transfer_set"], record["config"]
-    data = make_transfer_set(teacher.tokenizer, load_corpus(corpus), seq_len=data_info["seq_len"],
-                             num_train=data_info["train"], num_eval=data_info["eval"], seed=config["seed"],
-                             unit=data_info.get("unit", "window"))
-    baselines, plan = untrained_baselines(teacher, spec, TeacherCache(teacher, data).importance(), config["layer_rule"],
-                                          seq=128)
-    started = record["init"]
-    if started.get("init") == "continued":  # trained on from a refused wider finalist (nas.final): its
-        # untrained baseline is, as in the search's own table, the inheritance of its own shape
-        print(f"{student_dir}: continued from {started['from']}; its untrained start is {spec.arch} "
-              f"inherited ({plan and plan.describe()})", file=sys.stderr)
-    elif plan is None or started.get("teacher_layers") != [j + 1 for j in plan.layers]:
-        raise SystemExit(f"rebuilt start {plan and plan.describe()} differs from the student's {started}")
-    models = {name.replace(" ", "-") + (f"-{spec.arch}" if name == "inherited" else ""): model
-              for name, model in baselines.items()}
-    out = {}
-    for name, model in models.items():
-        folder = work / name
-        model.save_pretrained(folder)
-        teacher.tokenizer.save_pretrained(folder)
-        write_sentence_transformers(folder, teacher_path(teacher_name), hidden_size=model.config.hidden_size)
-        out[name] = folder
-    return out
-
-
-def verdicts(report: dict, students: list[str], baselines: list[str]) -> dict[str, dict]:
-    """For each student, against each baseline on every measure (evaluation.compare):
-    - `failures`: where it is not ahead at all (the issue's strict test: ahead of both, everywhere);
-    - `behind`: where it is behind by more than the noise (2 standard errors of the difference);
-    - `baseline_at_or_above_teacher`: measures on which an untrained baseline already scores at or
-      above the teacher itself, so a student that imitates the teacher cannot be told from it there.
-    """
-    from evaluation.compare import compare, scores
-
-    rows = {r["model"]: r for r in report["models"]}
-    teacher = next((scores(r) for r in report["models"] if r["role"] == "teacher"), {})
-    out = {}
-    for name in students:
-        diffs = [(base, d) for base in baselines for d in compare(rows[name], rows[base])]
-        failed = [d.describe(base) for base, d in diffs if d.delta <= 0]
-        out[name] = {"beats_both_baselines_on_every_measure": not failed, "failures": failed,
-                     "behind": [d.describe(base) for base, d in diffs if d.verdict == "behind"],
-                     "ahead": sum(d.verdict == "ahead" for _, d in diffs), "comparisons": len(diffs),
-                     "baseline_at_or_above_teacher": sorted({d.measure for _, d in diffs if d.measure in teacher
-                                                             and d.b.value >= teacher[d.measure].value})}
-    return out
+    built = rebuild(str(student_dir), teacher_name, corpus, seq=128, root=work,
+                    log=lambda m: print(m, file=sys.stderr))
+    print(f"{student_dir}: {built.start}", file=sys.stderr)
+    return {ref.name: Path(ref.path) for ref in built.refs}
 
 
 def main() -> int:
     from core.errors import InputError
     from evaluation import FinetuneConfig, evaluate
     from evaluation import QualityConfig, resolve_model
+    from evaluation.baselines import distinct_refs, students_baselines, verdict_lines, with_verdicts
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("students", nargs="+", type=Path, help="student folders; the first one's baselines are built")
+    parser.add_argument("students", nargs="+", type=Path, help="student folders; each one's own baselines are built")
     parser.add_argument("--teacher", default="minilm-l6")
     parser.add_argument("--corpus", default="news")
     parser.add_argument("--finetune", action="store_true", help="also fine-tune every row (3 seeds; slow on CPU)")
@@ -123,7 +77,8 @@ def main() -> int:
                         help="more models measured beside, not judged: a bundled name or a folder (e.g. a smaller "
                              "off-the-shelf model a user could take instead of distilling: minilm-l6 beside an "
                              "mpnet-base student)")
-    parser.add_argument("--work", type=Path, default=Path("runs/student-quality"))
+    parser.add_argument("--work", type=Path, default=Path("runs/student-quality"),
+                        help="where the baselines are kept, one folder per student (reused by a rerun)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "student_quality.json")
     args = parser.parse_args()
     refuse_non_students(args.students)
@@ -142,32 +97,20 @@ def main() -> int:
         print(f"student_quality.py: {err}", file=sys.stderr)
         return 2
 
-    baselines = build_baselines(args.students[0], args.teacher, args.corpus, args.work)
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    students = [str(s) for s in args.students]
+    built = students_baselines(students, args.teacher, args.corpus, seq=128, log=log, root=args.work)
     measures = ("fidelity", "probe") + (("finetune",) if args.finetune else ())
-    models = [str(s) for s in args.students] + [str(p) for p in baselines.values()] + list(args.also)
-    report = evaluate(models, args.tasks, config, teacher=args.teacher, measures=measures, latency=not args.no_latency,
-                      quality=QualityConfig(corpus=args.corpus), log=lambda m: print(m, file=sys.stderr, flush=True))
-    report["verdicts"] = verdicts(report, [str(s) for s in args.students], [str(p) for p in baselines.values()])
+    report = evaluate(students + list(args.also), args.tasks, config, teacher=args.teacher, measures=measures,
+                      latency=not args.no_latency, quality=QualityConfig(corpus=args.corpus), log=log,
+                      baselines=distinct_refs(built))
+    report = with_verdicts(report, built)
     report["environment"] = environment()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(table(report))
     print("\n".join(verdict_lines(report["verdicts"])))
     return 0
-
-
-def verdict_lines(verdicts: dict[str, dict]) -> list[str]:
-    """One paragraph per student: the strict test, then what is beyond the noise."""
-    lines = []
-    for name, v in verdicts.items():
-        lines.append(f"{name}: ahead of both untrained baselines on every measure: "
-                     f"{'yes' if v['beats_both_baselines_on_every_measure'] else 'no'}; ahead beyond the noise on "
-                     f"{v['ahead']} of {v['comparisons']} comparisons, behind beyond it on {len(v['behind'])}")
-        lines += [f"  not ahead: {f}" for f in v["failures"]]
-        if v["baseline_at_or_above_teacher"]:
-            lines.append(f"  an untrained baseline scores at or above the teacher on: "
-                         f"{', '.join(v['baseline_at_or_above_teacher'])}")
-    return lines
 
 
 def table(report: dict) -> str:

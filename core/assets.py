@@ -186,23 +186,24 @@ def _fingerprint(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns]
 
 
-def teacher_path(name_or_path: str) -> str:
+def teacher_path(name_or_path: str, what: str = "teacher") -> str:
     """Resolve a teacher: a bundled name -> its verified local folder; anything else unchanged.
 
-    A path that looks local but does not exist is an error here, so the user is not sent to a hub.
+    A path that looks local but does not exist is an error here, so the user is not sent to a hub;
+    `what` names the value in that error (`kdnas evaluate` resolves any model it is given here).
     """
     if name_or_path in TEACHERS:
         return str(_minilm_dir() if name_or_path == MINILM.name else _mpnet_dir())
     path = Path(name_or_path).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
-            raise InputError(f"teacher {name_or_path!r}: folder has no config.json (not a transformers model)")
+            raise InputError(f"{what} {name_or_path!r}: folder has no config.json (not a transformers model)")
         return str(path)
     # Hub names are `name` or `org/name`; anything else that does not exist is a mistyped path.
     looks_local = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1
     if looks_local or os.environ.get("HF_HUB_OFFLINE") == "1":
         raise InputError(
-            f"teacher {name_or_path!r} is neither a bundled name ({', '.join(TEACHERS)}) nor an existing folder"
+            f"{what} {name_or_path!r} is neither a bundled name ({', '.join(TEACHERS)}) nor an existing folder"
             + ("; hub names need network access (HF_HUB_OFFLINE=1 is set)" if not looks_local else "")
         )
     return name_or_path

@@ -121,6 +121,14 @@ def _output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _record(args: argparse.Namespace, data, use_assistant: bool) -> dict:
+    """What distill.json adds to the run's summary: where the student came from. The transfer set is
+    described as the search describes it, so `kdnas evaluate --baselines` can rebuild the start."""
+    return {"teacher": args.teacher, "corpus": args.corpus, "method": args.method, "assistant": use_assistant,
+            "transfer_set": {"train": data.num_train, "eval": data.num_eval, "seq_len": data.seq_len,
+                             "unit": args.unit, "fingerprint": data.fingerprint}}
+
+
 def run(args: argparse.Namespace) -> int:
     from core import assets
     from core.errors import InputError
@@ -171,8 +179,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = distill(spec, teacher, data, config, cache=cache, checkpoints=saves)
 
-    extra = {"teacher": args.teacher, "corpus": args.corpus, "method": args.method,
-             "assistant": use_assistant, "transfer_set": data.fingerprint}
+    extra = _record(args, data, use_assistant)
     result.save(out, teacher.tokenizer, extra=extra, sentence_from=assets.teacher_path(args.teacher))
     m = result.metrics
     log(f"done in {result.seconds:.1f}s: held-out L_HS {m['l_hs_norm']:.4f} normalized "

@@ -7,17 +7,20 @@ Modules, one idea each: `models` (a model folder, its encoder, its sentence embe
 `fidelity` (Spearman ρ of pairwise cosines vs the teacher), `probe` (MTEB-style logistic
 regression on frozen embeddings), `finetune` (a classification head trained over seeds),
 `report` (the side-by-side comparison with latency), `compare` (is a difference beyond the
-noise?), `tasks`, `task_transfer`.
+noise?), `baselines` (the untrained models a student must beat, and the verdict), `tasks`,
+`task_transfer`.
 
 Public API:
     resolve_model, sentence_embeddings                             a model and its embedding
     embedding_fidelity, probe_scores                               fidelity and MTEB-style probes
     FinetuneConfig, QualityConfig, evaluate, format_table          the report, with latency
     compare                                                        two report rows: ahead, behind or a tie
+    students_baselines, distinct_refs, with_verdicts               each student's untrained baselines, judged
     load_task, Task                                                bundled or local labelled tasks
     TransferConfig, task_transfer                                  task-specific distillation
 """
 
+from .baselines import distinct_refs, students_baselines, with_verdicts
 from .compare import compare
 from .fidelity import embedding_fidelity
 from .finetune import FinetuneConfig
@@ -29,5 +32,6 @@ from .tasks import Task, load_task
 
 __all__ = [
     "FinetuneConfig", "QualityConfig", "Task", "TransferConfig", "compare", "embedding_fidelity", "evaluate", "format_table",
-    "load_task", "measure_model", "probe_scores", "resolve_model", "sentence_embeddings", "task_transfer",
+    "distinct_refs", "load_task", "measure_model", "probe_scores", "resolve_model", "sentence_embeddings",
+    "students_baselines", "task_transfer", "with_verdicts",
 ]

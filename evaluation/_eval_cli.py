@@ -24,8 +24,11 @@ what it does:
             seed, on the task's train examples; accuracy mean ± std over seeds (macro-F1 beside
             it), % of teacher and gain kept.
   Each model's CPU latency (batch 1, --latency-seq tokens, --threads threads, onnxruntime) is
-  beside, so it is the table a deployment decision needs. Results are cached in $KDNAS_CACHE/eval
-  and $KDNAS_CACHE/quality per weights, so the teacher is measured once for many students.
+  beside, so it is the table a deployment decision needs. --baselines adds, for each student
+  folder with a distill.json, the two untrained models it must beat at equal or lower cost (the
+  teacher's first k layers; its own shape cut from the teacher, its start) and a verdict.
+  Results are cached in $KDNAS_CACHE/eval and $KDNAS_CACHE/quality per weights, so the teacher is
+  measured once for many students.
 
 tasks (bundled, offline; fixed seeded 80/10/10 splits, duplicates removed):
   sentiment  Rotten Tomatoes snippets, rotten/fresh              (10,202 / 1,275 / 1,275)
@@ -44,6 +47,8 @@ examples:
   kdnas evaluate runs/demo/best                                   (vs minilm-l6, 3 tasks, 3 seeds)
   kdnas evaluate runs/demo/best runs/s4 --tasks sentiment,topic --seeds 0,1 --out eval.json
   kdnas evaluate runs/s4 --measures fidelity,probe                (no fine-tuning: minutes on a CPU)
+  kdnas evaluate runs/demo/best --baselines --card                (beside its untrained baselines, into
+                                                                   its model card)
   kdnas evaluate --teacher none runs/s4 --tasks ./my_labels.csv --lr 1e-4 --epochs 2
 """
 
@@ -78,6 +83,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EVALUATE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("models", nargs="*", metavar="MODEL", help="student folders (or bundled teacher names) to evaluate")
+    p.add_argument("--baselines", action="store_true",
+                   help="also measure each student's two untrained baselines at equal or lower cost (the teacher's "
+                        "first k layers; the student's shape cut from the teacher, its start), rebuilt from its "
+                        "distill.json, and say whether the student is ahead of both on every measure")
     p.add_argument("--teacher", default=DEFAULT_TEACHER,
                    help="reference model for %% of teacher: bundled name or folder; 'none' to skip (default: %(default)s)")
     p.add_argument("--tasks", default="sentiment,topic,tweets",
@@ -178,6 +187,7 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
 
 def run_evaluate(args: argparse.Namespace) -> int:
     from core.errors import InputError
+    from .baselines import distinct_refs, student_folders, students_baselines, verdict_lines, with_verdicts
     from .card import card_folders
     from .finetune import FinetuneConfig
     from .report import MEASURES, QualityConfig, check_measures, evaluate, format_table
@@ -200,14 +210,24 @@ def run_evaluate(args: argparse.Namespace) -> int:
     quality = QualityConfig(corpus=args.corpus, fidelity_sentences=args.fidelity_sentences,
                             fidelity_pairs=args.fidelity_pairs, shots=args.shots, draws=args.draws)
     cards = card_folders(args.models) if args.card else None  # before the minutes of measuring
+    log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
+    students = student_folders(args.models, log) if args.baselines else []
+    built: list = []
+
+    def build() -> list:  # evaluate calls it once the models and tasks are checked: a typo fails first
+        built.extend(students_baselines(students, teacher, args.corpus, args.latency_seq, log))
+        return distinct_refs(built)
+
     report = evaluate(args.models, tasks, config, teacher=teacher, latency=not args.no_latency,
                       latency_seq=args.latency_seq, threads=args.threads, cache=not args.no_cache,
-                      log=None if args.quiet else (lambda m: print(m, file=sys.stderr)),
-                      measures=measures, quality=quality)
+                      log=log, measures=measures, quality=quality,
+                      baselines=build if students else ())
+    report = with_verdicts(report, built) if built else report
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
-    print(json.dumps(report, indent=2) if args.json else format_table(report))
+    print(json.dumps(report, indent=2) if args.json else
+          "\n".join([format_table(report), *verdict_lines(report.get("verdicts", {}))]))
     if cards is not None:
         _write_cards(report, *cards, command="kdnas " + shlex.join(getattr(args, "argv", ["evaluate"])))
     return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 from core.errors import InputError
 from core.files import atomic_write_text, ensure_writable_dir
 
+from .baselines import verdict_lines
 from .report import format_markdown
 
 CARD = "README.md"
@@ -63,5 +64,9 @@ def card_section(report: dict, folder: Path, command: str, machine: str) -> str:
         {**row, "model": f"**{row['model']}** (this model)"} if Path(row["path"]).resolve() == own else row
         for row in report["models"]]}
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    own_verdict = {name: v for name, v in report.get("verdicts", {}).items() if Path(name).resolve() == own}
+    verdict = "".join(f"\n{line}" for line in verdict_lines(own_verdict))
+    if verdict:  # --baselines: a student not ahead of both has failed, and its card says so
+        verdict = f"\n\nAgainst its untrained baselines (`--baselines`):\n\n```{verdict}\n```"
     return (f"{START}\n## Measured with `kdnas evaluate`\n\n`{command}` — {when}, {machine}; every score "
-            f"with its standard error: `{REPORT}`.\n\n{format_markdown(marked)}\n{END}")
+            f"with its standard error: `{REPORT}`.\n\n{format_markdown(marked)}{verdict}\n{END}")

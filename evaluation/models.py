@@ -42,11 +42,12 @@ def yardstick_precision(device: torch.device) -> str:
     return "bf16" if device.type == "cuda" else "fp32"
 
 
-def resolve_model(name_or_path: str) -> ModelRef:
-    """A bundled teacher name or an HF folder (e.g. `runs/demo/best`), checked before any training."""
-    path = Path(assets.teacher_path(name_or_path))
+def resolve_model(name_or_path: str, what: str = "model") -> ModelRef:
+    """A bundled teacher name or an HF folder (e.g. `runs/demo/best`), checked before any training;
+    `what` names it in a one-line error ("model", "--teacher")."""
+    path = Path(assets.teacher_path(name_or_path, what))
     if not path.is_dir():
-        raise InputError(f"model {name_or_path!r}: evaluation needs a local model folder or a bundled teacher name")
+        raise InputError(f"{what} {name_or_path!r}: evaluation needs a local model folder or a bundled teacher name")
     if not any((path / f).is_file() for f in _TOKENIZER_FILES):
         raise InputError(
             f"model folder {str(path)!r} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); save the "

@@ -5,7 +5,7 @@ report and a readable table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from core.errors import InputError, check_choice
@@ -52,7 +52,7 @@ def check_measures(measures: str | Sequence[str]) -> tuple[str, ...]:
 class ModelScores:
     model: str
     path: str
-    role: str  # "teacher" or "student"
+    role: str  # "teacher", "student" or "baseline" (untrained, evaluation.baselines)
     parameters: int
     latency_ms: float | None
     tasks: dict[str, TaskScore] = field(default_factory=dict)
@@ -77,6 +77,7 @@ def evaluate(
     log=None,
     measures: Sequence[str] = ("finetune",),
     quality: QualityConfig | None = None,
+    baselines: Sequence[ModelRef] | Callable[[], Sequence[ModelRef]] = (),
 ) -> dict:
     """Measure `teacher` and each model on each task; a JSON-ready report.
 
@@ -84,19 +85,21 @@ def evaluate(
     "probe" and "fidelity" read frozen embeddings (`evaluation.probe`, `evaluation.fidelity`; protocol in
     `quality`, a `QualityConfig`; max length and device come from `config`). Every model, task and
     the fidelity corpus are checked before any training, so a typo fails in a second rather than
-    after the teacher's fine-tuning.
+    after the teacher's fine-tuning. `baselines` (`evaluation.baselines`) are measured after the
+    models, as rows of role "baseline"; given as a callable, they are built once all else is checked.
     """
     log = log or (lambda message: None)
     measures = check_measures(measures)
     quality = quality or QualityConfig()
     loaded = [load_task(t) for t in tasks]
-    refs = [(resolve_model(teacher), "teacher")] if teacher else []
+    refs = [(resolve_model(teacher, "--teacher"), "teacher")] if teacher else []
     refs += [(resolve_model(m), "student") for m in models]
     if "fidelity" in measures and not teacher:
         raise InputError("the fidelity measure compares each model with the teacher: give a teacher, "
                          f"or leave fidelity out of the measures ({', '.join(measures)})")
     sentences = (heldout_sentences(load_corpus(quality.corpus), quality.fidelity_sentences, seed=quality.seed)
                  if "fidelity" in measures else None)
+    refs += [(b, "baseline") for b in (baselines() if callable(baselines) else baselines)]
     device = resolve_device(config.device)
     log(f"evaluating {len(refs)} model(s) on {', '.join(t.name for t in loaded)} ({', '.join(measures)}"
         + (f", fine-tuning seeds {list(config.seeds)}" if "finetune" in measures else "") + f") on {device.type}")

@@ -3,12 +3,13 @@ untrained baselines at equal or lower cost.
 
 - `first k layers`: the teacher cut after its first k layers at full width, untrained, with k the
   deepest cut whose FLOPs do not exceed the student's (so its latency is not higher);
-- `inherited, untrained`: the student's own starting point (`distill.inherit`), before any step.
+- `inherited, untrained`: the student's own starting point (`distill.inherit`), before any step
+  (both built by `evaluation.baselines`, which `kdnas evaluate --baselines` rebuilds them with).
 
 A distilled student that does not beat both has failed, and the summary says so. Fidelity is
 Spearman's ρ between the teacher's and the model's pairwise cosine similarities of held-out corpus
 sentences (`evaluation.fidelity.embedding_fidelity`); the probes of `kdnas evaluate` are too slow for
-the search itself and are run by `benchmarks/student_quality.py`.
+the search itself and are run by `kdnas evaluate --baselines`.
 
 The student's fidelity on as many rows of its own transfer set stands beside it, as a training run shows
 its training loss beside the validation loss: a student that orders the teacher's similarities better on
@@ -28,30 +29,10 @@ from torch import nn
 
 from distill import StudentSpec
 from core.errors import KdnasError
+from evaluation.baselines import untrained_baselines
 from evaluation.fidelity import MIN_SENTENCES
 
 PAIRS = 4000
-
-
-def first_layers_depth(teacher_dims: Any, spec: StudentSpec, seq: int) -> int:
-    """The deepest full-width cut of the teacher that costs no more FLOPs than `spec` (at least 1)."""
-    t = teacher_dims
-    full = [spec.replace(layers=k, heads=t.heads, hidden=t.hidden, ffn=t.ffn) for k in range(1, t.layers + 1)]
-    cheaper = [s.layers for s in full if s.flops(seq) <= spec.flops(seq)]
-    return max(cheaper, default=1)
-
-
-def untrained_baselines(teacher: Any, spec: StudentSpec, importance: Any, layer_rule: str,
-                        seq: int) -> tuple[dict[str, nn.Module], Any]:
-    """Both untrained baselines of `spec` by name — `first k layers`, and `inherited` when the
-    shape can inherit — and the inherited start's plan (None when it cannot)."""
-    from distill.inherit import first_layers, inherit_reason, inherit_student
-
-    k = first_layers_depth(teacher.dims, spec, seq)
-    models, plan = {f"first {k} layers": first_layers(teacher, k, importance)}, None
-    if inherit_reason(teacher, spec) is None:
-        models["inherited"], plan = inherit_student(teacher, spec, importance, layer_rule)
-    return models, plan
 
 
 def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any] | None:

@@ -180,7 +180,8 @@ def _quality(quality: Any, train_rows: int | None) -> str:
     fit = fit_line(quality, train_rows)
     return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality['sentences']} held-out "
             f"sentences): {rows} — {verdict}" + (f"; {fit}" if fit else "") + ". Linear probes and fine-tuning "
-            "take minutes more than a search spends: `kdnas evaluate path/to/this/folder --card` adds their table below")
+            "take minutes more than a search spends: `kdnas evaluate path/to/this/folder --baselines --card` adds their table, "
+            "beside the untrained baselines, below")
 
 
 def _int8_fidelity(quality: Any) -> str:

@@ -391,7 +391,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     t2 = time.perf_counter()
     ctx.progress.phase(f"{label}: export")
     shipped = _ship(ctx, student, dest, teacher_dir, pipeline,
-                     {**res.summary(), "search_trial": row["number"],
+                     {**res.summary(), "search_trial": row["number"], "teacher": cfg.teacher, "corpus": cfg.corpus,
                       "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
                                        "seq_len": data.seq_len, "unit": cfg.final_unit}})
     if quality and "fidelity" in quality:  # the INT8 graph as shipped, on the same sentences

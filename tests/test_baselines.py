@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import torch
 
 from distill import ModelDims, StudentSpec, TeacherCache
-from nas.baselines import baseline_fidelity, fidelity_table, first_layers_depth, fit_line, int8_fidelity
+from evaluation.baselines import first_layers_depth
+from nas.baselines import baseline_fidelity, fidelity_table, fit_line, int8_fidelity
 
 
 def test_first_layers_depth_is_the_deepest_cut_no_dearer_than_the_student():

@@ -29,6 +29,14 @@ def test_help_teaches_tasks_protocol_and_examples(capsys):
     assert "logit-head" in out and "ce-all" in out and "SVD" in out
 
 
+def test_a_mistyped_model_or_teacher_is_named_as_what_it_is(capsys, tmp_path, minilm_2l):
+    typo = str(tmp_path / "runs" / "typo")
+    assert kdnas.cli.main(["evaluate", typo, "--quiet"]) == 2
+    assert _error_line(capsys).startswith(f"kdnas evaluate: error: model {typo!r} is neither a bundled name")
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--teacher", typo, "--quiet"]) == 2
+    assert _error_line(capsys).startswith(f"kdnas evaluate: error: --teacher {typo!r} is neither a bundled name")
+
+
 def test_unknown_task(capsys, minilm_2l):
     assert kdnas.cli.main(["evaluate", minilm_2l, "--teacher", "none", "--tasks", "glue-sst2", "--quiet"]) == 2
     line = _error_line(capsys)

@@ -109,8 +109,8 @@ def test_compare_only_the_measures_both_rows_have():
     assert [d.measure for d in compare(a, b)] == ["fidelity rho", "topic probe", "topic 16-shot"]
 
 
-def test_student_quality_verdict_separates_strict_failures_from_noise_and_saturation():
-    from student_quality import verdict_lines, verdicts
+def test_baselines_verdict_separates_strict_failures_from_noise_and_saturation():
+    from evaluation.baselines import verdict_lines, verdicts
 
     report = {"models": [
         _row("teacher", "teacher", 1.0, 0.0, 0.95, [0.90, 0.92]),
@@ -118,8 +118,8 @@ def test_student_quality_verdict_separates_strict_failures_from_noise_and_satura
         _row("inherited", "student", 0.53, 0.02, 0.96, [0.91, 0.93]),  # above the teacher on topic
         _row("first", "student", 0.30, 0.02, 0.80, [0.70, 0.72]),
     ]}
-    v = verdicts(report, ["student"], ["inherited", "first"])["student"]
-    assert not v["beats_both_baselines_on_every_measure"]
+    v = verdicts(report, {"student": ["inherited", "first"]})["student"]
+    assert not v["beats_both_baselines_on_every_measure"] and v["baselines"] == ["inherited", "first"]
     assert [f.split(":")[0] for f in v["failures"]] == ["topic probe", "topic 16-shot"]
     assert v["behind"] == [] and v["comparisons"] == 6
     assert v["ahead"] == 4  # fidelity vs both; probe and 16-shot vs `first`

@@ -1,4 +1,5 @@
-"""benchmarks/recipe_sweep.py --save keeps a student that benchmarks/student_quality.py can measure."""
+"""benchmarks/recipe_sweep.py --save keeps a student that `kdnas evaluate --baselines` (and
+benchmarks/student_quality.py) can measure."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from recipe_sweep import WORD_EMBEDDINGS, save_student  # noqa: E402
-from student_quality import build_baselines  # noqa: E402
+
+from evaluation.baselines import build_baselines  # noqa: E402
 
 
 def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuild(teacher, news_texts, tmp_path):
@@ -30,18 +32,20 @@ def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuil
     assert record["init"]["init"] == "inherit" and record["steps"] == 2
     model = SentenceTransformer(str(folder), device="cpu")
     assert model.encode(["A sentence."]).shape == (1, 384)
-    # the benchmark rebuilds this student's untrained start from the record and checks it is the same
-    baselines = build_baselines(folder, "minilm-l6", "news", tmp_path / "work")
-    assert sorted(baselines) == ["first-1-layers", "inherited-2x12x384x256"]
-    # a start that is not the one the record names is refused ...
+    # its untrained start is rebuilt from the record (evaluation.baselines) and checked against it
+    built = build_baselines(str(folder), "minilm-l6", "news", 128, root=tmp_path / "work")
+    assert [r.name for r in built.refs] == ["first layer (untrained)", "inherited 2x12x384x256 (untrained)"]
+    assert built.start.startswith("the inherited baseline is this student's own start")
+    # a start that is not the one the record names is said ...
     (folder / "distill.json").write_text(json.dumps({**record, "init": {**record["init"], "teacher_layers": [9]}}))
-    with pytest.raises(SystemExit, match="differs from the student's"):
-        build_baselines(folder, "minilm-l6", "news", tmp_path / "work")
+    assert "differs from the student's record" in build_baselines(str(folder), "minilm-l6", "news", 128,
+                                                                  root=tmp_path / "work").start
     # ... while a student trained on from a refused wider finalist (the search's fallback) has its own
     # shape's inheritance as its untrained start, as in the search's table
     continued = {"init": "continued", "from": "2x12x384x512", "after_steps": 2, "narrowed_by": "activation importance"}
     (folder / "distill.json").write_text(json.dumps({**record, "init": continued}))
-    assert sorted(build_baselines(folder, "minilm-l6", "news", tmp_path / "work")) == sorted(baselines)
+    again = build_baselines(str(folder), "minilm-l6", "news", 128, root=tmp_path / "work")
+    assert again.refs == built.refs and "started from 'continued' weights" in again.start
 
 
 def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(teacher, news_texts, tmp_path):

@@ -78,6 +78,30 @@ def search_run(tmp_path_factory, budget_ms):
     return {"out": out, "args": args, "stdout": result.stdout, "seconds": time.perf_counter() - started}
 
 
+def test_kdnas_evaluate_rebuilds_the_baselines_the_search_scored_its_winner_against(search_run, isolated_cache):
+    """`kdnas evaluate best --baselines` (its functions, with the search's seed 2 for the held-out sentences)
+    gives the baselines the fidelity the search's table gave them: they are the same untrained models."""
+    from evaluation import FinetuneConfig, QualityConfig, evaluate
+    from evaluation.baselines import distinct_refs, students_baselines, with_verdicts
+
+    best = search_run["out"] / "best"
+    record = json.loads((best / "distill.json").read_text())
+    assert record["teacher"] == "minilm-l6" and record["corpus"] == "news"  # what the rebuild reads
+    built = students_baselines([str(best)], None, "corpus given by the record", seq=128)
+    report = with_verdicts(evaluate([str(best)], ["topic"], FinetuneConfig(), measures=("fidelity",), latency=False,
+                                    quality=QualityConfig(fidelity_sentences=48, seed=2),
+                                    baselines=distinct_refs(built)), built)
+    final = json.loads((search_run["out"] / "summary.json").read_text())["final"][0]
+    searched = final["quality"]["fidelity"]
+    rows = {m["model"]: m["fidelity"]["spearman"] for m in report["models"] if m["role"] == "baseline"}
+    first = next(name for name in searched if name.startswith("first"))
+    assert rows[first] == pytest.approx(searched[first]["spearman"], abs=1e-4)
+    assert rows[f"inherited {final['arch']} (untrained)"] == pytest.approx(
+        searched["inherited (untrained)"]["spearman"], abs=1e-4)
+    verdict = report["verdicts"][str(best)]
+    assert verdict["start"].startswith("the inherited baseline is this student's own start")
+
+
 def test_search_writes_every_output(search_run, shared_modes):
     out = search_run["out"]
     for name in ("pareto.html", "report.html", "trials.csv", "summary.json", "study.db", "search.json"):
@@ -118,8 +142,10 @@ def test_search_writes_every_output(search_run, shared_modes):
     assert final["precision"] == json.loads((best / "distill.json").read_text())["precision"]
     assert f"({final['precision']}, " in (best / "README.md").read_text()
     # the probes are not the search's to run; the card and the summary say how to add them to the card
-    assert "`kdnas evaluate path/to/this/folder --card` adds their table below" in (best / "README.md").read_text()
-    assert f"kdnas evaluate {best} --card adds their table to its model card" in search_run["stdout"]
+    assert "`kdnas evaluate path/to/this/folder --baselines --card` adds their table, beside the untrained " \
+           "baselines, below" in (best / "README.md").read_text()
+    assert f"kdnas evaluate {best} --baselines --card adds their table, beside the untrained baselines, to its " \
+           "model card" in search_run["stdout"]
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(best)

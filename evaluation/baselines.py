@@ -194,7 +194,11 @@ def _start_line(record: dict, where: Path) -> str:
     if how == "inherit":
         return f"rebuilt start {rebuilt} differs from the student's record {started}: the inherited row is its " \
                "shape cut from the teacher, not exactly its start"
-    return f"the student started from {how!r} weights; the inherited row is its shape cut from the teacher"
+    if how == "continued":  # e.g. the search's fallback: a refused wider finalist, narrowed and trained on
+        origin = f" ({started['from']}, after {started.get('after_steps')} steps)" if "from" in started else ""
+        return f"the student was trained on from another student{origin}; the inherited row is its own shape " \
+               "cut from the teacher"
+    return f"the student started from {how} weights, not inherited; the inherited row is its shape cut from the teacher"
 
 
 def verdicts(report: dict, baselines: dict[str, Sequence[str]]) -> dict[str, dict]:

@@ -45,7 +45,11 @@ def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuil
     continued = {"init": "continued", "from": "2x12x384x512", "after_steps": 2, "narrowed_by": "activation importance"}
     (folder / "distill.json").write_text(json.dumps({**record, "init": continued}))
     again = build_baselines(str(folder), "minilm-l6", "news", 128, root=tmp_path / "work")
-    assert again.refs == built.refs and "started from 'continued' weights" in again.start
+    assert again.refs == built.refs and again.start.startswith("the student was trained on from another student "
+                                                               "(2x12x384x512, after 2 steps)")
+    (folder / "distill.json").write_text(json.dumps({**record, "init": {"init": "random"}}))
+    assert build_baselines(str(folder), "minilm-l6", "news", 128, root=tmp_path / "work").start.startswith(
+        "the student started from random weights, not inherited")
 
 
 def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(teacher, news_texts, tmp_path):

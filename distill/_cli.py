@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -184,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
     m = result.metrics
     log(f"done in {result.seconds:.1f}s: held-out L_HS {m['l_hs_norm']:.4f} normalized "
         f"({m['l_hs_raw']:.4f} raw), train loss {m['train_loss']:.4f} -> {out}")
+    log(f"is it any good? kdnas evaluate {shlex.quote(str(out))} --baselines --measures fidelity,probe "
+        "(minutes: beside the teacher and its untrained baselines)")
     if args.json:
         print(json.dumps({**result.summary(), **extra, "out": str(out)}, indent=2))
     return 0

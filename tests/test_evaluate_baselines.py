@@ -3,6 +3,8 @@ its distill.json, and the verdict — through the console entry point, on a real
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 
@@ -15,11 +17,13 @@ import kdnas.cli
 def student(tmp_path_factory):
     """A 2x12x384x256 student inherited from the bundled MiniLM, 2 steps of the final recipe's loss."""
     root = tmp_path_factory.mktemp("evaluate-baselines")
-    with pytest.MonkeyPatch.context() as env:
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stderr(io.StringIO()) as err:
         env.setenv("KDNAS_CACHE", str(root / "cache"))
         assert kdnas.cli.main(["distill", "--arch", "2x12x384x256", "--method", "embed", "--steps", "2",
                                "--batch-size", "8", "--seq-len", "32", "--unit", "sentence", "--train-size", "32",
-                               "--eval-size", "8", "--out", str(root / "student"), "--quiet"]) == 0
+                               "--eval-size", "8", "--out", str(root / "student")]) == 0
+    # kdnas distill names the command that tells whether the student is any good
+    assert f"kdnas evaluate {root / 'student'} --baselines --measures fidelity,probe" in err.getvalue()
     return root / "student"
 
 

@@ -197,7 +197,8 @@ def report_table(report: dict) -> tuple[list[str], list[list[str]], list[str]]:
         lines.append([f"{row['model']}{' (teacher)' if row['role'] == 'teacher' else ''}",
                       f"{row['parameters'] / 1e6:.1f}M",
                       f"{row['latency_ms']:.2f}" if row.get("latency_ms") else "-"] + q_cells + f_cells)
-    lines.append(["majority class", "", ""] + q_majority + f_majority)
+    if {"probe", "finetune"} & set(report["protocol"].get("measures", MEASURES)):  # fidelity alone has no classes
+        lines.append(["majority class", "", ""] + q_majority + f_majority)
     return head, lines, [note for note in (q_note, f_note) if note]
 
 

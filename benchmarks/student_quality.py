@@ -4,8 +4,8 @@ For each student folder written by `kdnas search` (e.g. runs/demo/best) this bui
 baselines at equal or lower cost — the teacher's first k layers (k: the deepest full-width cut with
 no more FLOPs than the student) and the student's own inherited starting point before any training
 (rebuilt from its distill.json and checked against it; `evaluation.baselines`, what `kdnas evaluate
---baselines` runs) — and measures every row with `kdnas evaluate`'s measures: embedding fidelity, linear probes on the full splits and 16-shot, and
-(--finetune) fine-tuning over 3 seeds. A student that does not beat both baselines on every measure
+--baselines` runs) — and measures every row with `kdnas evaluate`'s measures: embedding fidelity,
+linear probes on the full splits and 16-shot, and (--finetune) fine-tuning over 3 seeds. A student that does not beat both baselines on every measure
 has failed, and the verdict says so. A student trained on from a refused wider finalist (the search's
 fallback, init "continued") has as its untrained start the inheritance of its own shape, as in the
 search's table. `--also` measures more models beside them, unjudged: a smaller off-the-shelf model a

@@ -113,7 +113,14 @@ def read_record(folder: str | Path) -> dict:
     if not path.is_file():
         raise InputError(f"--baselines: model folder {str(folder)!r} has no {RECORD}; allowed: a folder written by "
                          "kdnas search (OUT/best) or kdnas distill")
-    record = json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputError(f"--baselines: {path} cannot be read as JSON ({type(err).__name__}); allowed: the record "
+                         "kdnas search or kdnas distill wrote") from None
+    if not isinstance(record, dict) or not {"spec", "config"} <= record.keys():
+        raise InputError(f"--baselines: {path} has no student spec and config; allowed: the record kdnas search or "
+                         "kdnas distill wrote")
     if not isinstance(record.get("transfer_set"), dict) or "seq_len" not in record["transfer_set"]:
         raise InputError(f"--baselines: {path} does not describe its transfer set (written by an older kdnas); "
                          "distill the student again, or evaluate it without --baselines")
@@ -126,14 +133,18 @@ def build_baselines(folder: str, teacher: str | None, corpus: str, seq: int,
     names (else `teacher`, `corpus`), cost-matched at `seq` tokens — saved once as sentence-transformers
     folders under `root` (default $KDNAS_CACHE/baselines; a rerun reads them, and their scores stay cached)."""
     record = read_record(folder)
+    if record.get("teacher") and teacher and record["teacher"] != teacher:
+        log(f"{folder}: its baselines are cut from the teacher it was distilled from, {record['teacher']} "
+            f"(its {RECORD}), not {teacher}")
     teacher = record.get("teacher") or teacher
     if teacher is None:
         raise InputError(f"--baselines: {folder}/{RECORD} names no teacher; give --teacher")
     corpus = record.get("corpus") or corpus
     where = _store(folder, teacher, corpus, seq, root or assets.cache_root() / "baselines")
-    names = sorted(p.name for p in where.iterdir() if (p / "config.json").is_file()) if where.is_dir() else []
+    names = _kept(where)
     if not names:
         log(f"{folder}: building its untrained baselines from {teacher} (calibration rows of {corpus})")
+        shutil.rmtree(where, ignore_errors=True)  # what an interrupted run left there, if anything
         names = _build(record, teacher, corpus, seq, where)
     refs = tuple(ModelRef(name=_label(n), path=str(where / n), fingerprint=resolve_model(str(where / n)).fingerprint)
                  for n in names)
@@ -170,12 +181,18 @@ def _build(record: dict, teacher_name: str, corpus: str, seq: int, where: Path) 
             teacher.tokenizer.save_pretrained(folder)
             write_sentence_transformers(folder, assets.teacher_path(teacher_name), hidden_size=model.config.hidden_size)
         make_shared(tmp)
-        shutil.rmtree(where, ignore_errors=True)
         tmp.rename(where)
-    except BaseException:
+    except OSError:
+        if not _kept(where):  # else another run built the same baselines first: theirs are these
+            raise
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return sorted(p.name for p in where.iterdir() if p.is_dir())
+    return _kept(where)
+
+
+def _kept(where: Path) -> list[str]:
+    """The baseline folders complete in `where` (none when it is missing)."""
+    return sorted(p.name for p in where.iterdir() if (p / "config.json").is_file()) if where.is_dir() else []
 
 
 def _label(folder_name: str) -> str:

@@ -32,7 +32,8 @@ def _evaluate(*args: str) -> int:
                            "--fidelity-pairs", "500", "--draws", "2", "--no-latency"])
 
 
-def test_a_student_is_judged_against_its_own_untrained_baselines(student, tmp_path, isolated_cache, capsys):
+def test_a_student_is_judged_against_its_own_untrained_baselines(student, tmp_path, isolated_cache, capsys,
+                                                                  minilm_2l):
     folder = tmp_path / "student"
     shutil.copytree(student, folder)
     record = json.loads((folder / "distill.json").read_text())
@@ -59,9 +60,12 @@ def test_a_student_is_judged_against_its_own_untrained_baselines(student, tmp_pa
     kept = sorted(p.name for p in (isolated_cache / "baselines").glob("*/*") if p.is_dir())
     assert kept == ["first-layer", "inherited-2x12x384x256"]
     assert all((p / "modules.json").is_file() for p in (isolated_cache / "baselines").glob("*/*") if p.is_dir())
-    assert _evaluate(str(folder), "--baselines", "--measures", "fidelity") == 0
+    # ... also when compared with another teacher: the baselines are cut from the one it was distilled from
+    assert _evaluate(str(folder), "--baselines", "--measures", "fidelity", "--teacher", minilm_2l) == 0
     out, err = capsys.readouterr()
     assert "building" not in err and "majority class" not in out  # no classes without a probe or fine-tuning
+    assert f"its baselines are cut from the teacher it was distilled from, minilm-l6 (its distill.json), not " \
+           f"{minilm_2l}" in err
 
 
 def test_baselines_refuse_what_cannot_rebuild_before_any_work(student, tmp_path, isolated_cache, capsys):
@@ -78,4 +82,8 @@ def test_baselines_refuse_what_cannot_rebuild_before_any_work(student, tmp_path,
     (legacy / "distill.json").write_text(json.dumps({**record, "transfer_set": "0123456789abcdef"}))
     line = refused(str(legacy))
     assert str(legacy / "distill.json") in line and "does not describe its transfer set" in line
+    (legacy / "distill.json").write_text("{not json")
+    assert "cannot be read as JSON" in refused(str(legacy))
+    (legacy / "distill.json").write_text("[]")
+    assert "has no student spec and config" in refused(str(legacy))
     assert not (tmp_path / "eval.json").exists() and not (isolated_cache / "baselines").exists()

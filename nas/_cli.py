@@ -353,8 +353,9 @@ def _print_summary(summary: dict, out: Path) -> None:
             if int8 := quality.get("int8"):
                 print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
     if summary.get("final"):
-        print(f"probes and fine-tuning (minutes): kdnas evaluate {shlex.quote(str(out / 'best'))} --baselines "
-              "--card adds their table, beside the untrained baselines, to its model card")
+        print(f"probes (minutes on a CPU): kdnas evaluate {shlex.quote(str(out / 'best'))} --baselines --measures "
+              "fidelity,probe --card adds their table, beside the untrained baselines, to its model card (without "
+              "--measures, fine-tuning too: an hour or more on a CPU)")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 

@@ -179,9 +179,10 @@ def _quality(quality: Any, train_rows: int | None) -> str:
         "does NOT beat the untrained baselines on fidelity: the recipe failed for this shape"
     fit = fit_line(quality, train_rows)
     return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality['sentences']} held-out "
-            f"sentences): {rows} — {verdict}" + (f"; {fit}" if fit else "") + ". Linear probes and fine-tuning "
-            "take minutes more than a search spends: `kdnas evaluate path/to/this/folder --baselines --card` adds their table, "
-            "beside the untrained baselines, below")
+            f"sentences): {rows} — {verdict}" + (f"; {fit}" if fit else "") + ". Linear probes take minutes more "
+            "than a search spends: `kdnas evaluate path/to/this/folder --baselines --measures fidelity,probe --card` "
+            "adds their table, beside the untrained baselines, below (without --measures, fine-tuning too: an hour or "
+            "more on a CPU)")
 
 
 def _int8_fidelity(quality: Any) -> str:

@@ -142,10 +142,10 @@ def test_search_writes_every_output(search_run, shared_modes):
     assert final["precision"] == json.loads((best / "distill.json").read_text())["precision"]
     assert f"({final['precision']}, " in (best / "README.md").read_text()
     # the probes are not the search's to run; the card and the summary say how to add them to the card
-    assert "`kdnas evaluate path/to/this/folder --baselines --card` adds their table, beside the untrained " \
-           "baselines, below" in (best / "README.md").read_text()
-    assert f"kdnas evaluate {best} --baselines --card adds their table, beside the untrained baselines, to its " \
-           "model card" in search_run["stdout"]
+    assert "`kdnas evaluate path/to/this/folder --baselines --measures fidelity,probe --card` adds their table, " \
+           "beside the untrained baselines, below" in (best / "README.md").read_text()
+    assert f"kdnas evaluate {best} --baselines --measures fidelity,probe --card adds their table, beside the " \
+           "untrained baselines, to its model card" in search_run["stdout"]
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(best)

@@ -24,7 +24,8 @@ what it does:
             seed, on the task's train examples; accuracy mean ± std over seeds (macro-F1 beside
             it), % of teacher and gain kept.
   Each model's CPU latency (batch 1, --latency-seq tokens, --threads threads, onnxruntime) is
-  beside, so it is the table a deployment decision needs. --baselines adds, for each student
+  beside, and its share of the teacher's with the two timed in alternation ("× teacher": on a
+  shared host two readings taken apart differ more), so it is the table a deployment decision needs. --baselines adds, for each student
   folder with a distill.json, the two untrained models it must beat at equal or lower cost (the
   teacher's first k layers; its own shape cut from the teacher, its start) and a verdict.
   Results are cached in $KDNAS_CACHE/eval and $KDNAS_CACHE/quality per weights, so the teacher is
@@ -47,8 +48,9 @@ examples:
   kdnas evaluate runs/demo/best                                   (vs minilm-l6, 3 tasks, 3 seeds)
   kdnas evaluate runs/demo/best runs/s4 --tasks sentiment,topic --seeds 0,1 --out eval.json
   kdnas evaluate runs/s4 --measures fidelity,probe                (no fine-tuning: minutes on a CPU)
-  kdnas evaluate runs/demo/best --baselines --card                (beside its untrained baselines, into
-                                                                   its model card)
+  kdnas evaluate runs/demo/best --baselines --measures fidelity,probe --card
+                                                                  (beside its untrained baselines, into
+                                                                  its model card)
   kdnas evaluate --teacher none runs/s4 --tasks ./my_labels.csv --lr 1e-4 --epochs 2
 """
 

@@ -57,11 +57,12 @@ class ModelScores:
     latency_ms: float | None
     tasks: dict[str, TaskScore] = field(default_factory=dict)
     quality: dict = field(default_factory=dict)  # "fidelity" and "probes" (measure_model), when measured
+    beside_teacher: dict | None = None  # latency as a share of the teacher's, side by side (_beside_teacher)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "path": self.path, "role": self.role, "parameters": self.parameters,
                 "latency_ms": self.latency_ms, "tasks": {k: v.to_dict() for k, v in self.tasks.items()},
-                **self.quality}
+                **({"latency_beside_teacher": self.beside_teacher} if self.beside_teacher else {}), **self.quality}
 
 
 def evaluate(
@@ -109,9 +110,10 @@ def evaluate(
         extra = measure_model(ref, refs[0][0] if teacher else None, loaded, measures, quality, sentences,
                                 max_len=config.max_len, device=config.device, cache=cache)
         scores = evaluate_model(ref, loaded, config, cache=cache) if "finetune" in measures else {}
-        lat = _latency_ms(ref, latency_seq, threads) if latency else None
+        lat, beside = _latency(ref, refs[0][0] if teacher and role != "teacher" else None, latency_seq, threads) \
+            if latency else (None, None)
         results.append(ModelScores(model=ref.name, path=ref.path, role=role, parameters=count_parameters(ref),
-                                   latency_ms=lat, tasks=scores, quality=extra))
+                                   latency_ms=lat, tasks=scores, quality=extra, beside_teacher=beside))
         log(f"  {ref.name}: " + _summary(results[-1]))
 
     rows = [_relative(entry, results[0] if teacher else None) for entry in results]
@@ -119,18 +121,30 @@ def evaluate(
         "protocol": {**asdict(config), "device": device.type, "latency": {"batch": 1, "seq": latency_seq,
                      "threads": threads, "runtime": "onnxruntime"} if latency else None,
                      **protocol(measures, quality, sentences)},
-        "tasks": {t.name: {"labels": list(t.labels), "sizes": t.sizes(), "source": t.source,
-                           "used": {"train": len(protocol_splits(t, config)[0]),
-                                    "test": len(protocol_splits(t, config)[1])}} for t in loaded},
+        "tasks": {t.name: _task_entry(t, config) for t in loaded},
         "models": rows,
     }
 
 
-def _latency_ms(ref: ModelRef, seq: int, threads: int) -> float:
-    """Median CPU latency (batch 1, onnxruntime) of the model, in milliseconds."""
-    from latency import profile
+def _task_entry(task: Task, config: FinetuneConfig) -> dict:
+    """A task in the report: its labels, split sizes, source and the examples fine-tuning used."""
+    train, test = protocol_splits(task, config)
+    return {"labels": list(task.labels), "sizes": task.sizes(), "source": task.source,
+            "used": {"train": len(train), "test": len(test)}}
 
-    return profile(ref.path, batch=1, seq=seq, threads=threads).median_ms
+
+def _latency(ref: ModelRef, teacher: ModelRef | None, seq: int, threads: int) -> tuple[float, dict | None]:
+    """Median CPU latency (batch 1, onnxruntime) of the model in milliseconds, and beside `teacher` (None
+    for none) its latency as a share of the teacher's, the two timed in alternation in one process
+    (`latency.profile_pair`): two readings taken apart (one perhaps cached from another day) differ by
+    more than a student's margin on a shared host; a ratio taken side by side does not."""
+    from latency import profile, profile_pair
+
+    alone = profile(ref.path, batch=1, seq=seq, threads=threads).median_ms
+    if teacher is None:
+        return alone, None
+    pair = profile_pair(ref.path, teacher.path, batch=1, seq=seq, threads=threads)
+    return alone, {"ratio": pair.ratio, "quartiles": [pair.ratio_low, pair.ratio_high], "rounds": pair.rounds}
 
 
 def _summary(entry: ModelScores) -> str:
@@ -159,8 +173,8 @@ def _relative(entry: ModelScores, reference: ModelScores | None) -> dict:
                             for k, v in entry.tasks.items()}
         row["gain_kept"]["average"] = sum(row["gain_kept"].values()) / len(entry.tasks)
     row.update(relative_quality(entry.quality, reference.quality))
-    if entry.latency_ms and reference.latency_ms:
-        row["speedup"] = reference.latency_ms / entry.latency_ms
+    if entry.beside_teacher:  # the side-by-side ratio, not two readings taken apart
+        row["speedup"] = 1 / entry.beside_teacher["ratio"]
     return row
 
 
@@ -191,15 +205,31 @@ def report_table(report: dict) -> tuple[list[str], list[list[str]], list[str]]:
     kept, each when measured; params, latency."""
     q_head, q_rows, q_majority, q_note = table_parts(report)
     f_head, f_rows, f_majority, f_note = _finetune_parts(report)
-    head = ["model", "params", "latency ms"] + q_head + f_head
+    l_head, l_rows, l_note = _latency_parts(report)
+    head = ["model", "params"] + l_head + q_head + f_head
     lines = []
-    for row, q_cells, f_cells in zip(report["models"], q_rows, f_rows):
+    for row, l_cells, q_cells, f_cells in zip(report["models"], l_rows, q_rows, f_rows):
         lines.append([f"{row['model']}{' (teacher)' if row['role'] == 'teacher' else ''}",
-                      f"{row['parameters'] / 1e6:.1f}M",
-                      f"{row['latency_ms']:.2f}" if row.get("latency_ms") else "-"] + q_cells + f_cells)
+                      f"{row['parameters'] / 1e6:.1f}M"] + l_cells + q_cells + f_cells)
     if {"probe", "finetune"} & set(report["protocol"].get("measures", MEASURES)):  # fidelity alone has no classes
-        lines.append(["majority class", "", ""] + q_majority + f_majority)
-    return head, lines, [note for note in (q_note, f_note) if note]
+        lines.append(["majority class", ""] + [""] * len(l_head) + q_majority + f_majority)
+    return head, lines, [note for note in (l_note, q_note, f_note) if note]
+
+
+def _latency_parts(report: dict) -> tuple[list[str], list[list[str]], str]:
+    """The latency columns: each model's own reading, and its share of the teacher's timed beside it."""
+    models = report["models"]
+    cells = [[f"{row['latency_ms']:.2f}" if row.get("latency_ms") else "-"] for row in models]
+    if not any(row.get("latency_beside_teacher") for row in models):
+        return ["latency ms"], cells, ""
+    for row, c in zip(models, cells):
+        beside = row.get("latency_beside_teacher")
+        c.append("1" if row["role"] == "teacher" else f"{beside['ratio']:.3f}" if beside else "-")
+    p = report["protocol"]["latency"]
+    return ["latency ms", "× teacher"], cells, (
+        f"latency ms = median, batch 1, {p['seq']} tokens, {p['threads']} threads, onnxruntime, each model alone (a "
+        "reading can be cached from an earlier run); × teacher = its latency over the teacher's, the two timed in "
+        "alternation in one process: the figure a budget set as a share of the teacher's is judged by")
 
 
 def _finetune_parts(report: dict) -> tuple[list[str], list[list[str]], list[str], str]:

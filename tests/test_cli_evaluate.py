@@ -91,6 +91,20 @@ def test_evaluate_writes_json_and_table(capsys, tmp_path, minilm_2l, isolated_ca
     assert report["protocol"]["seeds"] == [0]
 
 
+def test_latency_beside_the_teacher_is_a_ratio_timed_side_by_side(capsys, tmp_path, minilm_2l, isolated_cache):
+    out = tmp_path / "eval.json"
+    assert kdnas.cli.main(["evaluate", minilm_2l, "--tasks", "topic", "--measures", "probe", "--draws", "2",
+                           "--max-len", "16", "--latency-seq", "32", "--quiet", "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "× teacher" in table and "the two timed in alternation in one process" in table
+    teacher, student = json.loads(out.read_text())["models"]
+    assert "latency_beside_teacher" not in teacher
+    beside = student["latency_beside_teacher"]
+    assert 0.15 < beside["ratio"] < 0.8 and beside["rounds"] > 1  # two of the teacher's six layers
+    assert beside["quartiles"][0] <= beside["ratio"] <= beside["quartiles"][1]
+    assert student["speedup"] == pytest.approx(1 / beside["ratio"])
+
+
 def test_card_puts_the_table_into_the_student_s_model_card_and_a_rerun_replaces_it(capsys, tmp_path, minilm_2l,
                                                                                    isolated_cache):
     from evaluation.card import END, START

@@ -57,7 +57,7 @@ class ModelScores:
     latency_ms: float | None
     tasks: dict[str, TaskScore] = field(default_factory=dict)
     quality: dict = field(default_factory=dict)  # "fidelity" and "probes" (measure_model), when measured
-    beside_teacher: dict | None = None  # latency as a share of the teacher's, side by side (_beside_teacher)
+    beside_teacher: dict | None = None  # latency as a share of the teacher's, side by side (_latency)
 
     def to_dict(self) -> dict:
         return {"model": self.model, "path": self.path, "role": self.role, "parameters": self.parameters,

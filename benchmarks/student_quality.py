@@ -78,7 +78,8 @@ def main() -> int:
                              "off-the-shelf model a user could take instead of distilling: minilm-l6 beside an "
                              "mpnet-base student)")
     parser.add_argument("--work", type=Path, default=Path("runs/student-quality"),
-                        help="where the baselines are kept, one folder per student (reused by a rerun)")
+                        help="where the baselines are kept, one folder per shape, recipe and transfer set "
+                             "(reused by a rerun)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "student_quality.json")
     args = parser.parse_args()
     refuse_non_students(args.students)

@@ -25,9 +25,10 @@ what it does:
             it), % of teacher and gain kept.
   Each model's CPU latency (batch 1, --latency-seq tokens, --threads threads, onnxruntime) is
   beside, and its share of the teacher's with the two timed in alternation ("× teacher": on a
-  shared host two readings taken apart differ more), so it is the table a deployment decision needs. --baselines adds, for each student
-  folder with a distill.json, the two untrained models it must beat at equal or lower cost (the
-  teacher's first k layers; its own shape cut from the teacher, its start) and a verdict.
+  shared host two readings taken apart differ more), so it is the table a deployment decision
+  needs. --baselines adds, for each student folder with a distill.json, the two untrained models
+  it must beat at equal or lower cost (the teacher's first k layers; its own shape cut from the
+  teacher, its start) and a verdict.
   Results are cached in $KDNAS_CACHE/eval and $KDNAS_CACHE/quality per weights, so the teacher is
   measured once for many students.
 

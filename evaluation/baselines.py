@@ -140,7 +140,7 @@ def build_baselines(folder: str, teacher: str | None, corpus: str, seq: int,
     if teacher is None:
         raise InputError(f"--baselines: {folder}/{RECORD} names no teacher; give --teacher")
     corpus = record.get("corpus") or corpus
-    where = _store(folder, teacher, corpus, seq, root or assets.cache_root() / "baselines")
+    where = _store(record, teacher, corpus, seq, root or assets.cache_root() / "baselines")
     names = _kept(where)
     if not names:
         log(f"{folder}: building its untrained baselines from {teacher} (calibration rows of {corpus})")
@@ -151,24 +151,33 @@ def build_baselines(folder: str, teacher: str | None, corpus: str, seq: int,
     return StudentBaselines(student=folder, refs=refs, start=_start_line(record, where))
 
 
-def _store(folder: str, teacher: str, corpus: str, seq: int, root: Path) -> Path:
-    """One folder under `root` per student weights, teacher, corpus and cost-matching length."""
-    key = json.dumps([resolve_model(folder).fingerprint, teacher, corpus, seq])
+def _store(record: dict, teacher: str, corpus: str, seq: int, root: Path) -> Path:
+    """One folder under `root` per everything `_build` reads — not the student's weights, which the
+    baselines never see: students of one shape, recipe and transfer set share them."""
+    key = json.dumps([teacher, corpus, seq, record["spec"], _calibration(record), record["config"]["seed"],
+                      record["config"]["layer_rule"]], sort_keys=True)
     return Path(root) / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _calibration(record: dict) -> dict:
+    """The transfer set's arguments its calibration rows come from (its first training rows, which do
+    not depend on how many follow)."""
+    from distill.inherit import CALIBRATION_ROWS
+
+    info = record["transfer_set"]
+    return {"seq_len": info["seq_len"], "train": min(info["train"], CALIBRATION_ROWS), "eval": info["eval"],
+            "unit": info.get("unit", "window")}
 
 
 def _build(record: dict, teacher_name: str, corpus: str, seq: int, where: Path) -> list[str]:
     """Cut both baselines from the teacher and save them into `where`; their folder names."""
     from core.sentence import write_sentence_transformers
     from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set
-    from distill.inherit import CALIBRATION_ROWS
 
     teacher = load_teacher(teacher_name)
-    spec, info, config = StudentSpec(**record["spec"]), record["transfer_set"], record["config"]
-    # The calibration batch is the transfer set's first training rows, which do not depend on how many follow.
-    data = make_transfer_set(teacher.tokenizer, load_corpus(corpus), seq_len=info["seq_len"],
-                             num_train=min(info["train"], CALIBRATION_ROWS), num_eval=info["eval"],
-                             seed=config["seed"], unit=info.get("unit", "window"))
+    spec, rows, config = StudentSpec(**record["spec"]), _calibration(record), record["config"]
+    data = make_transfer_set(teacher.tokenizer, load_corpus(corpus), seq_len=rows["seq_len"],
+                             num_train=rows["train"], num_eval=rows["eval"], seed=config["seed"], unit=rows["unit"])
     models, plan = untrained_baselines(teacher, spec, TeacherCache(teacher, data).importance(), config["layer_rule"],
                                        seq=seq)
     where.parent.mkdir(parents=True, exist_ok=True)

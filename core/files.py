@@ -9,7 +9,10 @@ gets the permissions an ordinary `open()` / `mkdir()` gives under the process's 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import InputError
@@ -53,6 +56,38 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextmanager
+def staged_folder(out: str | os.PathLike, *, keep_existing: bool = False) -> Iterator[Path]:
+    """Build a folder in a private stage beside `out`; when the block ends without an error, give it the
+    permissions of an ordinary folder (`make_shared`) and rename it to `out`, so a reader finds the old
+    folder or the whole new one, never half of one. A folder already at `out` is replaced only once the
+    new one is complete — or, with `keep_existing`, kept and the new one dropped (another run built the
+    same thing first). On an error the stage is removed and `out` is left as it was."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+    try:
+        yield stage
+        make_shared(stage)
+        _swap_in(stage, out, keep_existing)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _swap_in(stage: Path, out: Path, keep_existing: bool) -> None:
+    if out.exists() and not keep_existing:
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        out.rename(old)
+        stage.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    try:
+        stage.rename(out)
+    except OSError:
+        if not (keep_existing and out.exists()):  # a concurrent build renamed its own into place first
+            raise
 
 
 def ensure_writable_dir(path: str | os.PathLike, what: str = "--out", hint: str = "") -> Path:

@@ -14,9 +14,7 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -31,7 +29,7 @@ from .cache import TeacherCache
 from .checkpoint import Checkpoints, load_state, run_identity, save_state
 from .data import TransferSet
 from core.errors import InputError, TrainingError, check_choice
-from core.files import make_shared
+from core.files import staged_folder
 from core.sentence import has_sentence_modules, write_sentence_transformers
 from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
@@ -176,24 +174,15 @@ class DistillResult:
         """Write a folder loadable with `AutoModel.from_pretrained`, plus its tokenizer and
         `distill.json` (losses, config). When `sentence_from` (the teacher's folder or hub name) is a
         sentence-transformers model, its modules too (core.sentence): without them
-        `SentenceTransformer(folder)` pools without the teacher's normalization. Written beside the
-        target, then renamed into place."""
+        `SentenceTransformer(folder)` pools without the teacher's normalization. Built beside the
+        target and renamed into place (core.files.staged_folder); what is there is replaced."""
         out = Path(out_dir)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-        try:
-            self.student.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            (tmp / "distill.json").write_text(json.dumps({**self.summary(), **(extra or {})}, indent=2))
+        with staged_folder(out) as stage:
+            self.student.save_pretrained(stage)
+            tokenizer.save_pretrained(stage)
+            (stage / "distill.json").write_text(json.dumps({**self.summary(), **(extra or {})}, indent=2))
             if has_sentence_modules(sentence_from):
-                write_sentence_transformers(tmp, sentence_from, hidden_size=self.student.config.hidden_size)
-            make_shared(tmp)  # mkdtemp and the safetensors writer make them private; the folder is for users
-            if out.exists():
-                shutil.rmtree(out)
-            tmp.rename(out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+                write_sentence_transformers(stage, sentence_from, hidden_size=self.student.config.hidden_size)
         return out
 
 

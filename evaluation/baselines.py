@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,7 +26,7 @@ from torch import nn
 
 from core import assets
 from core.errors import InputError
-from core.files import make_shared
+from core.files import staged_folder
 from core.spec import StudentSpec
 
 from .models import ModelRef, resolve_model
@@ -144,7 +143,8 @@ def build_baselines(folder: str, teacher: str | None, corpus: str, seq: int,
     names = _kept(where)
     if not names:
         log(f"{folder}: building its untrained baselines from {teacher} (calibration rows of {corpus})")
-        shutil.rmtree(where, ignore_errors=True)  # what an interrupted run left there, if anything
+        if where.exists():  # with no complete model in it: builds are renamed into place whole, so damaged
+            shutil.rmtree(where, ignore_errors=True)
         names = _build(record, teacher, corpus, seq, where)
     refs = tuple(ModelRef(name=_label(n), path=str(where / n), fingerprint=resolve_model(str(where / n)).fingerprint)
                  for n in names)
@@ -180,22 +180,15 @@ def _build(record: dict, teacher_name: str, corpus: str, seq: int, where: Path) 
                              num_train=rows["train"], num_eval=rows["eval"], seed=config["seed"], unit=rows["unit"])
     models, plan = untrained_baselines(teacher, spec, TeacherCache(teacher, data).importance(), config["layer_rule"],
                                        seq=seq)
-    where.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=where.parent, prefix=f".{where.name}-"))  # renamed into place when complete
-    try:
-        (tmp / "plan.json").write_text(json.dumps(plan.describe() if plan else None))
+    # Another run building the same baselines at once may rename its folder into place first: then
+    # theirs are kept, and they are these (the key names everything they are built from).
+    with staged_folder(where, keep_existing=True) as stage:
+        (stage / "plan.json").write_text(json.dumps(plan.describe() if plan else None))
         for name, model in models.items():
-            folder = tmp / (name.replace(" ", "-") + (f"-{spec.arch}" if name == "inherited" else ""))
+            folder = stage / (name.replace(" ", "-") + (f"-{spec.arch}" if name == "inherited" else ""))
             model.save_pretrained(folder)
             teacher.tokenizer.save_pretrained(folder)
             write_sentence_transformers(folder, assets.teacher_path(teacher_name), hidden_size=model.config.hidden_size)
-        make_shared(tmp)
-        tmp.rename(where)
-    except OSError:
-        if not _kept(where):  # else another run built the same baselines first: theirs are these
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return _kept(where)
 
 

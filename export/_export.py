@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -16,7 +14,7 @@ import numpy as np
 
 from core import sentence as _sentence
 from core.errors import InputError, ParityError
-from core.files import make_shared
+from core.files import staged_folder
 from core.spec import StudentSpec, build_student
 
 from . import _graph, _parity
@@ -92,10 +90,8 @@ def export_model(
     pooling, normalize = _embedding_pipeline(tok_source, pooling, normalize)
     tok = _matching_tokenizer(tokenizer if tokenizer is not None else tok_source, source, model)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-") as tmp:
-        stage = Path(tmp)
+    with staged_folder(out) as stage:  # an earlier export is replaced only once the new one is whole
         graph = _fused_graph(model, stage / MODEL_FILE, opset, optimize, pooling, normalize, notes)
         batches = _parity.tokenized_batches(tok, graph.inputs)
         reference = [_graph.torch_encode(model, b, pooling=pooling, normalize=normalize) for b in batches]
@@ -117,8 +113,6 @@ def export_model(
             warnings=tuple(notes), seconds=round(time.perf_counter() - started, 2),
         )
         (stage / MANIFEST).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-        make_shared(stage)  # mkdtemp makes it private; the export is meant to be shipped
-        _swap_in(stage, out)
     return report
 
 
@@ -239,18 +233,6 @@ def _check_out_dir(out: Path) -> None:
     # Only a previous export may be replaced: never clobber a folder we did not write.
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
         raise InputError(f"output {out} exists and is not an earlier kdnas export; choose another --out")
-
-
-def _swap_in(stage: Path, out: Path) -> None:
-    """Rename the finished folder into place; an earlier export is replaced only once the new one is whole."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-    stage.rename(out)
-    stage.mkdir()  # TemporaryDirectory expects to clean something up
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _embedding_cosines(reference, candidate) -> list[float]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.files import atomic_write_text, make_shared, umask
+from core.files import atomic_write_text, make_shared, staged_folder, umask
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])
@@ -55,3 +55,37 @@ def test_a_private_folder_and_safetensors_file_are_shared_as_the_umask_allows(tm
     make_shared(folder)
     assert _mode(folder) == _mode(folder / "sub") == 0o777 & ~mask
     assert _mode(folder / "sub" / "model.safetensors") == 0o666 & ~mask
+
+
+def _build(out: Path, text: str, **kwargs) -> None:
+    with staged_folder(out, **kwargs) as stage:
+        (stage / "sub").mkdir()
+        (stage / "sub" / "weights").write_text(text)
+
+
+def test_a_staged_folder_replaces_the_old_one_whole_and_is_shared(tmp_path, mask):
+    out = tmp_path / "runs" / "best"
+    _build(out, "old")
+    _build(out, "new")
+    assert (out / "sub" / "weights").read_text() == "new"
+    assert _mode(out) == _mode(out / "sub") == 0o777 & ~mask and _mode(out / "sub" / "weights") == 0o666 & ~mask
+    assert [p.name for p in out.parent.iterdir()] == ["best"]  # no stage, no old copy left
+
+
+def test_a_failed_build_leaves_the_old_folder_and_no_stage(tmp_path):
+    out = tmp_path / "best"
+    _build(out, "old")
+    with pytest.raises(RuntimeError), staged_folder(out) as stage:
+        (stage / "half").write_text("written")
+        raise RuntimeError("the export failed")
+    assert (out / "sub" / "weights").read_text() == "old" and not (out / "half").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["best"]
+
+
+def test_keep_existing_keeps_a_folder_another_run_put_there_first(tmp_path):
+    out = tmp_path / "baselines"
+    with staged_folder(out, keep_existing=True) as stage:
+        (stage / "mine").write_text("second")
+        _build(out, "first")  # a concurrent run renames its folder into place while this one builds
+    assert (out / "sub" / "weights").read_text() == "first" and not (out / "mine").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["baselines"]

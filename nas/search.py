@@ -72,6 +72,14 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         space = cfg.resolve_space(teacher.dims)  # a space with no valid shape: refused before anything is written
         if (targets := targets_dir(cfg.cache_dir)) is not None:  # before --out: a refusal writes nothing there
             ensure_writable_dir(targets, "--cache-dir", "; give another folder, or 'none' to keep targets in memory")
+        # The corpus and its transfer set are checked before --out and the study are made: a mistyped
+        # --corpus or --seq is one line with nothing written, not a study.db left behind.
+        progress.phase("preparing transfer set")
+        texts = load_corpus(cfg.corpus)
+        if cfg.proxy == "fidelity":
+            probe_sentences(cfg, texts)  # a corpus too small for the probe
+        data = proxy_transfer_set(cfg, teacher, texts)
+        cache = TeacherCache(teacher, data, directory=targets)
         out = ensure_writable_dir(Path(cfg.out))
         url = cfg.storage or default_storage_url(out)
         storage = open_storage(url)
@@ -84,13 +92,6 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
             teacher_latency, fastest, budget_ms = _latency_facts(cfg, space, teacher, progress)
             facts = {"teacher_latency": teacher_latency, "budget_ms": budget_ms, "fastest": fastest,
                      "space_size": space.size, SETTINGS_ATTR: settings}
-
-        progress.phase("preparing transfer set")
-        texts = load_corpus(cfg.corpus)
-        if cfg.proxy == "fidelity":
-            probe_sentences(cfg, texts)  # a corpus too small for the probe: refused before the study exists
-        data = proxy_transfer_set(cfg, teacher, texts)
-        cache = TeacherCache(teacher, data, directory=targets)
 
         study, facts = _open_study(cfg, storage, url, existing, facts, settings)
         write_pointer(out, url, cfg.study_name)

@@ -471,6 +471,10 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         # A budget under the fastest shape of the space names that shape and its latency.
         ([*swap("--out", str(fresh)), "--budget-ms", "0.001"], ("below the fastest", "1x4x384x256", "ms median")),
         (swap("--proxy-sentences", "5"), ("proxy_sentences=5", "at least 50")),
+        # A corpus or --seq found wrong once the teacher is loaded: still before --out or a study.db is made.
+        ([*swap("--out", str(tmp_path / "new")), "--corpus", str(tmp_path / "no-such-corpus")],
+         ("no-such-corpus", "neither a bundled name")),
+        ([*swap("--out", str(tmp_path / "new")), "--seq", "100000"], ("100000", "allowed 8..")),
         # Every held-out sentence taken by --quality-sentences: none left for the fidelity proxy's probe.
         (swap("--quality-sentences", "100000"), ("holds out 0 sentences", "--proxy hs")),
     ]

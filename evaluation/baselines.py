@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 from torch import nn
 
 from core import assets
-from core.errors import InputError
+from core.errors import AssetError, InputError
 from core.files import staged_folder
 from core.spec import StudentSpec
 
@@ -143,8 +142,6 @@ def build_baselines(folder: str, teacher: str | None, corpus: str, seq: int,
     names = _kept(where)
     if not names:
         log(f"{folder}: building its untrained baselines from {teacher} (calibration rows of {corpus})")
-        if where.exists():  # with no complete model in it: builds are renamed into place whole, so damaged
-            shutil.rmtree(where, ignore_errors=True)
         names = _build(record, teacher, corpus, seq, where)
     refs = tuple(ModelRef(name=_label(n), path=str(where / n), fingerprint=resolve_model(str(where / n)).fingerprint)
                  for n in names)
@@ -189,7 +186,9 @@ def _build(record: dict, teacher_name: str, corpus: str, seq: int, where: Path) 
             model.save_pretrained(folder)
             teacher.tokenizer.save_pretrained(folder)
             write_sentence_transformers(folder, assets.teacher_path(teacher_name), hidden_size=model.config.hidden_size)
-    return _kept(where)
+    if not (names := _kept(where)):  # builds are renamed into place whole: a folder without models was damaged
+        raise AssetError(f"the baselines' folder {where} holds no complete model; remove it and run again")
+    return names
 
 
 def _kept(where: Path) -> list[str]:

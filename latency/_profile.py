@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from core.errors import InputError, LatencyError, check_choice
-from core.files import atomic_write_text
+from core.files import atomic_write_text, staged_folder
 from core.quiet import quiet_host
 from core.spec import StudentSpec, parse_arch
 
@@ -216,16 +216,12 @@ def _exported_graph(resolved: dict, optimized: bool) -> Path:
     graph = default_cache_dir() / "graphs" / key / "model.onnx"
     if graph.is_file():
         return graph
-    graph.parent.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{key}.", dir=graph.parent.parent) as tmp:
-        (Path(tmp) / "graph").mkdir()
-        built, _ = _graph_to_time(resolved["worker"], optimized, False, Path(tmp) / "graph")
-        # the optimizer may write the weights beside the graph: keep the folder whole, then move it in
-        try:
-            os.replace(Path(built["path"]).parent, graph.parent)
-        except OSError:
-            if not graph.is_file():  # not another process that moved the same graph in first
-                raise
+    # The optimizer may write the weights beside the graph, so the folder is built whole and renamed in;
+    # another process that moved the same graph in first keeps its own.
+    with staged_folder(graph.parent, keep_existing=True) as stage:
+        _graph_to_time(resolved["worker"], optimized, False, stage)
+    if not graph.is_file():
+        raise LatencyError(f"the graph cache folder {graph.parent} has no model.onnx; remove the folder and run again")
     return graph
 
 

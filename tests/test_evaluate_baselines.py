@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import shutil
 
 import pytest
@@ -87,3 +88,22 @@ def test_baselines_refuse_what_cannot_rebuild_before_any_work(student, tmp_path,
     (legacy / "distill.json").write_text("[]")
     assert "has no student spec and config" in refused(str(legacy))
     assert not (tmp_path / "eval.json").exists() and not (isolated_cache / "baselines").exists()
+
+
+def test_a_damaged_baselines_folder_is_named_not_taken_for_baselines(student, tmp_path):
+    from core.errors import AssetError
+    from evaluation.baselines import build_baselines
+
+    def build():
+        return build_baselines(str(student), None, "news", 16, lambda line: None, tmp_path)
+
+    built = build()  # the first build renames a whole folder into place; a second reads it
+    assert [r.name for r in built.refs] == ["first layer (untrained)", "inherited 2x12x384x256 (untrained)"]
+    assert [r.path for r in build().refs] == [r.path for r in built.refs]
+    where = tmp_path / built.refs[0].path.split("/")[-2]
+    shutil.rmtree(where)
+    (where / "first-layer").mkdir(parents=True)  # what a hand (not a build) may leave: no model in it
+    message = f"the baselines' folder {where} holds no complete model; remove it"
+    with pytest.raises(AssetError, match=re.escape(message)):
+        build()
+    assert [p.name for p in tmp_path.iterdir()] == [where.name]  # the new build's stage is gone

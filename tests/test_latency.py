@@ -9,7 +9,7 @@ import time
 import pytest
 
 import export
-from core.errors import KdnasError
+from core.errors import KdnasError, LatencyError
 from core.spec import StudentSpec
 import latency._profile as latency_profile
 from latency import LatencyResult, latency_cores, profile, profile_pair
@@ -112,6 +112,12 @@ def test_profile_pair_times_two_real_graphs_side_by_side(isolated_cache):
     assert again.ratio > 1 and again.target.target == large
     with pytest.raises(KdnasError, match="seq=4096 exceeds"):
         profile_pair(small, large, seq=4096)
+    # a graph folder left without its graph (by hand: builds are renamed in whole) is named, not timed
+    graphs[0].unlink()
+    (graphs[0].parent / "notes.txt").write_text("")
+    with pytest.raises(LatencyError, match="has no model.onnx; remove the folder and run again"):
+        profile_pair(small, large, threads=1, rounds=4, runs=5)
+    assert sorted(p.name for p in graphs[0].parent.parent.iterdir()) == sorted(g.parent.name for g in graphs)
 
 
 BLOCK_RULE = StopRule(warmup_runs=1, warmup_seconds=0.0, min_runs=10, min_seconds=0.0, window=5, rel_tol=1.0)

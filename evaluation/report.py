@@ -106,12 +106,13 @@ def evaluate(
         + (f", fine-tuning seeds {list(config.seeds)}" if "finetune" in measures else "") + f") on {device.type}")
 
     results: list[ModelScores] = []
+    teacher_ref = refs[0][0] if teacher else None
     for ref, role in refs:
-        extra = measure_model(ref, refs[0][0] if teacher else None, loaded, measures, quality, sentences,
-                                max_len=config.max_len, device=config.device, cache=cache)
+        extra = measure_model(ref, teacher_ref, loaded, measures, quality, sentences,
+                              max_len=config.max_len, device=config.device, cache=cache)
         scores = evaluate_model(ref, loaded, config, cache=cache) if "finetune" in measures else {}
-        lat, beside = _latency(ref, refs[0][0] if teacher and role != "teacher" else None, latency_seq, threads) \
-            if latency else (None, None)
+        beside_of = teacher_ref if role != "teacher" else None
+        lat, beside = _latency(ref, beside_of, latency_seq, threads) if latency else (None, None)
         results.append(ModelScores(model=ref.name, path=ref.path, role=role, parameters=count_parameters(ref),
                                    latency_ms=lat, tasks=scores, quality=extra, beside_teacher=beside))
         log(f"  {ref.name}: " + _summary(results[-1]))

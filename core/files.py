@@ -101,3 +101,21 @@ def ensure_writable_dir(path: str | os.PathLike, what: str = "--out", hint: str 
     except OSError as err:
         raise InputError(f"{what} {path} is not writable: {err.strerror or err}{hint}") from None
     return path
+
+
+@contextmanager
+def undone_if_refused(path: str | os.PathLike) -> Iterator[None]:
+    """Folders on the way to `path` that do not exist yet and that the block makes are removed again
+    (while still empty) when it fails: a refusal found once `--out` is made leaves no folder behind."""
+    path = Path(path).expanduser().absolute()
+    missing = [folder for folder in [path, *path.parents] if not folder.exists()]  # deepest first
+    try:
+        yield
+    except BaseException:
+        for folder in missing:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty, or gone: leave it and every folder above it
+                break
+        raise
+

@@ -21,7 +21,7 @@ from distill import TeacherCache, load_corpus, load_teacher, targets_dir
 from core.errors import InputError, TrainingError
 from distill.loop import resolve_precision
 from distill.trainer import resolve_device
-from core.files import ensure_writable_dir
+from core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
 from .config import SearchConfig
@@ -80,9 +80,10 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
             probe_sentences(cfg, texts)  # a corpus too small for the probe
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data, directory=targets)
-        out = ensure_writable_dir(Path(cfg.out))
-        url = cfg.storage or default_storage_url(out)
-        storage = open_storage(url)
+        with undone_if_refused(cfg.out):  # a --storage that cannot be opened leaves no empty --out behind
+            out = ensure_writable_dir(Path(cfg.out))
+            url = cfg.storage or default_storage_url(out)
+            storage = open_storage(url)
         settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))
         existing = _found_study(storage, cfg.study_name)
         if existing is not None:

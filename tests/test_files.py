@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.files import atomic_write_text, make_shared, staged_folder, umask
+from core.files import atomic_write_text, make_shared, staged_folder, umask, undone_if_refused
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])
@@ -89,3 +89,21 @@ def test_keep_existing_keeps_a_folder_another_run_put_there_first(tmp_path):
         _build(out, "first")  # a concurrent run renames its folder into place while this one builds
     assert (out / "sub" / "weights").read_text() == "first" and not (out / "mine").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["baselines"]
+
+
+def test_folders_made_for_a_refused_step_are_removed_and_no_others(tmp_path):
+    (tmp_path / "kept").mkdir()
+    out = tmp_path / "kept" / "new" / "deeper"
+    with pytest.raises(ValueError), undone_if_refused(out):
+        out.mkdir(parents=True)
+        raise ValueError("refused")
+    assert (tmp_path / "kept").is_dir() and not (tmp_path / "kept" / "new").exists()
+    # A folder that gained a file is the user's now: it stays, and so does every folder above it.
+    with pytest.raises(ValueError), undone_if_refused(out):
+        out.mkdir(parents=True)
+        (tmp_path / "kept" / "new" / "note").write_text("")
+        raise ValueError("refused")
+    assert (tmp_path / "kept" / "new" / "note").is_file() and not out.exists()
+    with undone_if_refused(out):  # no failure: what was made stays
+        out.mkdir()
+    assert out.is_dir()

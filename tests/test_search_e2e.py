@@ -464,6 +464,8 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         ([*swap("--heads", "5"), "--out", str(tmp_path / "new")], ("no valid shape",)),
         (swap("--budget-ms", "-1"), ("budget",)),
         ([*args, "--storage", f"sqlite:///{tmp_path}/no/such/dir/x.db"], ("storage",)),
+        # A storage found unusable once --out is made: the folders made for it are removed again.
+        ([*swap("--out", str(tmp_path / "new" / "deeper")), "--storage", "nosuchdb://x"], ("nosuchdb://x", "cannot be opened")),
         (swap("--out", str(blocker / "sub")), ("not writable",)),
         ([*swap("--out", str(tmp_path / "new")), "--cache-dir", str(blocker / "targets")],
          ("--cache-dir", "not writable", "'none'")),

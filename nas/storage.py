@@ -72,13 +72,32 @@ def _open(url: str, must_exist: bool, heartbeat_s: int, grace_s: int) -> optuna.
                 raise InputError(f"storage {url!r}: database file {path} does not exist")
             if not path.parent.is_dir():
                 raise InputError(f"storage {url!r}: folder {path.parent} does not exist")
+            if must_exist:
+                _refuse_non_optuna(url)
             return _sqlite_storage(url, path.parent, _heartbeat(heartbeat_s, grace_s))
+        if must_exist:
+            _refuse_non_optuna(url)
         return _server_storage(url, _heartbeat(heartbeat_s, grace_s))
     except KdnasError:
         raise
     except Exception as err:  # SQLAlchemy / driver errors: bad URL, unreachable server, no driver
         first = first_line(err)
         raise StorageError(f"storage {url!r} cannot be opened: {first}") from None
+
+
+def _refuse_non_optuna(url: str) -> None:
+    """A storage only read (a report) must already hold Optuna's schema: opening it with RDBStorage
+    would add the schema to a database that is not a study's — the user's own file or server."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(url)
+    try:
+        found = sqlalchemy.inspect(engine).has_table("studies")
+    finally:
+        engine.dispose()
+    if not found:
+        raise InputError(f"storage {url!r} holds no Optuna studies (not a study's database); give the --storage "
+                         "a search wrote")
 
 
 def _heartbeat(interval_s: int, grace_s: int) -> dict[str, Any]:
@@ -160,8 +179,12 @@ def read_pointer(out: Path) -> tuple[str, str]:
     path = out / POINTER_FILE
     if not path.is_file():
         raise StorageError(f"{out} holds no search ({POINTER_FILE} is missing); give --storage and --study-name")
-    data = json.loads(path.read_text())
-    return data["storage"], data["study_name"]
+    try:
+        data = json.loads(path.read_text())
+        return str(data["storage"]), str(data["study_name"])
+    except (ValueError, KeyError, TypeError) as err:  # edited by hand, or not kdnas's file
+        raise StorageError(f"{path} is not a search pointer ({type(err).__name__}: {first_line(err)}); "
+                           "give --storage and --study-name") from None
 
 
 def _short(value: Any) -> str:

@@ -23,6 +23,10 @@ def test_a_bad_shape_is_input_and_a_missing_search_is_storage(tmp_path):
         parse_arch("7xbanana")
     with pytest.raises(StorageError, match="holds no search"):
         read_pointer(tmp_path)
+    for text, kind in (("{not json", "JSONDecodeError"), ("{}", "KeyError")):  # edited by hand
+        (tmp_path / "search.json").write_text(text)
+        with pytest.raises(StorageError, match=f"search.json is not a search pointer \\({kind}"):
+            read_pointer(tmp_path)
 
 
 def test_a_crashed_latency_worker_is_a_latency_error_with_its_last_line(monkeypatch):

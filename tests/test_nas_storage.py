@@ -155,3 +155,21 @@ def test_processes_opening_a_new_sqlite_file_at_once_all_get_the_storage(tmp_pat
         for thread in threads:
             thread.join()
         assert not errors, errors[0]
+
+
+def test_a_storage_only_read_that_is_no_study_database_is_refused_untouched(tmp_path):
+    """`kdnas report --storage` on the user's own SQLite file (or an empty one) used to add Optuna's schema."""
+    import sqlite3
+
+    mine, empty = tmp_path / "mine.db", tmp_path / "empty.db"
+    with sqlite3.connect(mine) as db:
+        db.execute("create table notes(x)")
+    empty.write_bytes(b"")
+    before = {path: _digest(path) for path in (mine, empty)}
+    for path in (mine, empty):
+        with pytest.raises(KdnasError, match="holds no Optuna studies"):
+            open_storage(f"sqlite:///{path}", must_exist=True)
+    assert {path: _digest(path) for path in (mine, empty)} == before
+    made = tmp_path / "study.db"
+    open_storage(f"sqlite:///{made}")  # a search makes the schema; a report then opens it
+    open_storage(f"sqlite:///{made}", must_exist=True)

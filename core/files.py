@@ -66,14 +66,15 @@ def staged_folder(out: str | os.PathLike, *, keep_existing: bool = False) -> Ite
     new one is complete — or, with `keep_existing`, kept and the new one dropped (another run built the
     same thing first). On an error the stage is removed and `out` is left as it was."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
-    try:
-        yield stage
-        make_shared(stage)
-        _swap_in(stage, out, keep_existing)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    with undone_if_refused(out.parent):  # a failed build leaves no new, empty parent folders either
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}-"))
+        try:
+            yield stage
+            make_shared(stage)
+            _swap_in(stage, out, keep_existing)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _swap_in(stage: Path, out: Path, keep_existing: bool) -> None:
@@ -88,6 +89,18 @@ def _swap_in(stage: Path, out: Path, keep_existing: bool) -> None:
     except OSError:
         if not (keep_existing and out.exists()):  # a concurrent build renamed its own into place first
             raise
+
+
+def check_parent_folder(path: str | os.PathLike, what: str = "--out") -> Path:
+    """Refuse up front, creating nothing, an output path below a file or in a folder that cannot be
+    written: making its folders would fail only once the work it is for is done."""
+    path = Path(path).expanduser()
+    ancestor = next(folder for folder in path.absolute().parents if folder.exists())
+    if not ancestor.is_dir():
+        raise InputError(f"{what} {path} cannot be made: {ancestor} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"{what} {path} is not writable: no write permission in {ancestor}")
+    return path
 
 
 def ensure_writable_dir(path: str | os.PathLike, what: str = "--out", hint: str = "") -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.files import atomic_write_text, make_shared, staged_folder, umask, undone_if_refused
+from core.files import atomic_write_text, check_parent_folder, make_shared, staged_folder, umask, undone_if_refused
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])
@@ -80,6 +80,10 @@ def test_a_failed_build_leaves_the_old_folder_and_no_stage(tmp_path):
         raise RuntimeError("the export failed")
     assert (out / "sub" / "weights").read_text() == "old" and not (out / "half").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["best"]
+    # Nothing there before: the folders made on the way to it go too (an export to runs/new/best that fails).
+    with pytest.raises(RuntimeError), staged_folder(tmp_path / "runs" / "new" / "best") as stage:
+        raise RuntimeError("the export failed")
+    assert [p.name for p in tmp_path.iterdir()] == ["best"]
 
 
 def test_keep_existing_keeps_a_folder_another_run_put_there_first(tmp_path):
@@ -107,3 +111,13 @@ def test_folders_made_for_a_refused_step_are_removed_and_no_others(tmp_path):
     with undone_if_refused(out):  # no failure: what was made stays
         out.mkdir()
     assert out.is_dir()
+
+
+def test_an_output_below_a_file_is_refused_and_nothing_made(tmp_path):
+    from core.errors import InputError
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(InputError, match=r"--out .*a-file/x/y cannot be made: .*a-file is a file, not a folder"):
+        check_parent_folder(tmp_path / "a-file" / "x" / "y")
+    assert check_parent_folder(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]

@@ -60,7 +60,7 @@ def read_sentence_pipeline(model_dir: str | os.PathLike | None) -> dict:
         facts["source"] = f"default (no {MODULES} for {model_dir}): mean pooling, not normalized"
         return facts
     modules = _read_json(modules_file)
-    if not isinstance(modules, list):
+    if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
         raise InputError(f"{modules_file} is not a list of modules; expected sentence-transformers' {MODULES}")
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
@@ -90,7 +90,7 @@ def write_sentence_transformers(dest: str | os.PathLike, teacher_dir: str | os.P
     dest = Path(dest)
     config = _student_config(dest, hidden_size)
     facts = read_sentence_pipeline(teacher_dir)
-    positions = _usable_positions(config)
+    positions = usable_positions(config)
     teacher_len = facts["max_seq_length"]
     facts["max_seq_length"] = min(int(teacher_len), positions) if teacher_len else positions
     modules = [{"idx": 0, "name": "0", "path": "", "type": _TYPE + "Transformer"},
@@ -133,7 +133,9 @@ def _student_config(dest: Path, hidden_size: int) -> dict:
     return config
 
 
-def _usable_positions(config: dict) -> int:
+def usable_positions(config: dict) -> int:
+    """The sequence length a model's config allows: its position embeddings, less those RoBERTa-style
+    models (MPNet too) reserve for padding. Raises ValueError/TypeError where a field is not a number."""
     positions = int(config.get("max_position_embeddings", 512))
     if config.get("model_type") in _OFFSET_POSITIONS:
         positions -= int(config.get("pad_token_id", 1) or 0) + 1

@@ -14,7 +14,7 @@ import numpy as np
 
 from core import sentence as _sentence
 from core.errors import InputError, ParityError
-from core.files import staged_folder
+from core.files import check_parent_folder, staged_folder
 from core.spec import StudentSpec, build_student
 
 from . import _graph, _parity
@@ -87,13 +87,14 @@ def export_model(
     out = Path(out_dir).expanduser()
     _check_arguments(out, opset, int8, int8_fp32_attention, int8_fp32_embeddings, pooling)
     model, source, tok_source = _load_model(model_or_dir)
+    parity_tokens = min(256, _positions(model, source))  # a model with fewer positions is checked at its own
     pooling, normalize = _embedding_pipeline(tok_source, pooling, normalize)
     tok = _matching_tokenizer(tokenizer if tokenizer is not None else tok_source, source, model)
 
     notes: list[str] = []
     with staged_folder(out) as stage:  # an earlier export is replaced only once the new one is whole
         graph = _fused_graph(model, stage / MODEL_FILE, opset, optimize, pooling, normalize, notes)
-        batches = _parity.tokenized_batches(tok, graph.inputs)
+        batches = _parity.tokenized_batches(tok, graph.inputs, max_length=parity_tokens)
         reference = [_graph.torch_encode(model, b, pooling=pooling, normalize=normalize) for b in batches]
         parity = _check_parity(graph.path, batches, reference)
         int8_min = int8_mean = recipe = None
@@ -114,6 +115,15 @@ def export_model(
         )
         (stage / MANIFEST).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     return report
+
+
+def _positions(model, source: str) -> int:
+    """The longest parity sentence the model takes; the graph is traced at 8 tokens, so fewer is refused."""
+    positions = _sentence.usable_positions(model.config.to_dict())
+    if positions < _graph.TRACE_TOKENS:
+        raise InputError(f"{source} takes {positions} tokens (max_position_embeddings); an export needs at least "
+                         f"{_graph.TRACE_TOKENS}")
+    return positions
 
 
 def _fused_graph(model, path: Path, opset: int | None, optimize: bool, pooling: str, normalize: bool,
@@ -233,6 +243,7 @@ def _check_out_dir(out: Path) -> None:
     # Only a previous export may be replaced: never clobber a folder we did not write.
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
         raise InputError(f"output {out} exists and is not an earlier kdnas export; choose another --out")
+    check_parent_folder(out)
 
 
 def _embedding_cosines(reference, candidate) -> list[float]:

@@ -24,6 +24,7 @@ from core.errors import InputError
 DEFAULT_OPSET = 17
 EXPORTER = "torchscript"
 OUTPUT_NAMES = ("last_hidden_state", "sentence_embedding")
+TRACE_TOKENS = 8  # the sequence length the graph is traced at (its axes stay dynamic)
 # Pooling modes the graph can compute, named as sentence-transformers names them (1_Pooling/config.json).
 POOLING_MODES = ("mean", "cls", "max", "mean_sqrt_len_tokens")
 # Fused op types onnxruntime's transformer optimizer can produce for a BERT-style encoder.
@@ -101,7 +102,7 @@ def export_onnx(
     with_tt = uses_token_type_ids(model)
     inputs = ("input_ids", "attention_mask") + (("token_type_ids",) if with_tt else ())
     wrapper = _Encoder(model, with_tt, pooling, normalize).eval()
-    dummy = torch.ones(2, 8, dtype=torch.long)
+    dummy = torch.ones(2, TRACE_TOKENS, dtype=torch.long)
     args = (dummy, torch.ones_like(dummy)) + ((torch.zeros_like(dummy),) if with_tt else ())
     axes = {name: {0: "batch", 1: "sequence"} for name in inputs + ("last_hidden_state",)}
     axes["sentence_embedding"] = {0: "batch"}

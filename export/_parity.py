@@ -59,10 +59,10 @@ class Parity:
         }
 
 
-def tokenized_batches(tokenizer, input_names: tuple[str, ...]) -> list[dict[str, np.ndarray]]:
+def tokenized_batches(tokenizer, input_names: tuple[str, ...], max_length: int = 256) -> list[dict[str, np.ndarray]]:
     batches = []
     for idx in BATCHES:
-        enc = tokenizer([SENTENCES[i] for i in idx], padding=True, truncation=True, max_length=256,
+        enc = tokenizer([SENTENCES[i] for i in idx], padding=True, truncation=True, max_length=max_length,
                         return_tensors="np")
         batches.append(graph_feed(enc, input_names))
     return batches

@@ -13,8 +13,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from core.errors import InputError, LatencyError, check_choice
-from core.files import atomic_write_text, staged_folder
+from core.files import atomic_write_text, ensure_writable_dir, staged_folder
 from core.quiet import quiet_host
+from core.sentence import usable_positions
 from core.spec import StudentSpec, parse_arch
 
 RUNTIMES = ("onnxruntime", "torch")
@@ -23,8 +24,6 @@ RETRIES = 2
 BLOCKS = 3  # timed blocks per measurement; the least disturbed one is reported
 # Bumped when the way a figure is measured changes, so cached figures from the old way are not mixed in.
 PROTOCOL = 3
-# Models whose position ids start after the padding index, so fewer positions are usable.
-_OFFSET_POSITIONS = {"mpnet", "roberta", "xlm-roberta", "camembert"}
 
 
 @dataclass(frozen=True)
@@ -119,7 +118,7 @@ def profile(
 
         identity["int8_recipe"] = int8_recipe()
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
-    cache_file = (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / f"{key}.json"
+    cache_file = _cache_file(cache_dir, key, use_cache)
     cached = _read_cache(cache_file) if use_cache else None
     if cached is not None:
         return cached
@@ -141,6 +140,17 @@ def profile(
     if use_cache and not result.noisy:  # a busy machine's figure must not outlive the load that made it
         atomic_write_text(cache_file, json.dumps(result.to_dict(), indent=1))
     return result
+
+
+def _cache_file(cache_dir: str | os.PathLike | None, key: str, use_cache: bool) -> Path:
+    """Where a reading is cached; checked before measuring, so a cache that cannot be written is one
+    line up front, not a traceback after the measurement."""
+    folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if use_cache:
+        hint = "; give another --cache-dir, or --no-cache" if cache_dir is not None else \
+            "; set KDNAS_CACHE to a folder you can write"
+        ensure_writable_dir(folder, "latency cache folder", hint)
+    return folder / f"{key}.json"
 
 
 @dataclass(frozen=True)
@@ -388,11 +398,9 @@ def _from_folder(path: Path, label: str) -> dict:
         raise InputError(f"model folder {path} has no config.json (not a transformers model folder)")
     try:
         config = json.loads(config_file.read_text())
-    except ValueError as err:
-        raise InputError(f"{config_file} is not valid JSON: {_one_line(err)}") from None
-    positions = int(config.get("max_position_embeddings", 512))
-    if config.get("model_type") in _OFFSET_POSITIONS:
-        positions -= int(config.get("pad_token_id", 1)) + 1
+        positions = usable_positions(config)
+    except (ValueError, TypeError, AttributeError) as err:  # not JSON, not an object, a field not a number
+        raise InputError(f"{config_file} is not a transformers config: {_one_line(err)}") from None
     # Weights do not change latency, the config does: key on its content, not on the weights file.
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
     return {"kind": "folder", "identity": {"config_sha256": digest}, "label": label,

@@ -191,7 +191,24 @@ def test_bad_inputs(student_dir, tmp_path):
     with pytest.raises(KdnasError, match="not an earlier kdnas export"):
         export_model(student_dir, tmp_path / "busy")
     assert [p.name for p in (tmp_path / "busy").iterdir()] == ["notes.txt"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "empty"]
+    (tmp_path / "a-file").write_text("mine")
+    with pytest.raises(KdnasError, match="a-file is a file, not a folder"):  # before the model loads
+        export_model(student_dir, tmp_path / "a-file" / "sub")
+    # A model with fewer positions than the graph is traced at: one line, and no folders made on the way.
+    short = tmp_path / "short"
+    build_student(StudentSpec(layers=1, heads=4, hidden=64, ffn=128, max_position=6)).save_pretrained(short)
+    with pytest.raises(KdnasError, match="takes 6 tokens .* at least 8"):
+        export_model(short, tmp_path / "new" / "deeper", tokenizer=student_dir)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "busy", "empty", "short"]
+
+
+def test_a_model_with_few_positions_is_checked_at_its_own_length(student_dir, tmp_path):
+    """Parity sentences are cut to the model's positions (here 12; they run to 256 tokens): the export of
+    such a model used to fail with a tensor-size traceback."""
+    short = tmp_path / "short"
+    build_student(StudentSpec(layers=1, heads=4, hidden=64, ffn=128, max_position=12)).save_pretrained(short)
+    report = export_model(short, tmp_path / "graph", tokenizer=student_dir)
+    assert report.parity.passed and max(report.parity.lengths) == 12
 
 
 def test_cli_export(student_dir, tmp_path, capsys):

@@ -264,6 +264,23 @@ def test_bad_input_is_a_user_error(target, kwargs, message, tmp_path):
     assert not any(tmp_path.iterdir())  # nothing measured, nothing cached
 
 
+@pytest.mark.parametrize("config, message", [("[]", "is not a transformers config: 'list' object"),
+                                             ('{"max_position_embeddings": "lots"}', "invalid literal for int")])
+def test_a_config_json_that_is_no_config_is_a_user_error(config, message, tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(config)
+    with pytest.raises(KdnasError, match=message):
+        profile(str(tmp_path / "model"), cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_cache_that_cannot_be_written_is_refused_before_measuring(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setattr(latency_profile, "_measure", lambda *a, **k: pytest.fail("measured first"))
+    with pytest.raises(KdnasError, match="latency cache folder .*a-file/lat is not writable.*--no-cache"):
+        profile(TINY, cache_dir=tmp_path / "a-file" / "lat")
+
+
 def test_corrupt_onnx_file(tmp_path):
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"\x08\x07this is not a protobuf model" * 10)

@@ -137,6 +137,10 @@ def test_teacher_without_modules_gets_mean_and_no_normalize_said_plainly(tmp_pat
         export_model(TINY, tmp_path / "out", tokenizer="minilm-l6", pooling="weightedmean")
     with pytest.raises(KdnasError, match="has no config.json"):
         write_sentence_transformers(tmp_path / "empty", None, hidden_size=64)
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "modules.json").write_text("[1, 2]")  # a list, but not of modules
+    with pytest.raises(KdnasError, match="is not a list of modules"):
+        read_sentence_pipeline(tmp_path / "odd")
 
 
 def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(tmp_path, monkeypatch):

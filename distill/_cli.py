@@ -195,12 +195,14 @@ def run(args: argparse.Namespace) -> int:
 def _check_args(args: argparse.Namespace) -> Path:
     """Refuse a bad method, output folder or size before anything loads; returns the output folder."""
     from core.errors import InputError, check_choice
+    from core.files import check_parent_folder
     from .methods import METHODS
 
     check_choice("method", args.method, (*METHODS, "hs+od"))
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or not _ours(out)):
         raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")
+    check_parent_folder(out)  # below a file: refused now, not once the run is trained
     for name in ("steps", "batch_size", "train_size", "eval_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")

@@ -14,7 +14,7 @@ from .cache import TeacherCache
 from .checkpoint import Checkpoints
 from .data import TransferSet
 from .evaluate import Evaluator
-from .methods import teacher_assistant_advised
+from .methods import build_method, teacher_assistant_advised
 from core.spec import StudentSpec
 from .teachers import Teacher, teacher_from_model
 from .trainer import DistillConfig, DistillResult, OnEval, distill
@@ -33,10 +33,13 @@ def hs_then_od(
 ) -> DistillResult:
     """Stage 1: HS transfer; stage 2: OD on masked-LM logits from that checkpoint (same step count).
     `checkpoints`: each stage saves beside it (`Checkpoints.stage`), so a rerun skips a finished stage."""
+    od_config = dataclasses.replace(config.for_method("od"), lr=min(config.lr, OD_LR))
+    # The second stage's options (a --temperature) are refused before the first stage trains and saves.
+    build_method("od", teacher.dims, ModelDims(spec.layers, spec.hidden, spec.heads, spec.ffn),
+                 **od_config.method_options())
     evaluator = Evaluator(cache or TeacherCache(teacher, data), strategy=config.eval_layer_map)
     first = distill(spec, teacher, data, config.for_method("hs"), cache=cache, evaluator=evaluator, on_eval=on_eval,
                     checkpoints=_stage(checkpoints, 1, final=True))
-    od_config = dataclasses.replace(config.for_method("od"), lr=min(config.lr, OD_LR))
     second = distill(spec, teacher, data, od_config, cache=cache, evaluator=evaluator,
                      on_eval=on_eval, student=first.student, checkpoints=_stage(checkpoints, 2))
     return _chain(first, second, "hs+od")

@@ -77,6 +77,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, args, messa
     assert not (tmp_path / "o").exists()
 
 
+def test_out_below_a_file_is_refused_before_any_training(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
+    (tmp_path / "a-file").write_text("mine")
+    code, stderr = in_process(capsys, "distill", "--out", str(tmp_path / "a-file" / "sub"), "--quiet")
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "a-file is a file, not a folder" in stderr and (tmp_path / "a-file").read_text() == "mine"
+
+
 def test_out_that_holds_other_files_is_refused(tmp_path):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "precious.txt").write_text("keep me")

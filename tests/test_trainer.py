@@ -326,3 +326,16 @@ def test_perturbed_batches_are_labelled_by_the_teacher_live(teacher, small_data,
     for ids, mask in seen:  # perturbed copies here too
         rows = [tuple(row[m.bool()].tolist()) for row, m in zip(ids, mask)]
         assert sum(row not in corpus for row in rows) >= len(rows) // 2
+
+
+def test_hs_then_od_refuses_the_second_stage_s_options_before_the_first_trains(monkeypatch):
+    """A bad --temperature (an OD option) was found only once the HS stage had trained and saved."""
+    from types import SimpleNamespace
+
+    from distill import recipes
+    from distill.activations import ModelDims
+
+    monkeypatch.setattr(recipes, "distill", lambda *a, **k: pytest.fail("the first stage trained"))
+    teacher = SimpleNamespace(dims=ModelDims(layers=2, hidden=64, heads=4, ffn=128))
+    with pytest.raises(KdnasError, match=r"temperature=-1.0 is invalid"):
+        recipes.hs_then_od(parse_arch("1x4x64x128"), teacher, None, DistillConfig(method="hs", temperature=-1.0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -212,6 +213,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         measures = tuple(m for m in measures if m != "fidelity")
     quality = QualityConfig(corpus=args.corpus, fidelity_sentences=args.fidelity_sentences,
                             fidelity_pairs=args.fidelity_pairs, shots=args.shots, draws=args.draws)
+    _check_before_measuring(args)
     cards = card_folders(args.models) if args.card else None  # before the minutes of measuring
     log = (lambda m: None) if args.quiet else (lambda m: print(m, file=sys.stderr))
     students = student_folders(args.models, log) if args.baselines else []
@@ -227,13 +229,31 @@ def run_evaluate(args: argparse.Namespace) -> int:
                       baselines=build if students else ())
     report = with_verdicts(report, built) if built else report
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(report, indent=2))
+        from core.files import atomic_write_text
+
+        atomic_write_text(Path(args.out).expanduser(), json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2) if args.json else
           "\n".join([format_table(report), *verdict_lines(report.get("verdicts", {}))]))
     if cards is not None:
         _write_cards(report, *cards, command="kdnas " + shlex.join(getattr(args, "argv", ["evaluate"])))
     return 0
+
+
+def _check_before_measuring(args: argparse.Namespace) -> None:
+    """What would otherwise fail only after the minutes of measuring: the --out file, the latency settings."""
+    from core.errors import InputError
+    from core.files import check_parent_folder
+
+    if args.out:
+        if Path(args.out).expanduser().is_dir():
+            raise InputError(f"--out {args.out} is a folder; give the path of the JSON file to write")
+        check_parent_folder(args.out)
+    if not args.no_latency:
+        for flag, value in (("--latency-seq", args.latency_seq), ("--threads", args.threads)):
+            if value < 1:
+                raise InputError(f"{flag} {value} is invalid: must be >= 1")
+        if args.threads > (cores := len(os.sched_getaffinity(0))):
+            raise InputError(f"--threads {args.threads} exceeds the {cores} CPU cores available to this process")
 
 
 def _write_cards(report: dict, folders: list, left_out: list[str], command: str) -> None:

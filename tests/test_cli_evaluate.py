@@ -77,6 +77,18 @@ def test_bad_numbers_are_user_errors(capsys, minilm_2l):
     assert "5 numbers" in _error_line(capsys)
 
 
+def test_an_out_or_latency_setting_that_would_fail_late_is_refused_before_measuring(capsys, tmp_path, minilm_2l):
+    (tmp_path / "a-file").write_text("mine")
+    cases = [(["--out", str(tmp_path)], "is a folder; give the path of the JSON file"),
+             (["--out", str(tmp_path / "a-file" / "eval.json")], "a-file is a file, not a folder"),
+             (["--latency-seq", "0"], "--latency-seq 0 is invalid"),
+             (["--threads", "999"], "--threads 999 exceeds the")]
+    for args, message in cases:  # each would have measured (minutes) before failing
+        assert kdnas.cli.main(["evaluate", minilm_2l, "--tasks", "topic", "--quiet", *args]) == 2
+        assert message in _error_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and (tmp_path / "a-file").read_text() == "mine"
+
+
 def test_evaluate_writes_json_and_table(capsys, tmp_path, minilm_2l, isolated_cache):
     out = tmp_path / "eval.json"
     code = kdnas.cli.main(["evaluate", minilm_2l, "--teacher", minilm_2l, "--tasks", "topic", "--seeds", "0",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -117,14 +117,21 @@ def ensure_writable_dir(path: str | os.PathLike, what: str = "--out", hint: str 
 
 
 @contextmanager
-def undone_if_refused(path: str | os.PathLike) -> Iterator[None]:
+def undone_if_refused(path: str | os.PathLike, files: Iterable[str | os.PathLike] = ()) -> Iterator[None]:
     """Folders on the way to `path` that do not exist yet and that the block makes are removed again
-    (while still empty) when it fails: a refusal found once `--out` is made leaves no folder behind."""
+    (while still empty) when it fails, and so are those of `files` that did not exist before it: a
+    refusal found once `--out` (and its study.db) is made leaves nothing behind."""
     path = Path(path).expanduser().absolute()
     missing = [folder for folder in [path, *path.parents] if not folder.exists()]  # deepest first
+    new_files = [Path(file) for file in files if not os.path.lexists(file)]
     try:
         yield
     except BaseException:
+        for file in new_files:
+            try:
+                file.unlink()
+            except OSError:  # never made (its folder could not be)
+                pass
         for folder in missing:
             try:
                 folder.rmdir()

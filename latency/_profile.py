@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.errors import InputError, LatencyError, check_choice
 from core.files import atomic_write_text, ensure_writable_dir, staged_folder
-from core.quiet import quiet_host
+from core.quiet import quiet_host, reserved_latency_cores
 from core.sentence import usable_positions
 from core.spec import StudentSpec, parse_arch
 
@@ -102,7 +102,7 @@ def profile(
     and exported (optimized/int8 as asked), since weights do not change latency. Results are cached
     by (architecture or file hash, runtime and flavour, batch, seq, threads, CPU, library versions).
     """
-    _check_settings(batch, seq, threads, runtime)
+    check_settings(batch, seq, threads, runtime)
     resolved = _resolve(target)
     _check_target(resolved, runtime, seq, "the model's")
     onnx_flavour = runtime == "onnxruntime"
@@ -194,7 +194,7 @@ def profile_pair(target, reference, *, batch: int = 1, seq: int = 128, threads: 
     """`target`'s latency relative to `reference`'s, the two timed in alternation in one pinned
     process (`_stats.measure_pair`): what a budget set as a share of a teacher's latency needs on a
     host whose speed drifts between two separate measurements. Targets as for `profile`; never cached."""
-    _check_settings(batch, seq, threads, runtime)
+    check_settings(batch, seq, threads, runtime)
     resolved = {"target": _resolve(target), "reference": _resolve(reference)}
     for r in resolved.values():
         _check_target(r, runtime, seq, f"{r['label']}'s")
@@ -285,11 +285,13 @@ def _read_cache(cache_file: Path) -> LatencyResult | None:
     return None if cached.noisy else cached
 
 
-def _check_settings(batch: int, seq: int, threads: int, runtime: str) -> None:
+def check_settings(batch: int, seq: int, threads: int, runtime: str) -> None:
+    """Settings any reading needs, whatever the model: refused before anything is built or timed."""
     for name, value in (("batch", batch), ("seq", seq), ("threads", threads)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"{name}={value!r} is invalid: must be a positive integer")
-    available = len(os.sched_getaffinity(0))
+    # A `--workers` child trains pinned to fewer cores; its measurements run on the ones kept for them.
+    available = len(set(os.sched_getaffinity(0)) | set(reserved_latency_cores() or ()))
     if threads > available:
         raise InputError(f"threads={threads} exceeds the {available} CPU cores available to this process")
     check_choice("runtime", runtime, RUNTIMES)

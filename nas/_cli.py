@@ -207,16 +207,15 @@ def _search(args: argparse.Namespace) -> int:
     from . import search
     from .space import DIMENSIONS, load_space_file
 
-    if args.workers != 1:
-        return _start_workers(args)
-
     overrides = load_space_file(args.space_file) if args.space_file else {}
     for name in DIMENSIONS:
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     if args.trials is not None and args.trials < 1:
         raise InputError(f"--trials {args.trials} must be at least 1")
-    config = config_from_args(args, overrides)
+    config = config_from_args(args, overrides)  # every flag checked once, before any worker starts
+    if args.workers != 1:
+        return _start_workers(args)
     if (notice := emulation_notice(config.precision, resolve_device(config.device))) is not None:
         print(f"kdnas search: {notice}", file=sys.stderr)
     summary = search(config)

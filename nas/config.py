@@ -19,7 +19,9 @@ from distill.data import UNITS
 from core.errors import InputError, check_choice
 from distill.inherit import LAYER_RULES
 from distill.loop import PRECISIONS
+from distill.losses import LAYER_MAPS
 from distill.methods import METHODS, method_options
+from latency import check_settings
 from distill.checkpoint import SAVE_EVERY
 from distill.trainer import INITS
 
@@ -223,6 +225,17 @@ class SearchConfig:
             raise InputError(f"quality_sentences={self.quality_sentences!r} must be 0 (not measured) or more")
         if not self.study_name or not str(self.study_name).strip():
             raise InputError("study name must not be empty")
+        self._check_late_refusals()
+
+    def _check_late_refusals(self) -> None:
+        """Values refused otherwise only once the study is made (the seed: by the sampler; the latency
+        settings: by the first reading) or once trials ran and failed (the exponent, the layer map)."""
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise InputError(f"seed {self.seed!r} is invalid: a whole number from 0 to 2**32 - 1")
+        if not (_number(self.exponent) and math.isfinite(self.exponent)):
+            raise InputError(f"exponent {self.exponent!r} must be a finite number (the paper's: -0.06)")
+        check_choice("layer map", self.layer_map, LAYER_MAPS)
+        check_settings(self.latency_batch, self.latency_seq, self.threads, self.runtime)
 
     def _check_final(self) -> None:
         """The final run's own settings: steps, their cap, rows, perturbed share, saves."""

@@ -35,7 +35,8 @@ from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, recover, repeated_failure, slots_taken
 from .space import SearchSpace
-from .storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage, write_pointer
+from .storage import (SETTINGS_ATTR, check_settings, default_storage_path, default_storage_url, find_study, open_storage,
+                      write_pointer)
 from .time_limit import FIRST_TRIALS, TRIAL_SHARE, TimeLimit, final_run_s, pace_of
 from .trial import Objective, SearchContext, proxy_transfer_set
 
@@ -80,21 +81,14 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
             probe_sentences(cfg, texts)  # a corpus too small for the probe
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data, directory=targets)
-        with undone_if_refused(cfg.out):  # a --storage that cannot be opened leaves no empty --out behind
+        # Refusals found once --out and its study.db are made (a --storage that cannot be opened, a
+        # budget under the fastest shape) remove the folder and file they made: nothing left behind.
+        with undone_if_refused(cfg.out, files=[] if cfg.storage else [default_storage_path(cfg.out)]):
             out = ensure_writable_dir(Path(cfg.out))
             url = cfg.storage or default_storage_url(out)
             storage = open_storage(url)
-        settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))
-        existing = _found_study(storage, cfg.study_name)
-        if existing is not None:
-            check_settings(existing, settings, url)
-            facts = existing.user_attrs
-        else:
-            teacher_latency, fastest, budget_ms = _latency_facts(cfg, space, teacher, progress)
-            facts = {"teacher_latency": teacher_latency, "budget_ms": budget_ms, "fastest": fastest,
-                     "space_size": space.size, SETTINGS_ATTR: settings}
-
-        study, facts = _open_study(cfg, storage, url, existing, facts, settings)
+            settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))
+            study, facts = _open_study(cfg, storage, url, settings, lambda: _new_facts(cfg, space, teacher, progress))
         write_pointer(out, url, cfg.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
@@ -109,11 +103,22 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         progress.close()
 
 
-def _open_study(cfg: SearchConfig, storage, url: str, existing: optuna.Study | None, facts: dict[str, Any],
-                settings: dict[str, Any]) -> tuple[optuna.Study, dict[str, Any]]:
-    """The study to work on and its facts (budget, teacher latency): a new one, or the existing one,
-    also when another worker created it between our check and our create."""
-    if existing is None:
+def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> dict[str, Any]:
+    """A new study's facts: the teacher's latency, the fastest shape and the budget (measured)."""
+    teacher_latency, fastest, budget_ms = _latency_facts(cfg, space, teacher, progress)
+    return {"teacher_latency": teacher_latency, "budget_ms": budget_ms, "fastest": fastest, "space_size": space.size}
+
+
+def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
+                new_facts) -> tuple[optuna.Study, dict[str, Any]]:
+    """The study to work on and its facts (budget, teacher latency): the existing one (checked against
+    `settings`), or a new one with `new_facts()` — also the existing one when another worker created it
+    between our check and our create."""
+    existing = _found_study(storage, cfg.study_name)
+    if existing is not None:
+        check_settings(existing, settings, url)
+    else:
+        facts = {**new_facts(), SETTINGS_ATTR: settings}
         study = _create_study(cfg, storage, facts)
         if study is not None:
             return study, facts

@@ -43,9 +43,14 @@ GRACE_S = 120  # ... and is presumed dead after this long without one (a long ev
 POINTER_FILE = "search.json"  # in the output folder: how `kdnas report OUT` finds the study
 
 
+def default_storage_path(out: str | Path) -> Path:
+    """The study's SQLite file when no --storage is given: OUT/study.db, absolute, so `kdnas report
+    OUT` works from any working directory."""
+    return (Path(out).expanduser() / "study.db").resolve()
+
+
 def default_storage_url(out: str | Path) -> str:
-    # Absolute, so `kdnas report OUT` works from any working directory.
-    return f"sqlite:///{(Path(out) / 'study.db').resolve()}"
+    return f"sqlite:///{default_storage_path(out)}"
 
 
 def open_storage(url: str, *, must_exist: bool = False, heartbeat_s: int = HEARTBEAT_S,

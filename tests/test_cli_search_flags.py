@@ -100,3 +100,14 @@ def test_the_fidelity_proxy_keeps_the_learning_rate_its_ranking_was_measured_at(
     # the same recipe otherwise: method, batch, steps' schedule
     proxy, final = ctx.distill_config(30), ctx.final_config()
     assert (proxy.method, proxy.batch_size, proxy.steps) == (final.method, final.batch_size, 30)
+
+
+def test_workers_are_started_only_once_every_flag_is_checked(tmp_path, capsys):
+    """A bad flag with --workers N was refused by each worker (N lines), after the cores were split."""
+    import kdnas.cli
+
+    code = kdnas.cli.main(["search", "--workers", "2", "--storage", f"journal:{tmp_path / 'j.log'}",
+                           "--exponent", "nan", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "exponent nan must be a finite number" in err[0], err
+    assert not any(tmp_path.iterdir())

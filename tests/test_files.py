@@ -121,3 +121,15 @@ def test_an_output_below_a_file_is_refused_and_nothing_made(tmp_path):
         check_parent_folder(tmp_path / "a-file" / "x" / "y")
     assert check_parent_folder(tmp_path / "new" / "deeper") == tmp_path / "new" / "deeper"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_files_a_refused_step_made_are_removed_and_earlier_ones_kept(tmp_path):
+    out = tmp_path / "new"
+    (tmp_path / "old.db").write_text("kept")
+    with pytest.raises(ValueError), undone_if_refused(out, files=[out / "study.db", tmp_path / "old.db"]):
+        out.mkdir()
+        (out / "study.db").write_text("made by the refused step")
+        raise ValueError("refused")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.db"]
+    with pytest.raises(ValueError), undone_if_refused(tmp_path / "a/b", files=[tmp_path / "old.db" / "x.db"]):
+        raise ValueError("refused before the file could be made")  # a file below a file: nothing to remove

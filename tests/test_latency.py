@@ -391,3 +391,15 @@ def test_training_on_shared_cores_waits_while_a_measurement_runs(monkeypatch):
         assert one_step() > 1.0  # waited for the measurement to end
     finally:
         holder.wait(timeout=30)
+
+
+def test_a_workers_child_counts_the_cores_kept_for_measurements(monkeypatch):
+    """`kdnas search --workers` pins a child's training to fewer cores than --threads and keeps others
+    for its measurements: the settings check must count those too."""
+    from latency import LATENCY_CORES_ENV, check_settings
+
+    monkeypatch.setattr(latency_profile.os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setenv(LATENCY_CORES_ENV, "1,2")
+    check_settings(1, 128, 3, "onnxruntime")
+    with pytest.raises(KdnasError, match="threads=4 exceeds the 3 CPU cores"):
+        check_settings(1, 128, 4, "onnxruntime")

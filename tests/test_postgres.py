@@ -98,21 +98,27 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):
             assert float(attrs["reward"]) == pytest.approx(trial.user_attrs["reward"])
 
 
-# One worker's start: find the study (none yet), then — at the same instant as the others — create it
-# or, when another got there first, open it; exactly the code `kdnas search` runs (nas.search._open_study).
+# One worker's start: find the study (none yet), measure the new study's facts (here: wait until the
+# others are there too), then create it or, when another got there first, open it; exactly the code
+# `kdnas search` runs (nas.search._open_study).
 _START = """
 import sys, time
 from nas import SearchConfig
 from nas.search import _open_study
-from nas.storage import SETTINGS_ATTR, find_study, open_storage
+from nas.storage import open_storage
 url, at = sys.argv[1], float(sys.argv[2])
 cfg = SearchConfig(out="unused", storage=url, study_name="race")
 storage = open_storage(url)
 settings = {"teacher": "minilm-l6", "trials": 6}
-existing = find_study(storage, "race")
-time.sleep(max(0.0, at - time.time()))
-study, facts = _open_study(cfg, storage, url, existing, {"budget_ms": 8.0, SETTINGS_ATTR: settings}, settings)
-print(study._study_id, facts["budget_ms"], existing is None, flush=True)
+measured = []
+
+def new_facts():
+    measured.append(True)  # only when no study was found
+    time.sleep(max(0.0, at - time.time()))
+    return {"budget_ms": 8.0}
+
+study, facts = _open_study(cfg, storage, url, settings, new_facts)
+print(study._study_id, facts["budget_ms"], bool(measured), flush=True)
 """
 
 

@@ -166,16 +166,20 @@ def load_teacher(name_or_path: str, *, mlm: bool = False, device: str | torch.de
     _family(config.model_type)  # fail early, with the list of supported families
 
     has_head = any("ForMaskedLM" in a for a in (config.architectures or []))
+    try:  # a folder with a config and a tokenizer but no (readable) weights
+        if mlm:
+            model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+        else:
+            model = AutoModel.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise InputError(f"teacher {name_or_path!r}: its weights could not be loaded: {first_line(err)}") from None
     if mlm:
-        model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
         missing = [k for k in info.get("missing_keys", []) if "lm_head" in k or "cls.predictions" in k]
         if missing or not has_head:
             raise InputError(
                 f"OD needs a teacher with a trained masked-LM head; {name_or_path!r} has none "
                 "(pass a *ForMaskedLM checkpoint, or use a method such as hs or minilmv2)"
             )
-    else:
-        model = AutoModel.from_pretrained(path)
     model.eval().requires_grad_(False).to(device)
     return Teacher(
         name=name_or_path,

@@ -29,3 +29,18 @@ def test_student_hooks_keep_gradients(teacher, small_data):
     acts = activations(student, small_data.eval_ids[:2], small_data.eval_mask[:2], Needs(qkv=frozenset({2})))
     acts.key[2].sum().backward()
     assert student.encoder.layer[1].attention.self.key.weight.grad is not None
+
+
+def test_a_teacher_folder_without_weights_is_one_user_error(tmp_path):
+    """A config and a tokenizer but no weights file: a traceback from transformers before."""
+    import shutil
+
+    import pytest
+
+    from core.assets import teacher_path
+    from core.errors import InputError
+
+    folder = tmp_path / "no-weights"
+    shutil.copytree(teacher_path("minilm-l6"), folder, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    with pytest.raises(InputError, match="its weights could not be loaded"):
+        load_teacher(str(folder))

@@ -33,7 +33,7 @@ from torch import nn
 from distill.cache import TeacherCache
 from distill.data import make_transfer_set, pad_rows
 from core.errors import InputError, check_choice
-from core.files import make_shared
+from core.files import staged_folder
 from .finetune import Classifier, FinetuneConfig, accuracy_and_f1, predict_logits, train_classifier
 from .models import encode, load_encoder, resolve_device, resolve_model, yardstick_precision
 from distill.losses import od_loss
@@ -104,6 +104,10 @@ class TransferConfig:
                 raise InputError(f"stage {stage.name}: steps {budget.steps} must be >= 0 and lr {budget.lr} > 0")
         if self.transfer_size < 2 or self.batch_size < 1:
             raise InputError("transfer size must be >= 2 and batch size >= 1")
+        if self.labeled_size is not None and self.labeled_size < 2:  # checked before the teacher's fine-tuning
+            raise InputError(f"labeled size {self.labeled_size} is invalid: must be >= 2 (or all)")
+        if not 8 <= self.seq_len <= 512:
+            raise InputError(f"sequence length {self.seq_len} is invalid: allowed 8..512")
 
     def budget(self, stage: Stage) -> StageBudget:
         return getattr(self, stage.name.replace("-", "_"))
@@ -126,14 +130,14 @@ class TransferResult:
                 "stages": self.stages}
 
     def save(self, out_dir: str | Path) -> Path:
-        """The encoder as an HF folder (for `kdnas evaluate`), its tokenizer, the head, and transfer.json."""
+        """The encoder as an HF folder (for `kdnas evaluate`), its tokenizer, the head, and transfer.json;
+        built beside `out_dir` and renamed in whole (an earlier result there is replaced)."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self.student.encoder.save_pretrained(out)
-        make_shared(out / "model.safetensors")  # the safetensors writer makes it private (core.files)
-        self.tokenizer.save_pretrained(out)
-        torch.save(self.student.head.state_dict(), out / "task_head.pt")
-        (out / "transfer.json").write_text(json.dumps(self.summary(), indent=2))
+        with staged_folder(out) as stage:
+            self.student.encoder.save_pretrained(stage)
+            self.tokenizer.save_pretrained(stage)
+            torch.save(self.student.head.state_dict(), stage / "task_head.pt")
+            (stage / "transfer.json").write_text(json.dumps(self.summary(), indent=2))
         return out
 
 
@@ -234,6 +238,7 @@ def task_transfer(teacher_name: str = "minilm-l6", source: str | Task = "sentime
     device = resolve_device(config.device)
     task = load_task(source) if isinstance(source, str) else source
     ref = resolve_model(teacher_name)
+    _check_student(ref, config)
     ft = config.teacher_finetune
     labeled = task.train.subsample(config.labeled_size, seed=0)
     test = task.test.subsample(ft.eval_size, seed=0)
@@ -301,6 +306,22 @@ def _finetuned_teacher(ref, task: Task, labeled, test, config: "TransferConfig",
     scores = _score(teacher, test_rows, list(test.labels), pad_id, task.num_labels)
     entry = {"stage": "teacher-finetune", "seconds": round(time.perf_counter() - start, 2), **scores}
     return teacher, tokenizer, labeled_rows, test_rows, entry
+
+
+def _check_student(ref, config: "TransferConfig") -> None:
+    """The representation stage's method (XtremeDistil: the teacher's head count) refused before the
+    minutes of the teacher's fine-tuning, not after them."""
+    if not config.representation.steps:
+        return
+    from transformers import AutoConfig
+
+    from distill.activations import ModelDims
+    from distill.methods import build_method
+
+    c = AutoConfig.from_pretrained(ref.path)
+    spec = parse_arch(config.arch)
+    build_method("xtremedistil", ModelDims(c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size),
+                 ModelDims(spec.layers, spec.hidden, spec.heads, spec.ffn))
 
 
 def _representation_stage(teacher_name: str, task: Task, teacher, tokenizer, data, config: "TransferConfig"):

@@ -114,6 +114,34 @@ def test_config_rejects_bad_values():
         TransferConfig(logit_loss="kl")
     with pytest.raises(KdnasError, match="LAYERSxHEADSxHIDDENxFFN"):
         TransferConfig(arch="4x192")
+    with pytest.raises(KdnasError, match="labeled size 0 is invalid"):
+        TransferConfig(labeled_size=0)
+    with pytest.raises(KdnasError, match="sequence length 0 is invalid: allowed 8..512"):
+        TransferConfig(seq_len=0)
+
+
+def test_cli_refuses_before_the_teacher_is_fine_tuned(tmp_path, capsys, monkeypatch):
+    """Each of these was found only after the teacher's fine-tuning (minutes), or not at all."""
+    import importlib
+
+    import kdnas.cli
+
+    module = importlib.import_module("evaluation.task_transfer")  # the package's name is also the function's
+
+    monkeypatch.setattr(module, "_finetuned_teacher", lambda *a, **k: pytest.fail("the teacher was fine-tuned"))
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.json").write_text("{}")
+    cases = [(["--arch", "4x8x192x768"], "needs equal attention heads"),
+             (["--out", str(tmp_path / "a-file" / "sub")], "a-file is a file, not a folder"),
+             (["--out", str(tmp_path / "mine")], "is not an earlier kdnas transfer result"),
+             (["--labeled-size", "0"], "labeled size 0 is invalid")]
+    for args, message in cases:
+        argv = ["transfer", "--out", str(tmp_path / "new"), "--quiet", *args]
+        assert kdnas.cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert (tmp_path / "mine" / "config.json").read_text() == "{}" and not (tmp_path / "new").exists()
 
 
 def test_task_transfer_end_to_end(minilm_2l, topic, tmp_path, shared_modes):

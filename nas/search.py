@@ -19,7 +19,9 @@ import optuna
 
 from distill import TeacherCache, load_corpus, load_teacher, targets_dir
 from core.errors import InputError, TrainingError
+from distill.activations import ModelDims
 from distill.loop import resolve_precision
+from distill.methods import build_method
 from distill.trainer import resolve_device
 from core.files import ensure_writable_dir, undone_if_refused
 
@@ -71,6 +73,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
         space = cfg.resolve_space(teacher.dims)  # a space with no valid shape: refused before anything is written
+        _check_methods(cfg, space, teacher.dims)
         if (targets := targets_dir(cfg.cache_dir)) is not None:  # before --out: a refusal writes nothing there
             ensure_writable_dir(targets, "--cache-dir", "; give another folder, or 'none' to keep targets in memory")
         # The corpus and its transfer set are checked before --out and the study are made: a mistyped
@@ -101,6 +104,19 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         return write_outputs(study, out)
     finally:
         progress.close()
+
+
+def _check_methods(cfg: SearchConfig, space, teacher_dims) -> None:
+    """Every width the space proposes must train with --method (its trials) and --final-method (the
+    winner): a method that needs the teacher's head count (minilm, xtremedistil) is refused now, not as
+    failed trials or a failed final run."""
+    layers, ffn = min(space.layers), min(space.ffn)
+    for flag, method in (("--method", cfg.method), ("--final-method", cfg.final_method)):
+        for heads, hidden in space.widths():
+            try:
+                build_method(method, teacher_dims, ModelDims(layers, hidden, heads, ffn))
+            except InputError as err:
+                raise InputError(f"{flag} {method}: the space proposes {heads} heads of {hidden}; {err}") from None
 
 
 def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> dict[str, Any]:

@@ -485,6 +485,8 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         ([*swap("--out", str(tmp_path / "new")), "--runtime", "bogus"], ("runtime 'bogus' is invalid",)),
         ([*swap("--out", str(tmp_path / "new")), "--threads", "1000"], ("threads=1000 exceeds the",)),
         ([*swap("--out", str(tmp_path / "new")), "--latency-seq", "1000"], ("1000", "512 positions")),
+        # A final method the space's head counts cannot take: was a failed final run after the whole search.
+        ([*swap("--out", str(tmp_path / "new")), "--final-method", "minilm"], ("--final-method minilm", "4 heads")),
         # Every held-out sentence taken by --quality-sentences: none left for the fidelity proxy's probe.
         (swap("--quality-sentences", "100000"), ("holds out 0 sentences", "--proxy hs")),
     ]

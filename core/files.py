@@ -138,4 +138,3 @@ def undone_if_refused(path: str | os.PathLike, files: Iterable[str | os.PathLike
             except OSError:  # not empty, or gone: leave it and every folder above it
                 break
         raise
-

@@ -306,4 +306,3 @@ def _check_transfer_out(out: Path) -> None:
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "transfer.json").is_file())):
         raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas transfer result; choose a new folder")
     check_parent_folder(out)
-

@@ -95,7 +95,8 @@ def _refuse_non_optuna(url: str) -> None:
     would add the schema to a database that is not a study's — the user's own file or server."""
     import sqlalchemy
 
-    engine = sqlalchemy.create_engine(url)
+    # SQLite: wait for a search's write lock as the storage itself does (`_sqlite_storage`), not fail.
+    engine = sqlalchemy.create_engine(url, **({"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}))
     try:
         found = sqlalchemy.inspect(engine).has_table("studies")
     finally:

@@ -203,7 +203,7 @@ def test_bad_inputs(student_dir, tmp_path):
 
 
 def test_a_model_with_few_positions_is_checked_at_its_own_length(student_dir, tmp_path):
-    """Parity sentences are cut to the model's positions (here 12; they run to 256 tokens): the export of
+    """Parity sentences are cut to the model's positions (here 12; the check sentences run to 49 tokens): the export of
     such a model used to fail with a tensor-size traceback."""
     short = tmp_path / "short"
     build_student(StudentSpec(layers=1, heads=4, hidden=64, ffn=128, max_position=12)).save_pretrained(short)

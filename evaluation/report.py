@@ -65,6 +65,28 @@ class ModelScores:
                 **({"latency_beside_teacher": self.beside_teacher} if self.beside_teacher else {}), **self.quality}
 
 
+def _resolved(teacher: str | None, models: Sequence[str], latency_seq: int | None) -> list[tuple[ModelRef, str]]:
+    """The teacher and the models with their roles, each checked to exist, to have a tokenizer and (with a
+    latency length, None: no latency) to take that many tokens — before the minutes of measuring; the
+    timing, which comes last, would refuse a length past a model's positions only then."""
+    import json
+    from pathlib import Path
+
+    from core.sentence import usable_positions
+
+    refs = [(resolve_model(teacher, "--teacher"), "teacher")] if teacher else []
+    refs += [(resolve_model(m), "student") for m in models]
+    for ref, _ in refs if latency_seq is not None else ():
+        try:
+            positions = usable_positions(json.loads((Path(ref.path) / "config.json").read_text()))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue  # a config that does not read: the model's loading names it
+        if latency_seq > positions:
+            raise InputError(f"--latency-seq {latency_seq} exceeds {ref.name}'s {positions} positions; "
+                             f"allowed 1..{positions}")
+    return refs
+
+
 def evaluate(
     models: list[str],
     tasks: list[str],
@@ -93,8 +115,7 @@ def evaluate(
     measures = check_measures(measures)
     quality = quality or QualityConfig()
     loaded = [load_task(t) for t in tasks]
-    refs = [(resolve_model(teacher, "--teacher"), "teacher")] if teacher else []
-    refs += [(resolve_model(m), "student") for m in models]
+    refs = _resolved(teacher, models, latency_seq if latency else None)
     if "fidelity" in measures and not teacher:
         raise InputError("the fidelity measure compares each model with the teacher: give a teacher, "
                          f"or leave fidelity out of the measures ({', '.join(measures)})")

@@ -82,6 +82,7 @@ def test_an_out_or_latency_setting_that_would_fail_late_is_refused_before_measur
     cases = [(["--out", str(tmp_path)], "is a folder; give the path of the JSON file"),
              (["--out", str(tmp_path / "a-file" / "eval.json")], "a-file is a file, not a folder"),
              (["--latency-seq", "0"], "--latency-seq 0 is invalid"),
+             (["--latency-seq", "9999"], "--latency-seq 9999 exceeds"),
              (["--threads", "999"], "--threads 999 exceeds the")]
     for args, message in cases:  # each would have measured (minutes) before failing
         assert kdnas.cli.main(["evaluate", minilm_2l, "--tasks", "topic", "--quiet", *args]) == 2

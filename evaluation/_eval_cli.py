@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -249,11 +248,10 @@ def _check_before_measuring(args: argparse.Namespace) -> None:
             raise InputError(f"--out {args.out} is a folder; give the path of the JSON file to write")
         check_parent_folder(args.out)
     if not args.no_latency:
-        for flag, value in (("--latency-seq", args.latency_seq), ("--threads", args.threads)):
-            if value < 1:
-                raise InputError(f"{flag} {value} is invalid: must be >= 1")
-        if args.threads > (cores := len(os.sched_getaffinity(0))):
-            raise InputError(f"--threads {args.threads} exceeds the {cores} CPU cores available to this process")
+        from latency import check_settings
+
+        check_settings(1, args.latency_seq, args.threads, "onnxruntime",
+                       flags={"seq": "--latency-seq", "threads": "--threads"})
 
 
 def _write_cards(report: dict, folders: list, left_out: list[str], command: str) -> None:

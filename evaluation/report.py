@@ -69,19 +69,12 @@ def _resolved(teacher: str | None, models: Sequence[str], latency_seq: int | Non
     """The teacher and the models with their roles, each checked to exist, to have a tokenizer and (with a
     latency length, None: no latency) to take that many tokens — before the minutes of measuring; the
     timing, which comes last, would refuse a length past a model's positions only then."""
-    import json
-    from pathlib import Path
-
-    from core.sentence import usable_positions
+    from latency import max_tokens
 
     refs = [(resolve_model(teacher, "--teacher"), "teacher")] if teacher else []
     refs += [(resolve_model(m), "student") for m in models]
     for ref, _ in refs if latency_seq is not None else ():
-        try:
-            positions = usable_positions(json.loads((Path(ref.path) / "config.json").read_text()))
-        except (OSError, ValueError, TypeError, AttributeError):
-            continue  # a config that does not read: the model's loading names it
-        if latency_seq > positions:
+        if (positions := max_tokens(ref.path)) is not None and latency_seq > positions:
             raise InputError(f"--latency-seq {latency_seq} exceeds {ref.name}'s {positions} positions; "
                              f"allowed 1..{positions}")
     return refs

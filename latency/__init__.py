@@ -10,8 +10,8 @@
 from core.quiet import LATENCY_CORES_ENV
 
 from ._profile import (LatencyResult, PairResult, check_settings, cpu_model, cpu_name, default_cache_dir,
-                       library_versions, profile, profile_pair)
+                       library_versions, max_tokens, profile, profile_pair)
 from ._worker import latency_cores
 
-__all__ = ["profile", "profile_pair", "check_settings", "LatencyResult", "PairResult", "cpu_model", "cpu_name", "default_cache_dir", "library_versions",
+__all__ = ["profile", "profile_pair", "check_settings", "max_tokens", "LatencyResult", "PairResult", "cpu_model", "cpu_name", "default_cache_dir", "library_versions",
            "LATENCY_CORES_ENV", "latency_cores"]

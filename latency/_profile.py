@@ -285,16 +285,26 @@ def _read_cache(cache_file: Path) -> LatencyResult | None:
     return None if cached.noisy else cached
 
 
-def check_settings(batch: int, seq: int, threads: int, runtime: str) -> None:
-    """Settings any reading needs, whatever the model: refused before anything is built or timed."""
+def check_settings(batch: int, seq: int, threads: int, runtime: str, flags: dict[str, str] | None = None) -> None:
+    """Settings any reading needs, whatever the model: refused before anything is built or timed.
+    `flags` names a setting by the command-line flag that set it (e.g. {"seq": "--latency-seq"})."""
+    def named(name: str, value: object) -> str:
+        return f"{flags[name]} {value!r}" if flags and name in flags else f"{name}={value!r}"
+
     for name, value in (("batch", batch), ("seq", seq), ("threads", threads)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{name}={value!r} is invalid: must be a positive integer")
+            raise InputError(f"{named(name, value)} is invalid: must be a positive integer")
     # A `--workers` child trains pinned to fewer cores; its measurements run on the ones kept for them.
     available = len(set(os.sched_getaffinity(0)) | set(reserved_latency_cores() or ()))
     if threads > available:
-        raise InputError(f"threads={threads} exceeds the {available} CPU cores available to this process")
+        raise InputError(f"{named('threads', threads)} exceeds the {available} CPU cores available to this process")
     check_choice("runtime", runtime, RUNTIMES)
+
+
+def max_tokens(target) -> int | None:
+    """The longest sequence `target` (as for `profile`) can be timed at: its usable positions, or None
+    where its graph does not say. Reads only its description (a config, a graph's inputs), builds nothing."""
+    return _resolve(target)["max_seq"]
 
 
 def _check_target(resolved: dict, runtime: str, seq: int, whose: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -89,6 +89,19 @@ def _swap_in(stage: Path, out: Path, keep_existing: bool) -> None:
     except OSError:
         if not (keep_existing and out.exists()):  # a concurrent build renamed its own into place first
             raise
+
+
+def check_out_folder(out: str | os.PathLike, what: str, marker: str,
+                     also_ours: Callable[[list[str]], bool] = lambda names: False) -> Path:
+    """Refuse up front, creating nothing, an `--out` a command would replace but did not write: only an
+    empty folder, one holding `marker` (an earlier result of the same command, `what`) or one whose file
+    names `also_ours` accepts is replaced; and one that cannot be made (`check_parent_folder`)."""
+    out = Path(out).expanduser()
+    if out.exists():
+        names = [p.name for p in out.iterdir()] if out.is_dir() else None
+        if names is None or (names and marker not in names and not also_ours(names)):
+            raise InputError(f"--out {str(out)!r} exists and is not {what}; choose another folder")
+    return check_parent_folder(out)
 
 
 def check_parent_folder(path: str | os.PathLike, what: str = "--out") -> Path:

@@ -195,14 +195,13 @@ def run(args: argparse.Namespace) -> int:
 def _check_args(args: argparse.Namespace) -> Path:
     """Refuse a bad method, output folder or size before anything loads; returns the output folder."""
     from core.errors import InputError, check_choice
-    from core.files import check_parent_folder
+    from core.files import check_out_folder
     from .methods import METHODS
 
     check_choice("method", args.method, (*METHODS, "hs+od"))
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or not _ours(out)):
-        raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas student; choose a new folder")
-    check_parent_folder(out)  # below a file: refused now, not once the run is trained
+    # A stopped run's saved state is ours too: a rerun goes on from it. Below a file: refused now, not once trained.
+    out = check_out_folder(args.out, "an earlier kdnas student", "distill.json",
+                           also_ours=lambda names: all(n.startswith(Path(STATE_FILE).stem) for n in names))
     for name in ("steps", "batch_size", "train_size", "eval_size"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} {getattr(args, name)} is invalid: must be >= 1")
@@ -211,7 +210,3 @@ def _check_args(args: argparse.Namespace) -> Path:
     return out
 
 
-def _ours(out: Path) -> bool:
-    """An empty folder, an earlier student, or a stopped run's saved state (which a rerun goes on from)."""
-    names = [p.name for p in out.iterdir()]
-    return not names or "distill.json" in names or all(n.startswith(Path(STATE_FILE).stem) for n in names)

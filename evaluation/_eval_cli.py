@@ -271,6 +271,7 @@ def _write_cards(report: dict, folders: list, left_out: list[str], command: str)
 def run_transfer(args: argparse.Namespace) -> int:
     import dataclasses
 
+    from core.files import check_out_folder
     from .task_transfer import STAGES, StageBudget, TransferConfig, task_transfer
 
     config = TransferConfig(arch=args.arch, logit_loss=args.logit_loss, temperature=args.temperature,
@@ -284,7 +285,7 @@ def run_transfer(args: argparse.Namespace) -> int:
             raise InputError(f"--stage-steps needs {len(STAGES)} numbers (one per stage), got {len(steps)}")
         config = dataclasses.replace(config, **{
             s.name.replace("-", "_"): StageBudget(n, config.budget(s).lr) for s, n in zip(STAGES, steps)})
-    _check_transfer_out(Path(args.out))
+    check_out_folder(args.out, "an earlier kdnas transfer result", "transfer.json")  # before the minutes of training
     result = task_transfer(args.teacher, args.source, config)
     out = result.save(args.out)
     t, s = result.teacher_source, result.student_source
@@ -293,14 +294,3 @@ def run_transfer(args: argparse.Namespace) -> int:
           f"of teacher, on {t['test_examples']} test examples -> {out}")
     print(f"task transfer: kdnas evaluate {out} --teacher {args.teacher}")
     return 0
-
-
-def _check_transfer_out(out: Path) -> None:
-    """Before the minutes of training: an --out that is not an earlier transfer result (never
-    overwritten), or one that cannot be made."""
-    from core.errors import InputError
-    from core.files import check_parent_folder
-
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "transfer.json").is_file())):
-        raise InputError(f"--out {str(out)!r} exists and is not an earlier kdnas transfer result; choose a new folder")
-    check_parent_folder(out)

@@ -14,7 +14,7 @@ import numpy as np
 
 from core import sentence as _sentence
 from core.errors import InputError, ParityError
-from core.files import check_parent_folder, staged_folder
+from core.files import check_out_folder, staged_folder
 from core.spec import StudentSpec, build_student
 
 from . import _graph, _parity
@@ -146,7 +146,7 @@ def _matching_tokenizer(tokenizer_or_source, source: str, model):
 
 def _check_arguments(out: Path, opset: int | None, int8: bool, fp32_attention: bool, fp32_embeddings: bool,
                      pooling: str | None) -> None:
-    _check_out_dir(out)
+    check_out_folder(out, "an earlier kdnas export", MANIFEST)  # never clobber a folder we did not write
     _graph.check_opset(opset)
     given = [flag for flag, on in (("--int8-fp32-attention", fp32_attention), ("--int8-fp32-embeddings", fp32_embeddings))
              if on]
@@ -237,13 +237,6 @@ def _load_tokenizer(tokenizer, source: str):
             f"no tokenizer files in {folder}; pass --tokenizer with a folder holding them or a bundled teacher name"
         )
     return AutoTokenizer.from_pretrained(folder)
-
-
-def _check_out_dir(out: Path) -> None:
-    # Only a previous export may be replaced: never clobber a folder we did not write.
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MANIFEST).is_file())):
-        raise InputError(f"output {out} exists and is not an earlier kdnas export; choose another --out")
-    check_parent_folder(out)
 
 
 def _embedding_cosines(reference, candidate) -> list[float]:

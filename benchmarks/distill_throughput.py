@@ -60,9 +60,9 @@ def main() -> None:
     config = DistillConfig(method=args.method, steps=args.steps, batch_size=args.batch_size,
                            device=args.device, precision=args.precision, progress=False)
     from distill.methods import build_method
-    from distill.trainer import _spec_dims
+    from distill.trainer import spec_dims
 
-    needs = build_method(args.method, teacher.dims, _spec_dims(spec)).teacher_needs()
+    needs = build_method(args.method, teacher.dims, spec_dims(spec)).teacher_needs()
     start = time.perf_counter()
     cache.ensure("train", needs)
     fill_seconds = time.perf_counter() - start

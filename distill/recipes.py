@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from .activations import ModelDims
 from .cache import TeacherCache
 from .checkpoint import Checkpoints
 from .data import TransferSet
@@ -17,14 +16,14 @@ from .evaluate import Evaluator
 from .methods import build_method, teacher_assistant_advised
 from core.spec import StudentSpec
 from .teachers import Teacher, teacher_from_model
-from .trainer import DistillConfig, DistillResult, OnEval, distill
+from .trainer import DistillConfig, DistillResult, OnEval, distill, spec_dims
 
 OD_LR = 3e-4  # App. B: OD after HS trains with a lower peak learning rate
 
 
 def wants_assistant(teacher: Teacher, spec: StudentSpec) -> bool:
     """MiniLM §3.3: use an assistant when the student is at most half as deep and half as wide."""
-    return teacher_assistant_advised(teacher.dims, ModelDims(spec.layers, spec.hidden, spec.heads, spec.ffn))
+    return teacher_assistant_advised(teacher.dims, spec_dims(spec))
 
 
 def hs_then_od(
@@ -35,8 +34,7 @@ def hs_then_od(
     `checkpoints`: each stage saves beside it (`Checkpoints.stage`), so a rerun skips a finished stage."""
     od_config = dataclasses.replace(config.for_method("od"), lr=min(config.lr, OD_LR))
     # The second stage's options (a --temperature) are refused before the first stage trains and saves.
-    build_method("od", teacher.dims, ModelDims(spec.layers, spec.hidden, spec.heads, spec.ffn),
-                 **od_config.method_options())
+    build_method("od", teacher.dims, spec_dims(spec), **od_config.method_options())
     evaluator = Evaluator(cache or TeacherCache(teacher, data), strategy=config.eval_layer_map)
     first = distill(spec, teacher, data, config.for_method("hs"), cache=cache, evaluator=evaluator, on_eval=on_eval,
                     checkpoints=_stage(checkpoints, 1, final=True))

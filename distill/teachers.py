@@ -62,7 +62,11 @@ def base_model(model: nn.Module) -> nn.Module:
 
 
 def model_dims(model: nn.Module) -> ModelDims:
-    config = model.config
+    return config_dims(model.config)
+
+
+def config_dims(config) -> ModelDims:
+    """The shape facts a method needs, from a transformers config."""
     return ModelDims(
         layers=config.num_hidden_layers,
         hidden=config.hidden_size,

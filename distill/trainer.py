@@ -247,7 +247,7 @@ def distill(
         raise ValueError("checkpoints are for runs of a fixed step count; this one is fitted to a deadline")
     device = resolve_device(config.device)
     torch.manual_seed(config.seed)
-    method = build_method(config.method, teacher.dims, _spec_dims(spec), **config.method_options())
+    method = build_method(config.method, teacher.dims, spec_dims(spec), **config.method_options())
     if method.student_needs().logits and not teacher.has_mlm_head:
         raise InputError(f"method {config.method!r} needs a teacher with a masked-LM head; {teacher.name!r} has none")
     # Importance (inherit) and held-out targets (evaluator) come from a cache even when training
@@ -487,7 +487,8 @@ def initial_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache,
     return student, info
 
 
-def _spec_dims(spec: StudentSpec) -> ModelDims:
+def spec_dims(spec: StudentSpec) -> ModelDims:
+    """The shape facts a method needs about a student (`distill.methods.build_method`)."""
     return ModelDims(layers=spec.layers, hidden=spec.hidden, heads=spec.heads, ffn=spec.ffn)
 
 

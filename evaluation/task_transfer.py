@@ -315,16 +315,15 @@ def _check_student(ref, config: "TransferConfig") -> None:
         return
     from transformers import AutoConfig
 
-    from distill.activations import ModelDims
     from distill.methods import build_method
+    from distill.teachers import config_dims
+    from distill.trainer import spec_dims
 
     try:
         c = AutoConfig.from_pretrained(ref.path)
     except (OSError, ValueError):
         return  # a config that does not load: the teacher's loading names it in one line
-    spec = parse_arch(config.arch)
-    build_method("xtremedistil", ModelDims(c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size),
-                 ModelDims(spec.layers, spec.hidden, spec.heads, spec.ffn))
+    build_method("xtremedistil", config_dims(c), spec_dims(parse_arch(config.arch)))
 
 
 def _representation_stage(teacher_name: str, task: Task, teacher, tokenizer, data, config: "TransferConfig"):

@@ -131,14 +131,14 @@ def test_an_mpnet_teacher_maps_into_a_bert_student(news_texts, tmp_path):
 
 def test_a_pruned_students_embed_projection_starts_as_its_channel_selection(teacher, small_data):
     from distill.methods import build_method
-    from distill.trainer import _spec_dims
+    from distill.trainer import spec_dims
 
     spec = _spec(teacher, 1, 6, 192, 256)
     chosen = plan(teacher, spec, TeacherCache(teacher, small_data).importance(rows=32))
     selection = chosen.selection(teacher.dims.hidden)
     assert selection.shape == (192, 384) and torch.equal(selection.sum(1), torch.ones(192))
     assert torch.equal(selection.argmax(1), torch.tensor(chosen.channels))
-    method = build_method("embed", teacher.dims, _spec_dims(spec))
+    method = build_method("embed", teacher.dims, spec_dims(spec))
     method.align_to(selection)
     states = torch.randn(2, 3, 192)
     assert torch.equal(method.projection(states)[..., list(chosen.channels)], states)

@@ -130,17 +130,21 @@ def ensure_writable_dir(path: str | os.PathLike, what: str = "--out", hint: str 
 
 
 @contextmanager
-def undone_if_refused(path: str | os.PathLike, files: Iterable[str | os.PathLike] = ()) -> Iterator[None]:
+def undone_if_refused(path: str | os.PathLike, files: Iterable[str | os.PathLike] = (),
+                      keep: Callable[[Path], bool] | None = None) -> Iterator[None]:
     """Folders on the way to `path` that do not exist yet and that the block makes are removed again
     (while still empty) when it fails, and so are those of `files` that did not exist before it: a
-    refusal found once `--out` (and its study.db) is made leaves nothing behind."""
+    refusal found once `--out` (and its study.db) is made leaves nothing behind. A new file for which
+    `keep(file)` holds at the failure stays (another process may have put its work in it since)."""
     path = Path(path).expanduser().absolute()
     missing = [folder for folder in [path, *path.parents] if not folder.exists()]  # deepest first
-    new_files = [Path(file) for file in files if not os.path.lexists(file)]
+    new_files = [Path(file).expanduser() for file in files if not os.path.lexists(Path(file).expanduser())]
     try:
         yield
     except BaseException:
         for file in new_files:
+            if keep is not None and keep(file):
+                continue
             try:
                 file.unlink()
             except OSError:  # never made (its folder could not be)

@@ -37,8 +37,8 @@ from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, recover, repeated_failure, slots_taken
 from .space import SearchSpace
-from .storage import (SETTINGS_ATTR, check_settings, default_storage_path, default_storage_url, find_study, open_storage,
-                      write_pointer)
+from .storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_study, holds_studies, open_storage,
+                      storage_file, write_pointer)
 from .time_limit import FIRST_TRIALS, TRIAL_SHARE, TimeLimit, final_run_s, pace_of
 from .trial import Objective, SearchContext, proxy_transfer_set
 
@@ -85,10 +85,12 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data, directory=targets)
         # Refusals found once --out and its study.db are made (a --storage that cannot be opened, a
-        # budget under the fastest shape) remove the folder and file they made: nothing left behind.
-        with undone_if_refused(cfg.out, files=[] if cfg.storage else [default_storage_path(cfg.out)]):
+        # budget under the fastest shape) remove the folder and the storage file they made: nothing left
+        # behind — unless a study is in that file by then (another worker's: it stays).
+        url = cfg.storage or default_storage_url(cfg.out)
+        made = [storage_file(url)] if storage_file(url) else []
+        with undone_if_refused(cfg.out, files=made, keep=lambda _: holds_studies(url)):
             out = ensure_writable_dir(Path(cfg.out))
-            url = cfg.storage or default_storage_url(out)
             storage = open_storage(url)
             settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))
             study, facts = _open_study(cfg, storage, url, settings, lambda: _new_facts(cfg, space, teacher, progress))

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import sqlite3
 import time
 import warnings
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +45,35 @@ GRACE_S = 120  # ... and is presumed dead after this long without one (a long ev
 POINTER_FILE = "search.json"  # in the output folder: how `kdnas report OUT` finds the study
 
 
-def default_storage_path(out: str | Path) -> Path:
+def default_storage_url(out: str | Path) -> str:
     """The study's SQLite file when no --storage is given: OUT/study.db, absolute, so `kdnas report
     OUT` works from any working directory."""
-    return (Path(out).expanduser() / "study.db").resolve()
+    return f"sqlite:///{(Path(out).expanduser() / 'study.db').resolve()}"
 
 
-def default_storage_url(out: str | Path) -> str:
-    return f"sqlite:///{default_storage_path(out)}"
+def storage_file(url: str) -> Path | None:
+    """The file a file-based storage keeps its studies in (`journal:PATH`, `sqlite:///PATH`); None for a server."""
+    if url.startswith("journal:"):
+        return Path(url[len("journal:"):]).expanduser()
+    if url.startswith("sqlite:///"):
+        return Path(url[len("sqlite:///"):])  # as SQLAlchemy reads it: no ~ expansion
+    return None
+
+
+def holds_studies(url: str) -> bool:
+    """Whether a storage may hold someone's study: a server always may; a journal file once it is not empty
+    (opening one makes it empty, a study's creation is its first record); a SQLite file once its `studies`
+    table has a row, or when that cannot be read. A file that does not is safe to remove again."""
+    path = storage_file(url)
+    if path is None or not path.exists():
+        return path is None
+    if url.startswith("journal:"):
+        return path.stat().st_size > 0
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)) as db:
+            return db.execute("SELECT count(*) FROM studies").fetchone()[0] > 0
+    except sqlite3.Error:  # no schema, or not SQLite at all: not known to be empty, so left alone
+        return True
 
 
 def open_storage(url: str, *, must_exist: bool = False, heartbeat_s: int = HEARTBEAT_S,
@@ -63,8 +86,8 @@ def open_storage(url: str, *, must_exist: bool = False, heartbeat_s: int = HEART
 
 def _open(url: str, must_exist: bool, heartbeat_s: int, grace_s: int) -> optuna.storages.BaseStorage:
     try:
+        path = storage_file(url)
         if url.startswith("journal:"):
-            path = Path(url[len("journal:"):]).expanduser()
             if must_exist and not path.is_file():
                 raise InputError(f"storage {url!r}: journal file {path} does not exist")
             if not path.parent.is_dir():
@@ -72,7 +95,6 @@ def _open(url: str, must_exist: bool, heartbeat_s: int, grace_s: int) -> optuna.
             backend = optuna.storages.journal.JournalFileBackend(str(path))
             return optuna.storages.JournalStorage(backend)
         if url.startswith("sqlite:///"):
-            path = Path(url[len("sqlite:///"):])
             if must_exist and not path.is_file():
                 raise InputError(f"storage {url!r}: database file {path} does not exist")
             if not path.parent.is_dir():

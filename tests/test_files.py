@@ -133,3 +133,12 @@ def test_files_a_refused_step_made_are_removed_and_earlier_ones_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.db"]
     with pytest.raises(ValueError), undone_if_refused(tmp_path / "a/b", files=[tmp_path / "old.db" / "x.db"]):
         raise ValueError("refused before the file could be made")  # a file below a file: nothing to remove
+
+
+def test_a_new_file_someone_else_put_work_in_is_kept_when_the_step_is_refused(tmp_path):
+    out = tmp_path / "new"
+    with pytest.raises(ValueError), undone_if_refused(out, files=[out / "j.log"], keep=lambda f: f.stat().st_size > 0):
+        out.mkdir()
+        (out / "j.log").write_text("another worker's study")
+        raise ValueError("refused")
+    assert (out / "j.log").read_text() == "another worker's study"  # the file stays, and so its folder

@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 
 from core.errors import KdnasError
 from nas.resume import claim_retry, counted_trials, enqueue_retries, fail_stale_trials, worker_identity
-from nas.storage import SETTINGS_ATTR, check_settings, default_storage_url, find_study, open_storage
+from nas.storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_study, holds_studies, open_storage,
+                         storage_file)
 
 
 def _digest(path) -> str:
@@ -173,3 +174,17 @@ def test_a_storage_only_read_that_is_no_study_database_is_refused_untouched(tmp_
     made = tmp_path / "study.db"
     open_storage(f"sqlite:///{made}")  # a search makes the schema; a report then opens it
     open_storage(f"sqlite:///{made}", must_exist=True)
+
+
+def test_a_storage_file_holds_studies_once_one_is_created_in_it(tmp_path):
+    journal, db = f"journal:{tmp_path / 'j.log'}", default_storage_url(tmp_path)
+    assert storage_file(journal) == tmp_path / "j.log" and storage_file(db) == tmp_path / "study.db"
+    assert storage_file("postgresql://u@h/db") is None and holds_studies("postgresql://u@h/db")  # never removed
+    assert not holds_studies(journal) and not holds_studies(db)  # not there yet
+    for url in (journal, db):
+        storage = open_storage(url)
+        assert not holds_studies(url)  # opened (the journal empty, the SQLite file with Optuna's schema): no study
+        optuna.create_study(storage=storage, study_name="s")
+        assert holds_studies(url)
+    (tmp_path / "not.db").write_text("the user's own text")
+    assert holds_studies(f"sqlite:///{tmp_path / 'not.db'}")  # not readable as a study database: left alone

@@ -456,7 +456,7 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
     study.set_user_attr("kdnas_settings", {**settings, "latency_machine": {**settings["latency_machine"],
                                                                            "cpu": "Some Other CPU 9000"}})
     moved = digest(elsewhere / "study.db")
-    fresh = tmp_path / "fresh"
+    fresh, fresh_journal = tmp_path / "fresh", tmp_path / "fresh-journal"
     cases = [  # (command line, words the one-line refusal names); independent, so run two at a time
         (swap("--trials", "0"), ("trial",)),
         (swap("--trials", "-3"), ("trial",)),
@@ -472,6 +472,8 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         (swap("--out", str(elsewhere)), ("was timed on", "Some Other CPU 9000", "CPU model")),
         # A budget under the fastest shape of the space names that shape and its latency.
         ([*swap("--out", str(fresh)), "--budget-ms", "0.001"], ("below the fastest", "1x4x384x256", "ms median")),
+        ([*swap("--out", str(fresh_journal)), "--storage", f"journal:{fresh_journal}/j.log", "--budget-ms", "0.001"],
+         ("below the fastest",)),  # its own storage file in the new --out: removed with the folder
         (swap("--proxy-sentences", "5"), ("proxy_sentences=5", "at least 50")),
         # A corpus or --seq found wrong once the teacher is loaded: still before --out or a study.db is made.
         ([*swap("--out", str(tmp_path / "new")), "--corpus", str(tmp_path / "no-such-corpus")],
@@ -496,6 +498,7 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         _refused(result, *words)
     assert not (tmp_path / "new").exists()  # refused before the folder or its study.db is made
     assert not fresh.exists()  # a budget under the fastest shape: the folder and study.db made for it removed
+    assert not fresh_journal.exists()
     assert digest(out / "study.db") == db and digest(elsewhere / "study.db") == moved
 
 

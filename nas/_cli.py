@@ -164,6 +164,7 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
 
 def _final_flags(p: argparse.ArgumentParser, d) -> None:
     from distill.data import UNITS
+    from distill.methods import EMBED_DEFAULT_TERMS
     from .config import AUGMENT_SHARE, FINAL_EXTEND, FINAL_MAX_PASSES
 
     fin = p.add_argument_group("after the search")
@@ -184,6 +185,9 @@ def _final_flags(p: argparse.ArgumentParser, d) -> None:
                      help="share of the final run's batches whose tokens are perturbed, the teacher labelling them "
                           f"(default: {AUGMENT_SHARE} where the corpus is too small for --final-steps to see each "
                           f"row at most {FINAL_MAX_PASSES} times, else 0)")
+    fin.add_argument("--final-embed-terms", default=d.final_embed_terms, metavar="TERMS",
+                     help="terms of the final run's embed method, as kdnas distill --embed-terms takes them; the "
+                          f"trials keep theirs (default: the method's, {EMBED_DEFAULT_TERMS})")
     fin.add_argument("--final-batch-size", type=int, default=d.final_batch_size, help="default: %(default)s")
     fin.add_argument("--final-save-every", type=int, default=d.final_save_every, metavar="STEPS",
                      help="without --timeout, the final run saves its state every STEPS steps; run the same command "

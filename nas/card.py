@@ -154,6 +154,8 @@ def _distillation(entry: dict[str, Any]) -> str:
     text = f"{steps_label(entry)} on {entry.get('train_rows', entry.get('train'))} sequences"
     if entry.get("augment"):  # distill.augment: the corpus ran short of rows for the steps, or --final-augment
         text += f", {entry['augment']:.0%} of the batches perturbed"
+    if entry.get("embed_terms"):  # --final-embed-terms
+        text += f", embed terms {entry['embed_terms']}"
     seconds = (entry.get("seconds") or {}).get("distill")
     took = None if not seconds else f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
     how = [p for p in (entry.get("precision"), took) if p]

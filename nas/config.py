@@ -20,7 +20,7 @@ from core.errors import InputError, check_choice
 from distill.inherit import LAYER_RULES
 from distill.loop import PRECISIONS
 from distill.losses import LAYER_MAPS
-from distill.methods import METHODS, method_options
+from distill.methods import METHODS, method_options, weighted_embed_terms
 from latency import check_settings
 from distill.checkpoint import SAVE_EVERY
 from distill.trainer import INITS
@@ -34,7 +34,7 @@ PROXIES = ("fidelity", "hs")
 # shown); every other field defines the study. `space` and `device` enter the settings resolved.
 RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_overrides", "final_steps",
                       "final_train", "final_top_k", "final_method", "final_batch_size", "final_lr", "final_augment",
-                      "final_unit", "final_save_every",
+                      "final_embed_terms", "final_unit", "final_save_every",
                       "quality_sentences", "reference", "device", "progress", "stale_after_s",
                       "timeout", "final_max_steps", "cache_dir"})
 SAMPLERS = ("tpe", "nsga2", "random")
@@ -149,6 +149,9 @@ class SearchConfig:
     # Share of the final run's batches perturbed (distill.augment); None: AUGMENT_SHARE where the corpus
     # holds too few rows for FINAL_MAX_PASSES over `final_steps`, else none (`augment_for`).
     final_augment: float | None = None
+    # The final run's `embed` terms (distill.methods.weighted_embed_terms); None: the method's own. Not
+    # for the fidelity proxy's runs, which keep the terms their ranking was measured with.
+    final_embed_terms: str | None = None
     # A final run of a fixed step count (no `timeout`) saves its state every this many steps; a rerun
     # of a search stopped during it goes on from the last save (distill.checkpoint). 0: never.
     final_save_every: int = SAVE_EVERY
@@ -252,6 +255,14 @@ class SearchConfig:
         _positive_int(self, "final_train", "must be a positive integer (training sequences of the final run)")
         if self.final_augment is not None and not (_number(self.final_augment) and 0 <= self.final_augment <= 1):
             raise InputError(f"final augment {self.final_augment!r} must be the share of batches perturbed, 0 to 1")
+        if self.final_embed_terms is not None:
+            if self.final_method != "embed":
+                raise InputError(f"final embed terms {self.final_embed_terms!r} apply to the final method 'embed' "
+                                 f"only; the final method is {self.final_method!r}")
+            try:
+                weighted_embed_terms(self.final_embed_terms)
+            except InputError as err:
+                raise InputError(f"final {err}") from None
         every = self.final_save_every
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise InputError(f"final save every {every!r} steps is invalid: a whole number >= 0 (0: never)")

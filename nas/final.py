@@ -76,7 +76,8 @@ def _recipe(cfg: Any) -> dict[str, Any]:
     return {"steps": cfg.final_steps, "train": cfg.final_rows, "unit": cfg.final_unit, "method": cfg.final_method,
             "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule,
             # only when set: a study resumed from before the option keeps its finalists
-            **({} if cfg.final_augment is None else {"augment": cfg.final_augment})}
+            **({} if cfg.final_augment is None else {"augment": cfg.final_augment}),
+            **({} if cfg.final_embed_terms is None else {"embed_terms": cfg.final_embed_terms})}
 
 
 def _over_budget(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
@@ -408,6 +409,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
         "timeout_s": cfg.timeout,
         "train": cfg.final_rows, "train_rows": res.rows or data.num_train,
         "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
+        "embed_terms": res.config.embed_terms if res.steps else None,
         "latency_readings_ms": readings, "latency_int8_onnx": int8_latency,
         "proxy_reward": row["reward"], **_origin_of(row), "quality": quality, **shipped, **drift,
         "seconds": {"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),

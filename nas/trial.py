@@ -12,7 +12,7 @@ the storage alone (`kdnas report`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -104,8 +104,11 @@ class SearchContext:
                              device=cfg.device, precision=cfg.precision, progress=False, **extra).for_method(cfg.method)
 
     def final_config(self) -> DistillConfig:
-        """The winner's recipe: `final_method` for `final_steps`, evaluated five times on the way."""
-        return self.final_recipe(self.config.final_steps, max(1, self.config.final_steps // 5), lr=self.config.final_lr)
+        """The winner's recipe: `final_method` (with `final_embed_terms` where given) for `final_steps`,
+        evaluated five times on the way."""
+        cfg = self.config
+        config = self.final_recipe(cfg.final_steps, max(1, cfg.final_steps // 5), lr=cfg.final_lr)
+        return config if cfg.final_embed_terms is None else replace(config, embed_terms=cfg.final_embed_terms)
 
     def final_recipe(self, steps: int, eval_every: int, *, lr: float) -> DistillConfig:
         """`final_method` with the final run's batch and start, at peak learning rate `lr`, for `steps`."""

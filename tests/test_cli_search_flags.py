@@ -28,10 +28,11 @@ def test_every_field_has_a_flag_with_the_dataclass_default():
 
 def test_flags_reach_the_config():
     args = build_parser().parse_args(["search", "--trials", "9", "--no-prune", "--final-lr", "1e-4", "--layers", "2",
-                                      "--final-augment", "0", "--final-save-every", "0"])
+                                      "--final-augment", "0", "--final-save-every", "0",
+                                      "--final-embed-terms", "mse+cos"])
     config = config_from_args(args, {"layers": "2"})
     assert (config.trials, config.prune, config.final_lr, dict(config.space_overrides)) == (9, False, 1e-4, {"layers": "2"})
-    assert config.final_augment == 0.0 and config.final_save_every == 0
+    assert config.final_augment == 0.0 and config.final_save_every == 0 and config.final_embed_terms == "mse+cos"
 
 
 def test_a_bad_save_interval_for_the_final_run_is_refused():

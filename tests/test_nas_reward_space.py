@@ -154,6 +154,22 @@ def test_the_final_run_perturbs_batches_only_where_the_corpus_runs_short():
             SearchConfig(final_augment=bad)
 
 
+def test_the_final_runs_embed_terms_are_the_users_and_the_trials_keep_theirs(tmp_path):
+    from nas import SearchConfig
+    from nas.trial import SearchContext
+
+    cfg = SearchConfig(final_embed_terms="mse+cos+rel+mid", proxy="fidelity", out=str(tmp_path))
+    ctx = SearchContext(config=cfg, space=None, sizes=None, teacher=None, texts=[], data=None, cache=None,
+                        teacher_latency_ms=1.0, budget_ms=1.0, progress=None)
+    assert ctx.final_config().embed_terms == "mse+cos+rel+mid"
+    assert SearchContext(**{**vars(ctx), "config": SearchConfig()}).final_config().embed_terms is None  # the method's
+    assert ctx.distill_config(10).embed_terms is None  # the fidelity proxy's runs: the terms they were measured with
+    with pytest.raises(KdnasError, match="final embed_terms='mse\\+bogus' is invalid: '\\+'-joined distinct terms of mse, tok"):
+        SearchConfig(final_embed_terms="mse+bogus")
+    with pytest.raises(KdnasError, match="final embed terms 'mse' apply to the final method 'embed' only; .* 'hs'"):
+        SearchConfig(final_embed_terms="mse", final_method="hs")
+
+
 def test_a_scored_candidate_is_one_record_for_every_stage():
     from core.spec import StudentSpec
     from nas import SearchConfig

@@ -484,6 +484,7 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
         ([*swap("--out", str(tmp_path / "new")), "--seed", "-1"], ("seed -1 is invalid",)),
         ([*swap("--out", str(tmp_path / "new")), "--exponent", "nan"], ("exponent nan must be a finite number",)),
         ([*swap("--out", str(tmp_path / "new")), "--layer-map", "bogus"], ("layer map 'bogus' is invalid",)),
+        ([*swap("--out", str(tmp_path / "new")), "--final-embed-terms", "mse+bogus"], ("embed_terms='mse+bogus'",)),
         ([*swap("--out", str(tmp_path / "new")), "--runtime", "bogus"], ("runtime 'bogus' is invalid",)),
         ([*swap("--out", str(tmp_path / "new")), "--threads", "1000"], ("threads=1000 exceeds the",)),
         ([*swap("--out", str(tmp_path / "new")), "--latency-seq", "1000"], ("1000", "512 positions")),
@@ -568,16 +569,19 @@ def test_a_timeout_with_time_to_spare_trains_past_final_steps_on_more_text(tmp_p
 @pytest.mark.slow  # a full search (60-130 s on 2 cores); the rule is tested in test_nas_reward_space, the loop in test_trainer
 def test_a_final_run_on_a_corpus_too_small_for_its_steps_perturbs_half_its_batches(tmp_path, news_texts):
     # 24 documents of two sentences each: the final run's 40 steps of 8 would see each sentence more
-    # than five times, so half its batches are perturbed and labelled by the teacher live.
+    # than five times, so half its batches are perturbed and labelled by the teacher live; the final run
+    # takes the embed terms asked for (the two-layer student's intermediate layer too).
     corpus = tmp_path / "small.txt"
     corpus.write_text("\n\n".join(" ".join(doc.split(". ")[:2]) for doc in news_texts[:24]) + "\n")
     out = tmp_path / "run"
-    result = kdnas("search", "--out", str(out), "--corpus", str(corpus), "--trials", "1", "--layers", "1",
+    result = kdnas("search", "--out", str(out), "--corpus", str(corpus), "--trials", "1", "--layers", "2",
                    "--heads", "12", "--hidden", "384", "--ffn", "256", "--budget-ms", "1000", "--proxy", "hs",
-                   "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "40", *TINY, "--quality-sentences", "0")
+                   "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "40", *TINY, "--quality-sentences", "0",
+                   "--final-embed-terms", "mse+cos+rel+mid")
     assert result.returncode == 0, result.stderr[-3000:]
     shipped = json.loads((out / "best" / "search.json").read_text())
     assert shipped["augment"] == 0.5 and shipped["train_rows"] * 5 < 40 * 8, shipped["train_rows"]
     assert "50% of the batches are perturbed, the teacher labelling them (--final-augment 0: none)" in result.stderr
-    assert "50% of the batches perturbed" in (out / "best" / "README.md").read_text()
-    assert json.loads((out / "best" / "distill.json").read_text())["config"]["augment"] == 0.5
+    assert "50% of the batches perturbed, embed terms mse+cos+rel+mid" in (out / "best" / "README.md").read_text()
+    config = json.loads((out / "best" / "distill.json").read_text())["config"]
+    assert config["augment"] == 0.5 and config["embed_terms"] == "mse+cos+rel+mid"

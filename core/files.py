@@ -138,7 +138,7 @@ def undone_if_refused(path: str | os.PathLike, files: Iterable[str | os.PathLike
     `keep(file)` holds at the failure stays (another process may have put its work in it since)."""
     path = Path(path).expanduser().absolute()
     missing = [folder for folder in [path, *path.parents] if not folder.exists()]  # deepest first
-    new_files = [Path(file).expanduser() for file in files if not os.path.lexists(Path(file).expanduser())]
+    new_files = [Path(file) for file in files if not os.path.lexists(file)]
     try:
         yield
     except BaseException:

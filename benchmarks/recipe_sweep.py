@@ -9,7 +9,8 @@ student every N steps of the same run; `--precision auto fp32` runs each recipe 
 with both batch orders, `--augment 0 0.5` without and with half the batches perturbed (distill.augment),
 `--weight-decay 0.01 0.1` with each AdamW weight decay.
 `--save-every N` saves each run's state every N steps under `--state DIR`; the same command run again
-goes on from there (distill.checkpoint) — for a run of hours, stopped by a crash or by the machine going away.
+goes on from there (distill.checkpoint) — for a run of hours, stopped by a crash or by the machine going away; a
+save is removed once its run's row is written.
 `--start DIR` starts every run from a trained student (a `--save` folder) narrowed to `--arch` by activation
 importance instead of from the teacher (distill.narrowed_from, what the search's final stage does with a
 finalist refused over the budget, which also keeps the word embeddings frozen: `--word-embeddings frozen`):
@@ -102,7 +103,7 @@ def main() -> int:
         model.train()
         return {"spearman": round(f["spearman"], 4), "mean_cosine": round(f["mean_cosine"], 4)}
 
-    runs = []
+    runs, finished = [], []
     for recipe, precision, seed, augment, words, wd, table in [
             (r, p, s, a, w, d, t) for r in args.recipes for p in args.precision for s in args.seed for a in args.augment
             for w in (args.augment_words if a > 0 else ["batch"]) for d in args.weight_decay
@@ -155,10 +156,14 @@ def main() -> int:
             run["saved"] = str(save_student(result, data, args.unit, teacher, folder))
         print(json.dumps(run), flush=True)
         runs.append(run)
+        if saves is not None:
+            finished.append(saves.path)
     previous = json.loads(args.out.read_text())["runs"] if args.out.is_file() else []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"runs": previous + [{**r, "environment": environment()} for r in runs]},
                                    indent=2) + "\n")
+    for path in finished:  # its row is written: a rerun starts it afresh instead of appending a copy of it
+        path.unlink(missing_ok=True)
     return 0
 
 

@@ -88,8 +88,8 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         # budget under the fastest shape) remove the folder and the storage file they made: nothing left
         # behind — unless a study is in that file by then (another worker's: it stays).
         url = cfg.storage or default_storage_url(cfg.out)
-        made = [storage_file(url)] if storage_file(url) else []
-        with undone_if_refused(cfg.out, files=made, keep=lambda _: holds_studies(url)):
+        made = storage_file(url)
+        with undone_if_refused(cfg.out, files=[made] if made else [], keep=lambda _: holds_studies(url)):
             out = ensure_writable_dir(Path(cfg.out))
             storage = open_storage(url)
             settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from .errors import InputError
+from .families import FAMILIES
 from .files import atomic_write_text
 
 MODULES = "modules.json"
@@ -37,7 +38,7 @@ _LEGACY_MODES = {
     "pooling_mode_lasttoken": "lasttoken",
 }
 # Position embeddings these model types reserve for padding (usable positions = max - pad_token_id - 1).
-_OFFSET_POSITIONS = ("roberta", "xlm-roberta", "camembert", "mpnet")
+_OFFSET_POSITIONS = tuple(name for name, f in FAMILIES.items() if f.offset_positions)
 
 
 def has_sentence_modules(model_dir: str | os.PathLike | None) -> bool:

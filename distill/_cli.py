@@ -41,13 +41,15 @@ and it goes on from the last save, ending as the run would have.
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+    from core.families import families_help
     from .loop import PRECISIONS
     from .trainer import DistillConfig
 
     d = DistillConfig()  # one source for the defaults: the CLI shows the dataclass's
     p = subparsers.add_parser(
         "distill", help="distill one student architecture from a teacher",
-        description="Distill a teacher into a BERT student of the given shape (task-agnostic, unlabeled text).",
+        description="Distill a teacher into a student of the given shape (task-agnostic, unlabeled text); "
+                    + families_help() + ".",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--teacher", default=DEFAULT_TEACHER,

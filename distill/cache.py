@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -61,8 +61,11 @@ class TeacherCache:
         directory: str | os.PathLike | None = None,
         dtype: torch.dtype = torch.float16,
         batch_size: int = 32,
+        on_rows: Callable[[int, int], None] | None = None,
     ) -> None:
+        """`on_rows(done, total)`: called after each batch of a teacher pass (a caller's progress display)."""
         self.teacher = teacher
+        self.on_rows = on_rows
         self.data = data
         self.directory = Path(directory) if directory is not None else None
         self.dtype = dtype
@@ -106,7 +109,8 @@ class TeacherCache:
                 or not torch.equal(data.train_ids[:n], self.data.train_ids) \
                 or not torch.equal(data.eval_ids, self.data.eval_ids):
             raise ValueError("a grown transfer set must start with this cache's rows")
-        cache = TeacherCache(self.teacher, data, directory=self.directory, dtype=self.dtype, batch_size=self.batch_size)
+        cache = TeacherCache(self.teacher, data, directory=self.directory, dtype=self.dtype, batch_size=self.batch_size,
+                             on_rows=self.on_rows)
         cache._base, cache._writable = self, self._writable
         cache._importance = dict(self._importance)  # measured on the first rows, which are the same
         return cache
@@ -186,6 +190,8 @@ class TeacherCache:
                 if (kind, layer) not in out:
                     out[(kind, layer)] = torch.zeros(*ids.shape, value.shape[-1], dtype=self.dtype)
                 out[(kind, layer)][rows, :width] = value.to("cpu", self.dtype)
+            if self.on_rows is not None:
+                self.on_rows(start + len(rows), ids.shape[0])
         return out
 
     def batch(self, split: str, index: torch.Tensor, needs: Needs, width: int | None = None) -> Activations:

@@ -18,12 +18,16 @@ A student `L_S × A_S × H_S × F_S` starts from the teacher's own weights inste
   `sqrt(d_S/d_T)` so every kept teacher head's scores keep their scale under the student's
   `1/sqrt(d_S)`. A grouped head shares one softmax: that part is an approximation, made good by
   distillation.
-- **MPNet teacher, BERT student**: every weight maps except MPNet's relative position bias, which a
-  BERT layer has no place for (so an MPNet-inherited student never reproduces its teacher exactly);
-  MPNet's positions start at `padding_idx + 1`, so student position `p` takes the teacher's `p + 2`.
+- **The teacher's own family** (core.families): a student is the teacher's model class, so every
+  tensor maps to its own kind — BERT, RoBERTa / XLM-R / CamemBERT and ELECTRA by BERT's layer layout,
+  MPNet by its own, its relative position bias included. MPNet keeps one bias table `[buckets, A]` in
+  its encoder that every layer adds to its scores, so an MPNet student keeps the same teacher heads,
+  in the same order, in every layer (ranked by their importance summed over the kept layers, each
+  layer's share normalised), and student head `h` takes the bias column of the first teacher head of
+  its group.
 
 At the teacher's own shape (every layer, head, neuron and channel kept) the student reproduces the
-teacher; `tests/test_inherit.py` checks it.
+teacher, for every family; `tests/test_inherit.py` and `tests/test_families.py` check it.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ import torch
 from torch import nn
 
 from core.errors import InputError, check_choice
-from core.spec import StudentSpec
+from core.families import FAMILIES
+from core.spec import StudentSpec, build_student
 from .teachers import Teacher, base_model
 
 LAYER_RULES: tuple[str, ...] = ("first", "even", "bi")
@@ -45,7 +50,7 @@ CALIBRATION_ROWS = 256
 
 @dataclass(frozen=True)
 class _Parts:
-    """Where one family keeps the modules an inherited student reads (paths from a layer)."""
+    """Where one family keeps the modules an inherited student reads and writes (paths from a layer)."""
 
     query: str
     key: str
@@ -55,16 +60,14 @@ class _Parts:
     ffn_in: str
     ffn_out: str
     ffn_norm: str
-    position_offset: int  # teacher position index of the student's position 0
-    has_token_types: bool
 
 
-_PARTS = {
-    "bert": _Parts("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
-                   "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm", 0, True),
-    "mpnet": _Parts("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
-                    "attention.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm", 2, False),
-}
+_BERT_LAYOUT = _Parts("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                      "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+_MPNET_LAYOUT = _Parts("attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
+                       "attention.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+# Every student family but MPNet keeps BERT's module names (core.families).
+_PARTS = {name: _MPNET_LAYOUT if name == "mpnet" else _BERT_LAYOUT for name in FAMILIES}
 
 
 def _get(module: nn.Module, path: str) -> nn.Module:
@@ -77,21 +80,36 @@ def _parts(teacher: Teacher) -> _Parts:
     model_type = teacher.model.config.model_type
     if model_type not in _PARTS:
         raise InputError(f"init inherit: teacher model type {model_type!r} has no weight map; "
-                         f"allowed: {', '.join(_PARTS)} (use --init svd)")
+                         f"supported: {', '.join(_PARTS)} (use --init svd)")
     return _PARTS[model_type]
+
+
+def family_reason(teacher: Teacher) -> str | None:
+    """Why no student can inherit from `teacher` (None when students of its family can)."""
+    config = teacher.model.config
+    if config.model_type not in _PARTS:
+        return f"teacher model type {config.model_type!r} has no weight map (supported: {', '.join(_PARTS)})"
+    if getattr(config, "embedding_size", config.hidden_size) != config.hidden_size:
+        return (f"the teacher's embeddings ({config.embedding_size}) are projected to its hidden size "
+                f"({config.hidden_size}), which a student does not keep")
+    return None
 
 
 def inherit_reason(teacher: Teacher, spec: StudentSpec) -> str | None:
     """Why `spec` cannot inherit from `teacher` (None when it can): the one-line user error."""
-    t = teacher.dims
-    if teacher.model.config.model_type not in _PARTS:
-        return f"teacher model type {teacher.model.config.model_type!r} has no weight map (allowed: {', '.join(_PARTS)})"
+    t, config = teacher.dims, teacher.model.config
+    if (reason := family_reason(teacher)) is not None:
+        return reason
+    if spec.family != config.model_type:
+        return f"a {spec.family} student cannot inherit from a {config.model_type} teacher (students keep the teacher's family)"
     for name, mine, theirs in (("layers", spec.layers, t.layers), ("hidden", spec.hidden, t.hidden),
                                ("ffn", spec.ffn, t.ffn), ("heads", spec.heads, t.heads)):
         if mine > theirs:
             return f"student {name}={mine} exceeds the teacher's {theirs}: a student can only keep what the teacher has"
-    if spec.vocab_size != teacher.model.config.vocab_size:
-        return f"student vocabulary {spec.vocab_size} differs from the teacher's {teacher.model.config.vocab_size}"
+    if spec.vocab_size != config.vocab_size:
+        return f"student vocabulary {spec.vocab_size} differs from the teacher's {config.vocab_size}"
+    if spec.position_table > config.max_position_embeddings:
+        return f"student positions {spec.max_position} exceed the teacher's"
     d_s, d_t = spec.hidden // spec.heads, t.hidden // t.heads
     if spec.heads * math.ceil(d_s / d_t) > t.heads:
         return (f"{spec.heads} heads of size {d_s} need {spec.heads * math.ceil(d_s / d_t)} teacher heads of size "
@@ -207,6 +225,7 @@ class InheritPlan:
     neurons: tuple[tuple[int, ...], ...]
     q_scale: float
     layer_rule: str
+    bias_heads: tuple[int, ...] = ()  # MPNet: the teacher head whose position-bias column each student head takes
 
     def selection(self, teacher_hidden: int) -> torch.Tensor:
         """`[H_S, H_T]` with a 1 where student channel c is teacher channel `channels[c]`: the map from
@@ -241,11 +260,13 @@ def _top(scores: torch.Tensor, k: int) -> list[int]:
     return order[:k]
 
 
-def _head_rows(imp: Importance, layer: int, spec: StudentSpec, d_t: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Teacher Q/K rows and V rows for the student's heads of one layer, student head by head."""
+def _head_rows(imp: Importance, layer: int, spec: StudentSpec, d_t: int,
+               ranked: list[int] | None = None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Teacher Q/K rows and V rows for the student's heads of one layer, student head by head; `ranked`:
+    the teacher heads to group, in rank order (by default this layer's own ranking)."""
     d_s = spec.hidden // spec.heads
     per_head = math.ceil(d_s / d_t)
-    kept = _top(imp.heads[layer], spec.heads * per_head)
+    kept = ranked if ranked is not None else _top(imp.heads[layer], spec.heads * per_head)
     qk, v = [], []
     for h in range(spec.heads):
         group = kept[h * per_head : (h + 1) * per_head]
@@ -260,6 +281,13 @@ def _head_rows(imp: Importance, layer: int, spec: StudentSpec, d_t: int) -> tupl
     return tuple(qk), tuple(v)
 
 
+def _shared_heads(imp: Importance, layers: tuple[int, ...], count: int) -> list[int]:
+    """One head ranking for every kept layer (a family whose layers share one position bias): each
+    layer's head importances as shares of that layer's total, summed over the kept layers."""
+    score = sum(imp.heads[j] / imp.heads[j].sum().clamp_min(1e-12) for j in layers)
+    return _top(score, count)
+
+
 def plan(teacher: Teacher, spec: StudentSpec, importance: Importance, layer_rule: str = "even") -> InheritPlan:
     """Decide what `spec` keeps of `teacher`; raises `InputError` when it cannot inherit."""
     reason = inherit_reason(teacher, spec)
@@ -267,8 +295,11 @@ def plan(teacher: Teacher, spec: StudentSpec, importance: Importance, layer_rule
         raise InputError(f"init inherit: {reason}")
     t = teacher.dims
     d_t = t.hidden // t.heads
+    per_head = math.ceil((spec.hidden // spec.heads) / d_t)
     layers = select_layers(layer_rule, t.layers, spec.layers, importance.block_influence)
-    heads = [_head_rows(importance, j, spec, d_t) for j in layers]
+    shared = (_shared_heads(importance, layers, spec.heads * per_head)
+              if FAMILIES[spec.family].shared_position_bias else None)
+    heads = [_head_rows(importance, j, spec, d_t, shared) for j in layers]
     return InheritPlan(
         layers=layers,
         channels=tuple(sorted(_top(importance.channels, spec.hidden))),
@@ -276,6 +307,7 @@ def plan(teacher: Teacher, spec: StudentSpec, importance: Importance, layer_rule
         neurons=tuple(tuple(sorted(_top(importance.neurons[j], spec.ffn))) for j in layers),
         q_scale=math.sqrt((spec.hidden // spec.heads) / d_t),
         layer_rule=layer_rule,
+        bias_heads=tuple(shared[::per_head]) if shared is not None else (),
     )
 
 
@@ -295,41 +327,44 @@ def _copy_norm(dst: nn.LayerNorm, src: nn.LayerNorm, channels) -> None:
     dst.bias.copy_(src.bias.detach()[index])
 
 
+# Config fields an inherited student takes from its teacher, where the teacher's config has them: without
+# the same eps, activation and position buckets the full-shape student would not be the teacher.
+_TEACHER_FIELDS = ("layer_norm_eps", "hidden_act", "relative_attention_num_buckets", "position_embedding_type")
+
+
 @torch.no_grad()
 def build_inherited(teacher: Teacher, spec: StudentSpec, chosen: InheritPlan) -> nn.Module:
-    """A `BertModel` of shape `spec` holding the teacher's kept weights (eager attention)."""
-    from transformers import BertModel
-
+    """A model of the teacher's family and shape `spec` holding the teacher's kept weights (eager attention)."""
     parts = _parts(teacher)
     source = base_model(teacher.model)
-    eps = float(getattr(teacher.model.config, "layer_norm_eps", 1e-12))
-    student = BertModel(spec.to_config(layer_norm_eps=eps), add_pooling_layer=True).eval()
+    fields = {k: getattr(teacher.model.config, k) for k in _TEACHER_FIELDS if hasattr(teacher.model.config, k)}
+    student = build_student(spec, seed=None, **fields).eval()
     ch = torch.as_tensor(chosen.channels)
-    s_emb, t_emb = student.embeddings, source.embeddings
-    s_emb.word_embeddings.weight.copy_(t_emb.word_embeddings.weight.detach()[:, ch])
-    offset = parts.position_offset
-    s_emb.position_embeddings.weight.copy_(
-        t_emb.position_embeddings.weight.detach()[offset : offset + spec.max_position][:, ch])
-    if parts.has_token_types:
-        s_emb.token_type_embeddings.weight.copy_(t_emb.token_type_embeddings.weight.detach()[: spec.type_vocab_size][:, ch])
-    else:
-        s_emb.token_type_embeddings.weight.zero_()
-    _copy_norm(s_emb.LayerNorm, t_emb.LayerNorm, ch)
+    _copy_embeddings(student.embeddings, source.embeddings, ch)
     for s_layer, j, qk, v, neurons in zip(student.encoder.layer, chosen.layers, chosen.qk, chosen.v, chosen.neurons):
         t_layer = source.encoder.layer[j]
-        attn = s_layer.attention
-        _copy_linear(attn.self.query, _get(t_layer, parts.query), qk, ch, chosen.q_scale)
-        _copy_linear(attn.self.key, _get(t_layer, parts.key), qk, ch)
-        _copy_linear(attn.self.value, _get(t_layer, parts.value), v, ch)
-        _copy_linear(attn.output.dense, _get(t_layer, parts.attn_out), ch, v)
-        _copy_norm(attn.output.LayerNorm, _get(t_layer, parts.attn_norm), ch)
-        _copy_linear(s_layer.intermediate.dense, _get(t_layer, parts.ffn_in), neurons, ch)
-        _copy_linear(s_layer.output.dense, _get(t_layer, parts.ffn_out), ch, neurons)
-        _copy_norm(s_layer.output.LayerNorm, _get(t_layer, parts.ffn_norm), ch)
+        for path, rows, cols, scale in ((parts.query, qk, ch, chosen.q_scale), (parts.key, qk, ch, 1.0),
+                                        (parts.value, v, ch, 1.0), (parts.attn_out, ch, v, 1.0),
+                                        (parts.ffn_in, neurons, ch, 1.0), (parts.ffn_out, ch, neurons, 1.0)):
+            _copy_linear(_get(s_layer, path), _get(t_layer, path), rows, cols, scale)
+        for path in (parts.attn_norm, parts.ffn_norm):
+            _copy_norm(_get(s_layer, path), _get(t_layer, path), ch)
+    if chosen.bias_heads:
+        bias = source.encoder.relative_attention_bias.weight.detach()
+        student.encoder.relative_attention_bias.weight.copy_(bias[:, torch.as_tensor(chosen.bias_heads)])
     pooler = getattr(source, "pooler", None)
-    if pooler is not None and student.pooler is not None:
+    if pooler is not None and getattr(student, "pooler", None) is not None:
         _copy_linear(student.pooler.dense, pooler.dense, ch, ch)
     return student
+
+
+def _copy_embeddings(dst: nn.Module, src: nn.Module, ch: torch.Tensor) -> None:
+    """Word, position and segment tables (the student's rows of each, the kept channels) and their LayerNorm."""
+    for name in ("word_embeddings", "position_embeddings", "token_type_embeddings"):
+        table = getattr(dst, name, None)
+        if table is not None:
+            table.weight.copy_(getattr(src, name).weight.detach()[: table.weight.shape[0]][:, ch])
+    _copy_norm(dst.LayerNorm, src.LayerNorm, ch)
 
 
 def inherit_student(teacher: Teacher, spec: StudentSpec, importance: Importance,

@@ -19,6 +19,8 @@ import torch
 from torch import nn
 
 from core import assets
+from core.families import student_family
+from core.sentence import usable_positions
 from .activations import Activations, ModelDims, Needs
 from core.errors import InputError, first_line
 
@@ -131,18 +133,20 @@ class Teacher:
     def dims(self) -> ModelDims:
         return model_dims(self.model)
 
-    def student_sizes(self) -> dict[str, int]:
-        """Vocabulary/position/segment sizes a BERT student needs to share this tokenizer. A teacher without
-        segment embeddings (MPNet) gives its student one segment: its graph then takes no token_type_ids,
-        which the teacher's tokenizer never makes."""
+    def student_sizes(self) -> dict[str, object]:
+        """Vocabulary/position/segment sizes and the family (core.families) a student needs to share this
+        tokenizer and to be this teacher's own model class; a teacher of a family with no student class
+        gets a BERT student. A teacher without segment embeddings (MPNet) gives its student one segment:
+        its graph then takes no token_type_ids, which the teacher's tokenizer never makes."""
         config = self.model.config
         positions = min(int(getattr(self.tokenizer, "model_max_length", 512) or 512), 512,
-                        int(getattr(config, "max_position_embeddings", 512)))
+                        usable_positions(config.to_dict()))
         return {
             "vocab_size": int(len(self.tokenizer)),
             "max_position": positions,
             "type_vocab_size": max(int(getattr(config, "type_vocab_size", 1) or 1), 1),
             "pad_token_id": int(self.tokenizer.pad_token_id or 0),
+            "family": student_family(config.model_type),
         }
 
     @torch.inference_mode()

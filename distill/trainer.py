@@ -37,10 +37,11 @@ from .losses import svd_embedding_init
 from .methods import build_method, weighted_embed_terms
 from .loop import (LossReader, Optimization, StepPlan, check_precision, epoch_batches, resolve_precision,
                    train_steps)
-from core.spec import StudentSpec
+from core.spec import StudentSpec, build_student
 from .teachers import Teacher, activations, base_model
 
 OnEval = Callable[[int, dict], None]
+OnStep = Callable[[int, int], None]  # (steps done, steps planned now): a progress display
 Grow = Callable[[int], TeacherCache | None]
 INITS: tuple[str, ...] = ("inherit", "svd", "random")
 
@@ -206,11 +207,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_student_model(spec: StudentSpec, *, mlm: bool, seed: int) -> nn.Module:
-    from transformers import BertForMaskedLM, BertModel
-
-    torch.manual_seed(seed)
-    config = spec.to_config()
-    return BertForMaskedLM(config) if mlm else BertModel(config, add_pooling_layer=True)
+    return build_student(spec, seed=seed, mlm=mlm)
 
 
 def distill(
@@ -227,6 +224,7 @@ def distill(
     up_to: int | None = None,
     grow: Grow | None = None,
     checkpoints: Checkpoints | None = None,
+    on_step: OnStep | None = None,
 ) -> DistillResult:
     """Distill `teacher` into a student of shape `spec` on `data` with `config.method`.
 
@@ -241,8 +239,8 @@ def distill(
     (`TeacherCache.grown`), or None when the rows at hand are enough: a longer run draws from more
     text instead of repeating it (its rows join from the next pass over the set; the teacher's
     time on them is left out of the pace, not out of the time left). `checkpoints` saves the run's
-    state and goes on from a save of the same run (distill.checkpoint); not with `until`.
-    """
+    state and goes on from a save of the same run (distill.checkpoint); not with `until`. `on_step(step,
+    total)` is called after every update (a caller's progress display)."""
     if checkpoints is not None and until is not None:
         raise ValueError("checkpoints are for runs of a fixed step count; this one is fitted to a deadline")
     device = resolve_device(config.device)
@@ -250,8 +248,7 @@ def distill(
     method = build_method(config.method, teacher.dims, spec_dims(spec), **config.method_options())
     if method.student_needs().logits and not teacher.has_mlm_head:
         raise InputError(f"method {config.method!r} needs a teacher with a masked-LM head; {teacher.name!r} has none")
-    # Importance (inherit) and held-out targets (evaluator) come from a cache even when training
-    # runs the teacher live.
+    # Importance (inherit) and held-out targets (evaluator) come from a cache even when the teacher runs live.
     targets = cache if cache is not None else TeacherCache(teacher, data)
     student, init = _prepare_student(spec, teacher, targets, config, method, student)
     student.to(device).train()
@@ -265,7 +262,7 @@ def distill(
         cache = None
     loop = _Loop(student, method, teacher, data, config, device, cache,
                  evaluator or Evaluator(targets, strategy=config.eval_layer_map), on_eval, spec.arch,
-                 grow if cache is not None else None, checkpoints)
+                 grow if cache is not None else None, checkpoints, on_step)
     metrics, history, seconds, train_seconds = loop.run(until, up_to)
     return DistillResult(student=student.cpu() if device.type != "cpu" else student, spec=spec, config=config,
                          metrics=metrics, history=history, seconds=seconds, train_seconds=train_seconds,
@@ -308,10 +305,10 @@ class _Loop:
     def __init__(self, student: nn.Module, method: nn.Module, teacher: Teacher, data: TransferSet,
                  config: DistillConfig, device: torch.device, cache: TeacherCache | None, evaluator: Evaluator,
                  on_eval: OnEval | None, arch: str, grow: Grow | None = None,
-                 checkpoints: Checkpoints | None = None) -> None:
+                 checkpoints: Checkpoints | None = None, on_step: OnStep | None = None) -> None:
         self.student, self.method, self.teacher, self.config = student, method, teacher, config
         self.device, self.cache, self.evaluator, self.on_eval, self.arch = device, cache, evaluator, on_eval, arch
-        self.grow, self.checkpoints = grow, checkpoints
+        self.grow, self.checkpoints, self.on_step = grow, checkpoints, on_step
         self.ids, self.mask = data.split("train")
         self.mlm = method.student_needs().logits
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -350,6 +347,8 @@ class _Loop:
                 self.reader.add(loss)
                 bar.total = plan.total
                 bar.update(1)
+                if self.on_step is not None:
+                    self.on_step(step, plan.total)
                 last = step == plan.total
                 evaluate = (config.eval_every and step % config.eval_every == 0) or last
                 if evaluate or step % FINITE_CHECK_EVERY == 0:
@@ -516,7 +515,7 @@ def _svd_init(student: nn.Module, teacher: Teacher) -> None:
 def _with_mlm_head(encoder: nn.Module, spec: StudentSpec, seed: int) -> nn.Module:
     """Put a fresh masked-LM head on a trained encoder (OD after HS)."""
     model = build_student_model(spec, mlm=True, seed=seed)
-    missing = model.bert.load_state_dict(base_model(encoder).state_dict(), strict=False)
+    missing = base_model(model).load_state_dict(base_model(encoder).state_dict(), strict=False)
     if missing.missing_keys:
         raise TrainingError(f"cannot continue from the given student: missing weights {missing.missing_keys[:3]}")
     model.tie_weights()

@@ -95,12 +95,15 @@ def count_parameters(ref: ModelRef) -> int:
     """Encoder parameters, from the config (no weights loaded)."""
     from transformers import AutoConfig
 
+    from core.families import student_family
+    from core.sentence import usable_positions
     from core.spec import StudentSpec
 
     c = AutoConfig.from_pretrained(ref.path)
     spec = StudentSpec(layers=c.num_hidden_layers, heads=c.num_attention_heads, hidden=c.hidden_size,
-                       ffn=c.intermediate_size, vocab_size=c.vocab_size,
-                       max_position=c.max_position_embeddings, type_vocab_size=max(1, getattr(c, "type_vocab_size", 1) or 1))
+                       ffn=c.intermediate_size, vocab_size=c.vocab_size, max_position=usable_positions(c.to_dict()),
+                       type_vocab_size=max(1, getattr(c, "type_vocab_size", 1) or 1),
+                       pad_token_id=int(c.pad_token_id or 0), family=student_family(c.model_type))
     return spec.num_parameters()
 
 

@@ -49,6 +49,7 @@ examples:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+    from core.families import families_help
     from distill.loop import PRECISIONS
 
     from .config import OBJECTIVES, SAMPLERS, SearchConfig
@@ -56,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d = SearchConfig()
     p = subparsers.add_parser(
         "search", help="search student architectures under a CPU latency budget (KD-NAS)",
-        description="Find the best student shape under a hard CPU latency budget, distill it and ship it.",
+        description=f"Find the best student shape under a hard CPU latency budget, distill it and ship it; {families_help()}.",
         epilog=SEARCH_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--teacher", default=DEFAULT_TEACHER, help="bundled name, local model folder or hub name (default: %(default)s)")

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 
 from tqdm.auto import tqdm
+
+# A long phase's counter is redrawn at most this often (seconds): a step takes milliseconds.
+TICK_S = 1.0
 
 
 class Progress:
@@ -17,6 +22,25 @@ class Progress:
     def phase(self, text: str) -> None:
         self._phase = text
         self._show()
+
+    def counter(self, label: str, unit: str = "steps") -> Callable[[int, int], None]:
+        """`tick(done, total)` for a long phase (a final run's steps, a teacher pass's rows): the phase reads
+        `label: done/total unit, rate, time left`, the rate measured from the first tick of the pass (a count
+        that goes back starts a new pass), redrawn at most every TICK_S."""
+        state = {"t0": 0.0, "d0": 0, "last_t": 0.0, "last_done": -1}
+
+        def tick(done: int, total: int) -> None:
+            now = time.monotonic()
+            if done < state["last_done"] or state["last_done"] < 0:
+                state.update(t0=now, d0=done, last_t=0.0)
+            state["last_done"] = done
+            if now - state["last_t"] < TICK_S and done < total:
+                return
+            state["last_t"] = now
+            pace = _rate_and_left(done - state["d0"], now - state["t0"], total - done)
+            self.phase(f"{label}: {done}/{total} {unit}{pace}")
+
+        return tick
 
     def note(self, text: str) -> None:
         """A line the user must see, whether the bar is shown or not."""
@@ -37,3 +61,11 @@ class Progress:
 
     def _show(self) -> None:
         self._bar.set_postfix_str(f"best {self._best} | {self._phase}", refresh=True)
+
+
+def _rate_and_left(done: int, seconds: float, left: int) -> str:
+    if done <= 0 or seconds <= 0:
+        return ""
+    rate = done / seconds
+    eta = int(left / rate)
+    return f", {rate:.1f}/s, {eta // 60}:{eta % 60:02d} left"

@@ -148,7 +148,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     else:
         ctx.progress.phase(f"final: transfer set of {cfg.final_rows} {cfg.final_unit}s, teacher targets")
         data = final_transfer_set(cfg, ctx.teacher, ctx.texts)
-        cache = TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.cache_dir))
+        cache = TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.cache_dir),
+                             on_rows=ctx.progress.counter("final: teacher targets", "rows"))
     stage = _Stage(study, ctx, pool)
     # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first
     # trial's also holds the teacher targets of the transfer set)
@@ -456,7 +457,8 @@ def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until:
     res = run_distill(spec, ctx.teacher, cache.data, config, cache=cache, until=until, student=student,
                       up_to=cfg.final_most, grow=_grower(ctx, cache, label),
                       checkpoints=None if until is not None or not cfg.final_save_every
-                      else Checkpoints(state, cfg.final_save_every))
+                      else Checkpoints(state, cfg.final_save_every),
+                      on_step=ctx.progress.counter(f"{label}: distill {spec.arch} ({cfg.final_method})"))
     if start is not None:
         res.init = _continued(start)
     if res.cut_short:

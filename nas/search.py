@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 
-from distill import TeacherCache, load_corpus, load_teacher, targets_dir
+from distill import TeacherCache, family_reason, load_corpus, load_teacher, targets_dir
 from core.errors import InputError, TrainingError
 from distill.activations import ModelDims
 from distill.loop import resolve_precision
@@ -72,6 +72,8 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
     try:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
+        if cfg.init == "inherit" and (reason := family_reason(teacher)) is not None:
+            raise InputError(f"--init inherit: {reason}; use --init svd or random (a BERT student)")
         space = cfg.resolve_space(teacher.dims)  # a space with no valid shape: refused before anything is written
         _check_methods(cfg, space, teacher.dims)
         if (targets := targets_dir(cfg.cache_dir)) is not None:  # before --out: a refusal writes nothing there
@@ -83,7 +85,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         if cfg.proxy == "fidelity":
             probe_sentences(cfg, texts)  # a corpus too small for the probe
         data = proxy_transfer_set(cfg, teacher, texts)
-        cache = TeacherCache(teacher, data, directory=targets)
+        cache = TeacherCache(teacher, data, directory=targets, on_rows=progress.counter("teacher targets", "rows"))
         # Refusals found once --out and its study.db are made (a --storage that cannot be opened, a
         # budget under the fastest shape) remove the folder and the storage file they made: nothing left
         # behind — unless a study is in that file by then (another worker's: it stays).
@@ -93,6 +95,9 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
             out = ensure_writable_dir(Path(cfg.out))
             storage = open_storage(url)
             settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))
+            family = teacher.student_sizes()["family"]
+            if family != "bert":  # studies made before students kept their teacher's family had BERT students only
+                settings["student_family"] = family
             study, facts = _open_study(cfg, storage, url, settings, lambda: _new_facts(cfg, space, teacher, progress))
         write_pointer(out, url, cfg.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,

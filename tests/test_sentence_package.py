@@ -20,6 +20,7 @@ from core.assets import teacher_path  # noqa: E402
 from core.errors import KdnasError  # noqa: E402
 from core.spec import StudentSpec, build_student  # noqa: E402
 from export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
+from nas._progress import Progress  # noqa: E402
 
 SENTENCES = [
     "Stocks fell.",
@@ -222,7 +223,7 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
     space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128,))  # one width: no FFN neighbour
     ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
                         data=None, cache=None, teacher_latency_ms=10.0, budget_ms=100.0,
-                        progress=SimpleNamespace(phase=lambda *_: None))
+                        progress=Progress(1, 0, enabled=False))
     row = {"number": 0, "arch": "1x4x64x128", "layers": 1, "heads": 4, "hidden": 64, "ffn": 128, "reward": 0.5}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     [entry] = run_final(optuna.create_study(), ctx, out, [row])
@@ -274,7 +275,7 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128, 256))
     ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
                         data=None, cache=None, teacher_latency_ms=10.0, budget_ms=1e-6,
-                        progress=SimpleNamespace(phase=lambda *_: None))
+                        progress=Progress(1, 0, enabled=False))
     pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": 0.5 - n / 10}
             for n, f in ((0, 128), (1, 256))]
     study = optuna.create_study()
@@ -330,7 +331,7 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     def run(name, trials, **known):
         ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher,
                             texts=news_texts, data=data, cache=TeacherCache(teacher, data), teacher_latency_ms=10.0,
-                            budget_ms=1.5, progress=SimpleNamespace(phase=lambda *_: None))
+                            budget_ms=1.5, progress=Progress(1, 0, enabled=False))
         pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": r,
                  **known} for n, f, r in trials]
         study = optuna.create_study()
@@ -403,7 +404,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     ctx = SearchContext(config=config, space=SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128, 256)),
                         sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts, data=data,
                         cache=TeacherCache(teacher, data), teacher_latency_ms=10.0, budget_ms=1.5,
-                        progress=SimpleNamespace(phase=lambda *_: None, note=lambda *_: None))
+                        progress=Progress(1, 0, enabled=False))
     study, out = optuna.create_study(), tmp_path / "run"
     [entry] = final.run_final(study, ctx, out, [{"number": 4, "arch": "1x4x64x256", "layers": 1, "heads": 4,
                                                  "hidden": 64, "ffn": 256, "reward": 9.0}])
@@ -510,7 +511,7 @@ def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(
     monkeypatch.setattr(nas.measure, "measure_beside_teacher", lambda target, cfg: pairs.append(target)
                         or _pair(ratio, teacher_now))
     ctx = SimpleNamespace(config=SearchConfig(budget_ratio=0.5), budget_ms=10.0, teacher_latency_ms=20.0,
-                          progress=SimpleNamespace(phase=lambda *_: None))
+                          progress=Progress(1, 0, enabled=False))
     shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
     assert pairs == [Path("model.onnx")] and readings == []
     assert shipped.median_ms == pytest.approx(ratio * 20.0) and (shipped.median_ms <= ctx.budget_ms) == fits
@@ -529,7 +530,7 @@ def test_a_finalist_under_an_absolute_budget_is_read_alone(monkeypatch):
     monkeypatch.setattr(final, "budget_latency", lambda graph, cfg, budget: (_reading(5.5), [5.5, 5.6]))
     monkeypatch.setattr(nas.measure, "measure_beside_teacher", lambda *a: pytest.fail("--budget-ms has no teacher"))
     ctx = SimpleNamespace(config=SearchConfig(budget_ms=5.0), budget_ms=5.0, teacher_latency_ms=10.0,
-                          progress=SimpleNamespace(phase=lambda *_: None))
+                          progress=Progress(1, 0, enabled=False))
     shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
     assert (shipped.median_ms, readings, facts) == (5.5, [5.5, 5.6], {})
 

@@ -39,10 +39,11 @@ def test_clustered_standard_error_matches_the_textbook_cases():
 def test_short_real_distillation_lowers_held_out_loss(teacher, small_data, cache):
     spec = parse_arch("2x4x128x256", **teacher.student_sizes())
     before = Evaluator(cache)(build_student_model(spec, mlm=False, seed=0))["l_hs_norm"]
-    seen = []
+    seen, ticks = [], []
     config = DistillConfig(method="hs", steps=60, batch_size=16, lr=1e-3, eval_every=30, progress=False)
-    result = distill(spec, teacher, small_data, config, cache=cache, on_eval=lambda s, m: seen.append(s))
-    assert seen == [30, 60]
+    result = distill(spec, teacher, small_data, config, cache=cache, on_eval=lambda s, m: seen.append(s),
+                     on_step=lambda step, total: ticks.append((step, total)))
+    assert seen == [30, 60] and ticks == [(step, 60) for step in range(1, 61)]
     assert result.metrics["l_hs_norm"] < before - 0.05, (before, result.metrics)
     assert result.history[0]["train_loss"] > result.history[-1]["train_loss"]
 

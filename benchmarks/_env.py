@@ -9,14 +9,27 @@ import shlex
 import sys
 
 
+def tests_module(name: str):
+    """A helper module of the test suite (e.g. `pgserver`, which runs a real PostgreSQL server), loaded
+    from its file: the tests folder is not a package, and benchmarks import only the installed kdnas."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tests" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"kdnas_tests_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def environment() -> dict:
     import onnxruntime
     import optuna
     import torch
     import transformers
 
-    from distill.loop import native_bf16
-    from latency import cpu_model
+    from kdnas.distill.loop import native_bf16
+    from kdnas.latency import cpu_model
 
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -20,7 +20,7 @@ class FidelitySetup:
         return self.fidelity(model)["spearman"]
 
     def fidelity(self, model: Any) -> dict:
-        from evaluation import embedding_fidelity, sentence_embeddings
+        from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
         was_training = model.training
         scored = embedding_fidelity(self.reference, sentence_embeddings((model.eval(), self.teacher.tokenizer),
@@ -33,9 +33,9 @@ def fidelity_setup(teacher: str, train: int, *, seq_len: int = 64, unit: str = "
                    on_disk: bool = False, num_eval: int = 32) -> FidelitySetup:
     """`on_disk`: the teacher's targets also in $KDNAS_CACHE/targets, so a resumed run does not compute them again.
     `num_eval`: the transfer set's held-out rows, which come first (a search's final run keeps 256)."""
-    from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set, targets_dir
-    from distill.data import heldout_sentences
-    from evaluation import sentence_embeddings
+    from kdnas.distill import TeacherCache, load_corpus, load_teacher, make_transfer_set, targets_dir
+    from kdnas.distill.data import heldout_sentences
+    from kdnas.evaluation import sentence_embeddings
 
     model = load_teacher(teacher)
     texts = load_corpus("news")

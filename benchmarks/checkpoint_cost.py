@@ -19,17 +19,15 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
 
 def main() -> int:
     from _fidelity_setup import fidelity_setup
-    from distill import Checkpoints, DistillConfig, distill, parse_arch
-    from distill import trainer
-    from distill.checkpoint import SAVE_EVERY
+    from kdnas.distill import Checkpoints, DistillConfig, distill, parse_arch
+    from kdnas.distill import trainer
+    from kdnas.distill.checkpoint import SAVE_EVERY
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", default="3x12x384x1280")

@@ -22,15 +22,13 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
-from distill import DistillConfig, Evaluator, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch  # noqa: E402
-from distill.loop import PRECISIONS, resolve_precision  # noqa: E402
+from kdnas.distill import DistillConfig, Evaluator, TeacherCache, distill, load_corpus, load_teacher, make_transfer_set, parse_arch  # noqa: E402
+from kdnas.distill.loop import PRECISIONS, resolve_precision  # noqa: E402
 from _mfu import known_peak_tflops, mfu, train_flops_per_token  # noqa: E402
-from latency import cpu_model  # noqa: E402
+from kdnas.latency import cpu_model  # noqa: E402
 
 
 def main() -> None:
@@ -59,8 +57,8 @@ def main() -> None:
     cache = TeacherCache(teacher, data)
     config = DistillConfig(method=args.method, steps=args.steps, batch_size=args.batch_size,
                            device=args.device, precision=args.precision, progress=False)
-    from distill.methods import build_method
-    from distill.trainer import spec_dims
+    from kdnas.distill.methods import build_method
+    from kdnas.distill.trainer import spec_dims
 
     needs = build_method(args.method, teacher.dims, spec_dims(spec)).teacher_needs()
     start = time.perf_counter()

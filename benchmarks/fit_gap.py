@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 from _fidelity_setup import fidelity_setup  # noqa: E402
@@ -32,7 +29,7 @@ ROWS = 1000
 def samples(setup, rows: int = ROWS, seed: int = 0) -> dict[str, list[str]]:
     """`rows` training rows and as many held-out sentences, decoded to one text form (the row length of
     the transfer set, the tokenizer's normalisation)."""
-    from distill.data import training_texts
+    from kdnas.distill.data import training_texts
 
     tokenizer, data = setup.teacher.tokenizer, setup.data
     trained = training_texts(tokenizer, data, rows, seed=seed)
@@ -41,7 +38,7 @@ def samples(setup, rows: int = ROWS, seed: int = 0) -> dict[str, list[str]]:
 
 
 def measure(folder: Path, setups: dict) -> dict:
-    from evaluation import embedding_fidelity, sentence_embeddings
+    from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
     record = json.loads((folder / "distill.json").read_text())
     transfer = record["transfer_set"]
@@ -70,8 +67,8 @@ def measure(folder: Path, setups: dict) -> dict:
 
 
 def _baselines(setup, record: dict) -> dict:
-    from core.spec import StudentSpec
-    from evaluation.baselines import untrained_baselines
+    from kdnas.core.spec import StudentSpec
+    from kdnas.evaluation.baselines import untrained_baselines
 
     spec = StudentSpec(**record["spec"])
     rule = (record.get("init") or {}).get("layer_rule") or record["config"]["layer_rule"]

@@ -23,15 +23,13 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from transformers import BertModel  # noqa: E402
 
 from _env import environment  # noqa: E402
-from core.spec import parse_arch  # noqa: E402
-from distill.loop import Optimization, adamw, resolve_precision, train_steps  # noqa: E402
+from kdnas.core.spec import parse_arch  # noqa: E402
+from kdnas.distill.loop import Optimization, adamw, resolve_precision, train_steps  # noqa: E402
 
 
 def main() -> int:

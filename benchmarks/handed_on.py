@@ -28,18 +28,16 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
 
 def main() -> int:
     from _fidelity_setup import fidelity_setup
-    from distill import DistillConfig, distill, narrowed, parse_arch
-    from core.errors import InputError
-    from distill.methods import EMBED_DEFAULT_TERMS, weighted_embed_terms
-    from nas import SearchConfig
+    from kdnas.distill import DistillConfig, distill, narrowed, parse_arch
+    from kdnas.core.errors import InputError
+    from kdnas.distill.methods import EMBED_DEFAULT_TERMS, weighted_embed_terms
+    from kdnas.nas import SearchConfig
 
     def terms(text: str) -> str:  # checked before anything loads: one line from argparse
         try:

@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
@@ -35,8 +33,8 @@ def main() -> int:
     import torch
 
     from _fidelity_setup import fidelity_setup
-    from distill import DistillConfig, distill, parse_arch
-    from distill.trainer import initial_student
+    from kdnas.distill import DistillConfig, distill, parse_arch
+    from kdnas.distill.trainer import initial_student
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default="minilm-l6")
@@ -81,9 +79,9 @@ def main() -> int:
 
 def few_shot_probes(result, teacher) -> dict[str, float]:
     """16-shot probe accuracy per task (the student saved to a temporary folder, as users load it)."""
-    from evaluation import resolve_model
-    from evaluation import probe_scores
-    from evaluation.tasks import load_task
+    from kdnas.evaluation import resolve_model
+    from kdnas.evaluation import probe_scores
+    from kdnas.evaluation.tasks import load_task
 
     with tempfile.TemporaryDirectory() as folder:
         result.student.save_pretrained(folder)

@@ -18,13 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
@@ -35,9 +32,9 @@ def measure(model: str, texts: list[str], rounds: int) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from evaluation.fidelity import embedding_fidelity
-    from export import export_model, int8_recipe, onnx_sentence_embeddings, quantize_int8
-    from latency import profile_pair
+    from kdnas.evaluation.fidelity import embedding_fidelity
+    from kdnas.export import export_model, int8_recipe, onnx_sentence_embeddings, quantize_int8
+    from kdnas.latency import profile_pair
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "fp32"
@@ -66,7 +63,7 @@ def measure(model: str, texts: list[str], rounds: int) -> dict:
 
 
 def main() -> int:
-    from distill.data import heldout_sentences, load_corpus
+    from kdnas.distill.data import heldout_sentences, load_corpus
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="*", default=["minilm-l6", "mpnet-base"],

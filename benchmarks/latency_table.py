@@ -23,9 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.spec import parse_arch
-from latency import profile
-from latency._profile import cpu_name, library_versions
+from kdnas.core.spec import parse_arch
+from kdnas.latency import profile
+from kdnas.latency._profile import cpu_name, library_versions
 
 # name, architecture, the paper's CPU latency (ms) and teacher/student speed-up.
 SHAPES = [
@@ -104,8 +104,8 @@ def _target(arch: str, kwargs: dict, folder: Path) -> tuple[object, dict]:
     """What `profile` measures for one cell: the architecture for torch, an exported graph for onnxruntime."""
     if kwargs["runtime"] == "torch":
         return arch, {"runtime": "torch"}
-    from core.spec import build_student
-    from export import export_onnx, quantize_int8
+    from kdnas.core.spec import build_student
+    from kdnas.export import export_onnx, quantize_int8
 
     name = arch + ("-opt" if kwargs["optimized"] else "-plain")
     path = folder / f"{name}.onnx"

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 RESULTS = Path(__file__).parent / "results"
 SOURCES = ("final_terms.json", "long_budget_mse.json")

@@ -20,8 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
@@ -30,7 +28,7 @@ SHAPES = ("12x12x768x3072", "6x12x768x3072", "4x12x768x3072", "3x12x384x1536")
 
 def specs(arch: str):
     """The shape as an MPNet (mpnet-base's vocabulary, positions and pad id) and as a BERT (the same sizes)."""
-    from core.spec import parse_arch
+    from kdnas.core.spec import parse_arch
 
     sizes = {"vocab_size": 30527, "max_position": 512}
     return (parse_arch(arch, **sizes, type_vocab_size=1, pad_token_id=1, family="mpnet"),
@@ -38,15 +36,15 @@ def specs(arch: str):
 
 
 def fused_ops(spec) -> dict[str, int]:
-    from core.spec import build_student
-    from export import export_onnx
+    from kdnas.core.spec import build_student
+    from kdnas.export import export_onnx
 
     with tempfile.TemporaryDirectory() as tmp:
         return export_onnx(build_student(spec, seed=0).eval(), Path(tmp) / "model.onnx").fused
 
 
 def main() -> None:
-    from latency import profile_pair
+    from kdnas.latency import profile_pair
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", default=",".join(SHAPES))

@@ -21,8 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 from _fidelity_setup import fidelity_setup  # noqa: E402
@@ -50,8 +48,8 @@ def full_shape_gap(teacher, student, setup) -> float:
 
 
 def main() -> None:
-    from distill import StudentSpec
-    from distill.inherit import inherit_student
+    from kdnas.distill import StudentSpec
+    from kdnas.distill.inherit import inherit_student
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--depths", default="3,4,6", help="student depths (default: %(default)s)")

@@ -38,8 +38,6 @@ import zipfile
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
@@ -50,7 +48,7 @@ SETS = ("news", "mixed", "news2")
 
 def _pinned(asset: tuple[str, str, str], requirement: str) -> Path:
     """The path of a file in an installed package, checked against its sha256."""
-    from core.assets import sha256_file
+    from kdnas.core.assets import sha256_file
 
     module, relpath, sha256 = asset
     spec = importlib.util.find_spec(module)
@@ -88,8 +86,8 @@ def transfer(which: str, news: int, other_text: str = "tweets"):
     import torch
     from _fidelity_setup import fidelity_setup
 
-    from distill import TeacherCache, make_transfer_set
-    from distill.data import TransferSet
+    from kdnas.distill import TeacherCache, make_transfer_set
+    from kdnas.distill.data import TransferSet
 
     setup = fidelity_setup("minilm-l6", 2 * news if which == "news2" else news)
     if which != "mixed":
@@ -105,8 +103,8 @@ def transfer(which: str, news: int, other_text: str = "tweets"):
 
 
 def main() -> int:
-    from distill import DistillConfig, distill, parse_arch
-    from nas.config import SearchConfig
+    from kdnas.distill import DistillConfig, distill, parse_arch
+    from kdnas.nas.config import SearchConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)

@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 from student_quality import build_baselines, refuse_non_students  # noqa: E402
@@ -36,7 +34,7 @@ def heldout_passages(texts: list[str], n: int = 1000, *, seed: int = 0) -> list[
     """Up to `n` passages of the held-out documents (`distill.data.is_heldout`): each a run of whole
     consecutive sentences of MIN_WORDS..MAX_WORDS words (a length drawn per passage), at most
     PER_DOCUMENT non-overlapping ones per document, a seeded sample."""
-    from distill.data import is_heldout, split_sentences
+    from kdnas.distill.data import is_heldout, split_sentences
 
     rng = random.Random(f"kdnas-passages:{seed}")
     passages: list[str] = []
@@ -61,10 +59,10 @@ def heldout_passages(texts: list[str], n: int = 1000, *, seed: int = 0) -> list[
 
 
 def main() -> int:
-    from distill import load_corpus
-    from distill.data import heldout_sentences
-    from evaluation.fidelity import fidelity_scores
-    from evaluation.models import encode, resolve_model
+    from kdnas.distill import load_corpus
+    from kdnas.distill.data import heldout_sentences
+    from kdnas.evaluation.fidelity import fidelity_scores
+    from kdnas.evaluation.models import encode, resolve_model
     from transformers import AutoTokenizer
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
@@ -84,8 +82,8 @@ def tau_with_interval(x: list[float], y: list[float]) -> dict:
 
 
 def main() -> int:
-    from distill.methods import EMBED_DEFAULT_TERMS
-    from nas import SearchConfig
+    from kdnas.distill.methods import EMBED_DEFAULT_TERMS
+    from kdnas.nas import SearchConfig
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archs", nargs="+", default=list(DEFAULT_ARCHS))
@@ -125,12 +123,12 @@ class Runner:
     def __init__(self, final_steps: int, sentences: int) -> None:
         from types import SimpleNamespace
 
-        from distill import TeacherCache, load_corpus, load_teacher
-        from distill.data import heldout_sentences
-        from distill.methods import EMBED_DEFAULT_TERMS
-        from evaluation import sentence_embeddings
-        from nas import SearchConfig
-        from nas.trial import SearchContext, final_transfer_set, proxy_transfer_set
+        from kdnas.distill import TeacherCache, load_corpus, load_teacher
+        from kdnas.distill.data import heldout_sentences
+        from kdnas.distill.methods import EMBED_DEFAULT_TERMS
+        from kdnas.evaluation import sentence_embeddings
+        from kdnas.nas import SearchConfig
+        from kdnas.nas.trial import SearchContext, final_transfer_set, proxy_transfer_set
 
         base = SearchConfig(final_steps=final_steps, quality_sentences=sentences)
         self.teacher, texts = load_teacher(base.teacher), load_corpus(base.corpus)
@@ -160,8 +158,8 @@ class Runner:
         return rows
 
     def proxy(self, kind: str, arch: str, steps: int) -> dict:
-        from distill import parse_arch
-        from nas.proxy import proxy_loss
+        from kdnas.distill import parse_arch
+        from kdnas.nas.proxy import proxy_loss
 
         ctx = self.contexts[kind]
         ctx.config = ctx.config.replace(proxy_steps=steps)
@@ -173,10 +171,10 @@ class Runner:
                 **terms, "seconds": round(time.perf_counter() - started, 1)}
 
     def final(self, arch: str) -> dict:
-        from distill import distill as run_distill
-        from distill import parse_arch
-        from evaluation import embedding_fidelity, sentence_embeddings
-        from nas.baselines import PAIRS
+        from kdnas.distill import distill as run_distill
+        from kdnas.distill import parse_arch
+        from kdnas.evaluation import embedding_fidelity, sentence_embeddings
+        from kdnas.nas.baselines import PAIRS
 
         ctx = self.contexts["hs"]
         started = time.perf_counter()
@@ -222,7 +220,7 @@ def _taus(rows: list[dict], kind: str, lengths: list[int]) -> dict:
 
 
 def _proxy_facts(cfg, steps: list[int]) -> dict:
-    from nas.trial import PROXY_FINAL_LR
+    from kdnas.nas.trial import PROXY_FINAL_LR
 
     if cfg.proxy == "fidelity":
         return {"recipe": cfg.final_method, "unit": cfg.final_unit, "train": cfg.final_train, "lr": PROXY_FINAL_LR,

@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
@@ -36,9 +34,9 @@ EQUAL_DEPTH = ("3x3x96x512", "3x6x192x512", "3x12x384x512")
 def main() -> int:
     from types import SimpleNamespace
 
-    from distill import TeacherCache, load_corpus, load_teacher, parse_arch
-    from nas import SearchConfig
-    from nas.trial import SearchContext, proxy_transfer_set
+    from kdnas.distill import TeacherCache, load_corpus, load_teacher, parse_arch
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.trial import SearchContext, proxy_transfer_set
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])

@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
@@ -44,9 +42,9 @@ WORD_EMBEDDINGS = {"default": None, "trained": False, "frozen": True}
 
 def main() -> int:
     from _fidelity_setup import fidelity_setup
-    from core.errors import InputError
-    from distill import Checkpoints, DistillConfig, Evaluator, distill, narrowed_from, parse_arch
-    from distill.augment import WORD_SOURCES
+    from kdnas.core.errors import InputError
+    from kdnas.distill import Checkpoints, DistillConfig, Evaluator, distill, narrowed_from, parse_arch
+    from kdnas.distill.augment import WORD_SOURCES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipes", nargs="+")
@@ -170,7 +168,7 @@ def main() -> int:
 def save_student(result, data, unit: str, teacher, folder: Path) -> Path:
     """The run's student as a loadable folder with the sentence-transformers modules of its teacher and
     the distill.json fields student_quality.py rebuilds its baselines from (the transfer set's shape)."""
-    from core.assets import teacher_path
+    from kdnas.core.assets import teacher_path
 
     transfer = {"train": data.num_train, "eval": data.num_eval, "seq_len": data.seq_len, "unit": unit}
     return result.save(folder, teacher.tokenizer, extra={"transfer_set": transfer},

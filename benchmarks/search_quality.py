@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from _env import environment  # noqa: E402
@@ -47,7 +45,7 @@ def threshold(best: float) -> float:
 
 
 def run_search(config) -> tuple[dict, float]:
-    from nas import search
+    from kdnas.nas import search
 
     started = time.perf_counter()
     summary = search(config)
@@ -56,7 +54,7 @@ def run_search(config) -> tuple[dict, float]:
 
 def summarize(summary: dict, seconds: float) -> dict:
     """One search's figures: its rewards in trial order, best, time, and Pareto front."""
-    from nas.records import pareto_front
+    from kdnas.nas.records import pareto_front
 
     rows = summary["trials_table"]
     finished = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED", "FAIL")]
@@ -111,7 +109,7 @@ def mean_std(values: list[float | None]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from nas import SearchConfig
+    from kdnas.nas import SearchConfig
 
     d = SearchConfig()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -182,7 +180,7 @@ def _plan(base, args) -> list[tuple[str, str, int, bool, str]]:
 def _front_rows(run: dict) -> list[dict]:
     """A kept search's Pareto front as trial rows: the union of the searches' fronts has the same
     front as the union of all their trials, so dominance needs no more than this."""
-    from nas.records import loss_of
+    from kdnas.nas.records import loss_of
 
     return [{"number": r["number"], "arch": r["arch"], "latency_median_ms": r["latency_ms"], "loss": loss_of(r),
              "status": "feasible"} for r in run["pareto_front"]]
@@ -191,7 +189,7 @@ def _front_rows(run: dict) -> list[dict]:
 def _compare(results: dict, fronts: dict[str, list[dict]], seeds: int) -> None:
     """Samplers against each other (trials to 99 % of the best reward any reward search found) and
     the searched fronts against the paper's reference shapes."""
-    from nas.records import dominates_point, loss_of, pareto_front
+    from kdnas.nas.records import dominates_point, loss_of, pareto_front
 
     runs = results["runs"]
     reward_runs = {label: r for label, r in runs.items() if "pareto" not in label}

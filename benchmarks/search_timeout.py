@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from _env import environment  # noqa: E402

@@ -20,14 +20,12 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
 
 def main() -> int:
-    from latency import profile, profile_pair
+    from kdnas.latency import profile, profile_pair
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("shapes", nargs="*", default=["3x12x384x1536", "3x12x384x1280"])

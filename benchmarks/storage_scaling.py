@@ -26,9 +26,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from _env import environment  # noqa: E402
 
@@ -55,8 +52,8 @@ def _objective(trial) -> float:
 def _worker(url: str, trials: int, start_at: float, queue) -> None:
     import optuna
 
-    from nas.resume import counted_trials, recover
-    from nas.storage import open_storage
+    from kdnas.nas.resume import counted_trials, recover
+    from kdnas.nas.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="scaling", storage=open_storage(url),
@@ -75,7 +72,7 @@ def _worker(url: str, trials: int, start_at: float, queue) -> None:
 def run(url: str, workers: int, trials: int) -> dict:
     import optuna
 
-    from nas.storage import open_storage
+    from kdnas.nas.storage import open_storage
 
     optuna.create_study(storage=open_storage(url), study_name="scaling", direction="maximize")
     context = multiprocessing.get_context("spawn")
@@ -108,7 +105,10 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20, help="trials per worker")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "storage_scaling.json")
     args = parser.parse_args()
-    from pgserver import server_binaries, temporary_server
+    from _env import tests_module
+
+    pgserver = tests_module("pgserver")  # the tests' real PostgreSQL server
+    server_binaries, temporary_server = pgserver.server_binaries, pgserver.temporary_server
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

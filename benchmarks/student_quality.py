@@ -26,8 +26,6 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _env import environment  # noqa: E402
 
@@ -46,7 +44,7 @@ def refuse_non_students(folders: list[Path]) -> None:
 def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Path) -> dict[str, Path]:
     """Both untrained baselines of `student_dir` (evaluation.baselines, as `kdnas evaluate --baselines`
     builds them), kept under `work`, by row name."""
-    from evaluation.baselines import build_baselines as rebuild
+    from kdnas.evaluation.baselines import build_baselines as rebuild
 
     refuse_non_students([student_dir])
     built = rebuild(str(student_dir), teacher_name, corpus, seq=128, root=work,
@@ -56,10 +54,10 @@ def build_baselines(student_dir: Path, teacher_name: str, corpus: str, work: Pat
 
 
 def main() -> int:
-    from core.errors import InputError
-    from evaluation import FinetuneConfig, evaluate
-    from evaluation import QualityConfig, resolve_model
-    from evaluation.baselines import distinct_refs, students_baselines, verdict_lines, with_verdicts
+    from kdnas.core.errors import InputError
+    from kdnas.evaluation import FinetuneConfig, evaluate
+    from kdnas.evaluation import QualityConfig, resolve_model
+    from kdnas.evaluation.baselines import distinct_refs, students_baselines, verdict_lines, with_verdicts
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("students", nargs="+", type=Path, help="student folders; each one's own baselines are built")

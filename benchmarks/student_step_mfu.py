@@ -19,13 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
 from _mfu import known_peak_tflops, mfu  # noqa: E402
-from core.spec import parse_arch  # noqa: E402
+from kdnas.core.spec import parse_arch  # noqa: E402
 
 MODES = ("eager", "sdpa", "sdpa-compile")
 

@@ -25,9 +25,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-sys.path.insert(0, str(REPO / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from _env import environment  # noqa: E402
@@ -35,7 +32,7 @@ from _env import environment  # noqa: E402
 
 def run_workers(url: str, out: Path, cache: Path, trials: int) -> float:
     """`kdnas search --workers 2` on the bundled defaults (fewer trials, no final training)."""
-    from core.assets import cache_root
+    from kdnas.core.assets import cache_root
 
     env = {**os.environ, "KDNAS_CACHE": str(cache)}
     if (cache_root() / "assets").is_dir():  # reuse the unpacked assets; the latency cache starts empty
@@ -53,7 +50,7 @@ def measured_in_study(url: str) -> tuple[dict, list[dict]]:
     """The study's teacher latency record and each shape's first own measurement (not a reuse)."""
     import optuna
 
-    from nas.storage import open_storage
+    from kdnas.nas.storage import open_storage
 
     study = optuna.load_study(study_name="pair", storage=open_storage(url))
     shapes, seen = [], set()
@@ -67,7 +64,7 @@ def measured_in_study(url: str) -> tuple[dict, list[dict]]:
 
 def alone(target: str, repeats: int) -> dict:
     """`target` measured `repeats` times afresh, with nothing else of kdnas running: the median."""
-    from latency import profile
+    from kdnas.latency import profile
 
     medians = [profile(target, use_cache=False).median_ms for _ in range(repeats)]
     return {"alone_ms": round(statistics.median(medians), 4), "alone_readings_ms": [round(m, 4) for m in medians]}
@@ -79,7 +76,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="solo measurements per shape (median)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "worker_latency.json")
     args = parser.parse_args()
-    from pgserver import temporary_server
+    from _env import tests_module
+
+    temporary_server = tests_module("pgserver").temporary_server  # the tests' real PostgreSQL server
 
     with tempfile.TemporaryDirectory(prefix="kdnas-wl-") as tmp, temporary_server() as url:
         seconds = run_workers(url, Path(tmp) / "run", Path(tmp) / "cache", args.trials)

@@ -20,14 +20,14 @@ Public API:
 from .activations import Activations, ModelDims, Needs
 from .cache import TeacherCache, targets_dir
 from .data import TransferSet, load_corpus, make_transfer_set
-from core.errors import KdnasError
+from kdnas.core.errors import KdnasError
 from .evaluate import Evaluator
 from .inherit import family_reason, inherit_student, measure_importance, narrowed, narrowed_from
 from .losses import layer_map, minilmv2_loss
 from .methods import METHODS, build_method
 from .checkpoint import Checkpoints
 from .recipes import hs_then_od, wants_assistant, with_assistant
-from core.spec import StudentSpec, build_student, parse_arch
+from kdnas.core.spec import StudentSpec, build_student, parse_arch
 from .teachers import Teacher, load_teacher
 from .trainer import DistillConfig, DistillResult, distill
 

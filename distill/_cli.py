@@ -40,8 +40,8 @@ and it goes on from the last save, ending as the run would have.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
-    from core.families import families_help
+    from kdnas.core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+    from kdnas.core.families import families_help
     from .loop import PRECISIONS
     from .trainer import DistillConfig
 
@@ -133,13 +133,13 @@ def _record(args: argparse.Namespace, data, use_assistant: bool) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core import assets
-    from core.errors import InputError
+    from kdnas.core import assets
+    from kdnas.core.errors import InputError
     from .cache import TeacherCache, targets_dir
     from .data import load_corpus, make_transfer_set
     from .inherit import inherit_reason
     from .recipes import hs_then_od, wants_assistant, with_assistant
-    from core.spec import parse_arch
+    from kdnas.core.spec import parse_arch
     from .teachers import load_teacher
     from .loop import emulation_notice
     from .checkpoint import Checkpoints
@@ -196,8 +196,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_args(args: argparse.Namespace) -> Path:
     """Refuse a bad method, output folder or size before anything loads; returns the output folder."""
-    from core.errors import InputError, check_choice
-    from core.files import check_out_folder
+    from kdnas.core.errors import InputError, check_choice
+    from kdnas.core.files import check_out_folder
     from .methods import METHODS
 
     check_choice("method", args.method, (*METHODS, "hs+od"))

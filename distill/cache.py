@@ -2,14 +2,18 @@
 
 The teacher is frozen and the transfer set fixed, so its activations never change; a search
 distills dozens of students against the same targets. Each activation is one entry — e.g.
-`hidden 6` or `query 12` — stored as a half-precision `[N, seq, d]` tensor in memory and, when a
-directory is given, on disk (written to a temporary name, then renamed). Methods that need
-different entries share the ones they have in common.
+`hidden 6` or `query 12` — a half-precision `[N, seq, d]` tensor. When a directory is given, an
+entry is a file of its raw values, memory-mapped: the teacher pass writes its rows straight into
+the mapped file (made under a temporary name, flushed, then renamed) and training reads them back
+through the page cache, so a transfer set larger than the machine's memory (an MPNet student's
+76,800 sentences hold 7.5 GB per layer) costs disk, not RAM. Without a directory entries live in
+memory. Methods that need different entries share the ones they have in common.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterator
@@ -17,22 +21,21 @@ from pathlib import Path
 
 import torch
 
-from core.quiet import exclusive, wait_while_measuring
+from kdnas.core.quiet import exclusive, wait_while_measuring
 
 from .activations import Activations, Needs
-from .checkpoint import save_state
 from .data import TransferSet
 from .teachers import Teacher
 
 # What a stored entry is (how the teacher pass computes and lays it out); a change there bumps it, so
-# a later version never reads targets an earlier one computed differently.
-FORMAT = 1
+# a later version never reads targets an earlier one computed differently. 2: raw values, memory-mapped.
+FORMAT = 2
 
 
 def targets_dir(value: str | os.PathLike | None = None) -> Path | None:
     """Where teacher targets live on disk (the `--cache-dir` of `kdnas distill` and `kdnas search`):
     `None` for `$KDNAS_CACHE/targets`, `"none"` for nowhere (memory only), else the folder given."""
-    from core.assets import cache_root
+    from kdnas.core.assets import cache_root
 
     if value is None:
         return cache_root() / "targets"
@@ -78,7 +81,7 @@ class TeacherCache:
 
     def _file(self, split: str, kind: str, layer: int) -> Path:
         assert self.directory is not None
-        return self.directory / f"{self._prefix(split)}-{kind}{layer}.pt"
+        return self.directory / f"{self._prefix(split)}-{kind}{layer}.bin"
 
     def _prefix(self, split: str) -> str:
         return f"{self.teacher.fingerprint}-{self.data.fingerprint}-s{self.data.seq_len}-v{FORMAT}-{split}"
@@ -89,11 +92,15 @@ class TeacherCache:
         if not missing:
             return
         with self._turn(split):
+            if self.directory is not None and self._writable:
+                with contextlib.suppress(OSError):  # a folder that cannot be listed is said so when written to
+                    for stale in self.directory.glob(f"{self._prefix(split)}-*.partial-*"):
+                        stale.unlink()  # a killed run's half-made entry: the lock says no one writes it
             if self.directory is not None:
                 for kind, layer in list(missing):
                     path = self._file(split, kind, layer)
                     if path.is_file():
-                        self._store[(split, kind, layer)] = torch.load(path, mmap=True, weights_only=True)
+                        self._store[(split, kind, layer)] = self._mapped(path, split)
                         missing.remove((kind, layer))
             if missing:
                 self._compute(split, missing)
@@ -125,11 +132,12 @@ class TeacherCache:
             computed = self._teacher_pass(split, wanted)
             self.teacher_passes += 1
         for (kind, layer), tensor in computed.items():
-            if (kind, layer) not in missing:
-                continue  # computed alongside (e.g. all of Q/K/V of a layer); keep what was asked
-            self._store[(split, kind, layer)] = tensor
-            if self.directory is not None and self._writable:
-                self._keep(self._file(split, kind, layer), tensor)
+            if (kind, layer) not in missing:  # computed alongside (e.g. all of Q/K/V of a layer); keep what was asked
+                if self.directory is not None:
+                    with contextlib.suppress(OSError):
+                        self._partial(split, kind, layer).unlink()
+                continue
+            self._store[(split, kind, layer)] = self._kept(split, kind, layer, tensor)
 
     def _from_base(self, split: str, wanted: Needs, missing: list[tuple[str, int]]
                    ) -> dict[tuple[str, int], torch.Tensor] | None:
@@ -145,7 +153,13 @@ class TeacherCache:
         self.teacher_passes += 1
         # Joined on the host, where a new pass's targets are: the smaller set's may sit on a GPU
         # (`place`); the trainer places the grown set there again.
-        return {e: torch.cat([base._store[(split, *e)].to(fresh[e].device), fresh[e]]) for e in missing}
+        joined = {}
+        for e in missing:
+            old, new = base._store[(split, *e)], fresh[e]
+            joined[e] = self._blank(split, *e, (old.shape[0] + new.shape[0], *new.shape[1:]))
+            joined[e][: old.shape[0]] = old.to(new.device)
+            joined[e][old.shape[0]:] = new
+        return joined
 
     @contextlib.contextmanager
     def _turn(self, split: str) -> Iterator[None]:
@@ -161,37 +175,81 @@ class TeacherCache:
         with exclusive(self.directory / f"{self._prefix(split)}.lock"):
             yield
 
-    def _keep(self, path: Path, tensor: torch.Tensor) -> None:
-        """Write one entry for later runs. A cache that cannot be written (a full disk) costs those
-        runs a teacher pass, not this run its work: say so once and go on from memory."""
-        try:
-            save_state(path, tensor)  # a temporary name beside it, then a rename: no reader sees half a file
-        except OSError as err:
-            warnings.warn(f"teacher targets not kept in {path.parent}: {err.strerror or err}; this run goes on "
-                          "with them in memory", RuntimeWarning, stacklevel=3)
-            self._writable = False  # what is on disk is still read
+    def _blank(self, split: str, kind: str, layer: int, shape: tuple[int, ...]) -> torch.Tensor:
+        """A zeroed tensor for one entry: a mapped file beside the entry's (`_partial`) where targets are kept
+        on disk, so the pass that fills it never holds it in RAM; in memory otherwise. A folder that cannot
+        take the file (a full disk: the space is reserved up front) costs later runs a teacher pass, not
+        this run its work: said once, and the run goes on from memory."""
+        numel = math.prod(shape)
+        if self.directory is not None and self._writable and numel:
+            path = self._partial(split, kind, layer)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "wb") as file:
+                    os.posix_fallocate(file.fileno(), 0, numel * self.dtype.itemsize)
+                return torch.from_file(str(path), shared=True, size=numel, dtype=self.dtype).view(shape)
+            except OSError as err:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                warnings.warn(f"teacher targets not kept in {path.parent}: {err.strerror or err}; this run goes "
+                              "on with them in memory", RuntimeWarning, stacklevel=4)
+                self._writable = False  # what is on disk is still read
+        return torch.zeros(shape, dtype=self.dtype)
+
+    def _partial(self, split: str, kind: str, layer: int) -> Path:
+        return self._file(split, kind, layer).with_suffix(f".partial-{os.getpid()}-{id(self)}")
+
+    def _kept(self, split: str, kind: str, layer: int, tensor: torch.Tensor) -> torch.Tensor:
+        """The finished entry: a mapped blank is flushed and renamed into place (no reader sees half a
+        file) and read back from there; an in-memory one is returned as it is."""
+        if self.directory is None:
+            return tensor
+        partial = self._partial(split, kind, layer)
+        if not partial.is_file() and tensor.numel():  # joined from a smaller set's file, or made in memory
+            blank = self._blank(split, kind, layer, tuple(tensor.shape))
+            if not partial.is_file():
+                return tensor  # the folder took no file: kept in memory
+            blank.copy_(tensor)
+        if not partial.is_file():
+            return tensor
+        with open(partial, "rb+") as file:
+            os.fsync(file.fileno())  # the mapped pages, written back before the name says the entry is whole
+        path = self._file(split, kind, layer)
+        os.replace(partial, path)
+        return self._mapped(path, split)
+
+    def _mapped(self, path: Path, split: str) -> torch.Tensor:
+        """An entry's file, mapped read-only (copy-on-write): rows reach memory as training reads them."""
+        rows, seq = self.data.split(split)[0].shape
+        numel = path.stat().st_size // self.dtype.itemsize
+        if numel % (rows * seq):
+            raise ValueError(f"{path} holds {numel} values, not rows x {rows} x {seq}")
+        return torch.from_file(str(path), shared=False, size=numel, dtype=self.dtype).view(rows, seq, -1)
 
     def _teacher_pass(self, split: str, wanted: Needs, start: int = 0) -> dict[tuple[str, int], torch.Tensor]:
         """One teacher pass over `split` from row `start`, in length-sorted batches cut to their longest
-        row (short rows such as sentences cost what they hold); padded positions are stored as zeros."""
+        row (short rows such as sentences cost what they hold); padded positions are stored as zeros.
+        A pass over a whole split writes into mapped files where targets are kept (`_blank`)."""
         ids, mask = self.data.split(split)
         ids, mask = ids[start:], mask[start:]
         lengths = mask.sum(1)
         order = torch.argsort(lengths, descending=True, stable=True)
         device = next(self.teacher.model.parameters()).device
         out: dict[tuple[str, int], torch.Tensor] = {}
-        for start in range(0, ids.shape[0], self.batch_size):
+        for first in range(0, ids.shape[0], self.batch_size):
             wait_while_measuring()  # a latency measurement on cores this pass shares (core.quiet)
-            rows = order[start : start + self.batch_size]
+            rows = order[first : first + self.batch_size]
             width = int(lengths[rows].max())
             acts = self.teacher.activations(ids[rows, :width].to(device), mask[rows, :width].to(device), wanted)
             for kind, layer in _entries(wanted):
                 value = getattr(acts, kind)[layer]
-                if (kind, layer) not in out:
-                    out[(kind, layer)] = torch.zeros(*ids.shape, value.shape[-1], dtype=self.dtype)
+                if (kind, layer) not in out:  # a whole split's entry, or the new rows of a grown set (joined later)
+                    shape = (*ids.shape, value.shape[-1])
+                    out[(kind, layer)] = (self._blank(split, kind, layer, shape) if start == 0
+                                          else torch.zeros(shape, dtype=self.dtype))
                 out[(kind, layer)][rows, :width] = value.to("cpu", self.dtype)
             if self.on_rows is not None:
-                self.on_rows(start + len(rows), ids.shape[0])
+                self.on_rows(first + len(rows), ids.shape[0])
         return out
 
     def batch(self, split: str, index: torch.Tensor, needs: Needs, width: int | None = None) -> Activations:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from core.errors import InputError
+from kdnas.core.errors import InputError
 
 # What a save holds and how; a change there bumps it, and an older save is refused, not misread.
 FORMAT = 1

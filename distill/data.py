@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from core import assets
-from core.errors import InputError, check_choice
+from kdnas.core import assets
+from kdnas.core.errors import InputError, check_choice
 
 _TEXT_COLUMNS = ("text", "sentence", "content", "document", "body")
 _MIN_CHUNK = 8  # shorter tails carry too little context to be worth a training row

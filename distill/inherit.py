@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from core.errors import InputError, check_choice
-from core.families import FAMILIES
-from core.spec import StudentSpec, build_student
+from kdnas.core.errors import InputError, check_choice
+from kdnas.core.families import FAMILIES
+from kdnas.core.spec import StudentSpec, build_student
 from .teachers import Teacher, base_model
 
 LAYER_RULES: tuple[str, ...] = ("first", "even", "bi")

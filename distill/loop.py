@@ -16,8 +16,8 @@ from typing import TypeVar
 import torch
 from torch import nn
 
-from core.errors import TrainingError, check_choice
-from core.quiet import wait_while_measuring
+from kdnas.core.errors import TrainingError, check_choice
+from kdnas.core.quiet import wait_while_measuring
 
 Batch = TypeVar("Batch")
 _END = object()

@@ -24,7 +24,7 @@ from typing import Callable, Sequence, Union
 import torch
 import torch.nn.functional as F
 
-from core.errors import InputError
+from kdnas.core.errors import InputError
 
 Projection = Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor], None]
 

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .activations import Activations, ModelDims, Needs
-from core.errors import InputError, check_choice
+from kdnas.core.errors import InputError, check_choice
 from .losses import (
     CKD_OVERLAPS,
     LAYER_MAPS,

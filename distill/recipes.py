@@ -14,7 +14,7 @@ from .checkpoint import Checkpoints
 from .data import TransferSet
 from .evaluate import Evaluator
 from .methods import build_method, teacher_assistant_advised
-from core.spec import StudentSpec
+from kdnas.core.spec import StudentSpec
 from .teachers import Teacher, teacher_from_model
 from .trainer import DistillConfig, DistillResult, OnEval, distill, spec_dims
 

@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core import assets
-from core.families import student_family
-from core.sentence import usable_positions
+from kdnas.core import assets
+from kdnas.core.families import student_family
+from kdnas.core.sentence import usable_positions
 from .activations import Activations, ModelDims, Needs
-from core.errors import InputError, first_line
+from kdnas.core.errors import InputError, first_line
 
 
 @dataclass(frozen=True)

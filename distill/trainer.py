@@ -28,16 +28,16 @@ from .augment import WORD_SOURCES, substitute_neighbours, substitute_tokens, wor
 from .cache import TeacherCache
 from .checkpoint import Checkpoints, load_state, run_identity, save_state
 from .data import TransferSet
-from core.errors import InputError, TrainingError, check_choice
-from core.files import staged_folder
-from core.sentence import has_sentence_modules, write_sentence_transformers
+from kdnas.core.errors import InputError, TrainingError, check_choice
+from kdnas.core.files import staged_folder
+from kdnas.core.sentence import has_sentence_modules, write_sentence_transformers
 from .evaluate import Evaluator
 from .inherit import LAYER_RULES, inherit_reason, inherit_student
 from .losses import svd_embedding_init
 from .methods import build_method, weighted_embed_terms
 from .loop import (LossReader, Optimization, StepPlan, check_precision, epoch_batches, resolve_precision,
                    train_steps)
-from core.spec import StudentSpec, build_student
+from kdnas.core.spec import StudentSpec, build_student
 from .teachers import Teacher, activations, base_model
 
 OnEval = Callable[[int, dict], None]

@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from core import assets
+from kdnas.core import assets
 from .tasks import Task
 
 

@@ -75,7 +75,7 @@ example:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from core.assets import DEFAULT_TEACHER
+    from kdnas.core.assets import DEFAULT_TEACHER
     from .finetune import FinetuneConfig
 
     d = FinetuneConfig()
@@ -166,7 +166,7 @@ def _add_quality_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _size(text: str, flag: str) -> int | None:
-    from core.errors import InputError
+    from kdnas.core.errors import InputError
 
     if str(text).lower() in ("all", "none"):
         return None
@@ -177,7 +177,7 @@ def _size(text: str, flag: str) -> int | None:
 
 
 def _int_list(text: str, flag: str) -> tuple[int, ...]:
-    from core.errors import InputError
+    from kdnas.core.errors import InputError
 
     try:
         values = tuple(int(v) for v in text.split(",") if v.strip())
@@ -189,7 +189,7 @@ def _int_list(text: str, flag: str) -> tuple[int, ...]:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from core.errors import InputError
+    from kdnas.core.errors import InputError
     from .baselines import distinct_refs, student_folders, students_baselines, verdict_lines, with_verdicts
     from .card import card_folders
     from .finetune import FinetuneConfig
@@ -228,7 +228,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
                       baselines=build if students else ())
     report = with_verdicts(report, built) if built else report
     if args.out:
-        from core.files import atomic_write_text
+        from kdnas.core.files import atomic_write_text
 
         atomic_write_text(Path(args.out).expanduser(), json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2) if args.json else
@@ -240,15 +240,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def _check_before_measuring(args: argparse.Namespace) -> None:
     """What would otherwise fail only after the minutes of measuring: the --out file, the latency settings."""
-    from core.errors import InputError
-    from core.files import check_parent_folder
+    from kdnas.core.errors import InputError
+    from kdnas.core.files import check_parent_folder
 
     if args.out:
         if Path(args.out).expanduser().is_dir():
             raise InputError(f"--out {args.out} is a folder; give the path of the JSON file to write")
         check_parent_folder(args.out)
     if not args.no_latency:
-        from latency import check_settings
+        from kdnas.latency import check_settings
 
         check_settings(1, args.latency_seq, args.threads, "onnxruntime",
                        flags={"seq": "--latency-seq", "threads": "--threads"})
@@ -256,7 +256,7 @@ def _check_before_measuring(args: argparse.Namespace) -> None:
 
 def _write_cards(report: dict, folders: list, left_out: list[str], command: str) -> None:
     """`--card`: the table into each student folder's README.md; said on stderr, with what was left out."""
-    from latency import cpu_name
+    from kdnas.latency import cpu_name
 
     from .card import write_card
 
@@ -271,14 +271,14 @@ def _write_cards(report: dict, folders: list, left_out: list[str], command: str)
 def run_transfer(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from core.files import check_out_folder
+    from kdnas.core.files import check_out_folder
     from .task_transfer import STAGES, StageBudget, TransferConfig, task_transfer
 
     config = TransferConfig(arch=args.arch, logit_loss=args.logit_loss, temperature=args.temperature,
                             transfer_size=args.transfer_size, labeled_size=_size(args.labeled_size, "--labeled-size"),
                             seq_len=args.seq_len, seed=args.seed, device=args.device, progress=not args.quiet)
     if args.stage_steps:
-        from core.errors import InputError
+        from kdnas.core.errors import InputError
 
         steps = _int_list(args.stage_steps, "--stage-steps")
         if len(steps) != len(STAGES):

@@ -23,10 +23,10 @@ from typing import Any
 
 from torch import nn
 
-from core import assets
-from core.errors import AssetError, InputError
-from core.files import staged_folder
-from core.spec import StudentSpec
+from kdnas.core import assets
+from kdnas.core.errors import AssetError, InputError
+from kdnas.core.files import staged_folder
+from kdnas.core.spec import StudentSpec
 
 from .models import ModelRef, resolve_model
 
@@ -45,7 +45,7 @@ def untrained_baselines(teacher: Any, spec: StudentSpec, importance: Any, layer_
                         seq: int) -> tuple[dict[str, nn.Module], Any]:
     """Both untrained baselines of `spec` by name — `first k layers`, and `inherited` when the
     shape can inherit — and the inherited start's plan (None when it cannot)."""
-    from distill.inherit import first_layers, inherit_reason, inherit_student
+    from kdnas.distill.inherit import first_layers, inherit_reason, inherit_student
 
     k = first_layers_depth(teacher.dims, spec, seq)
     models, plan = {"first layer" if k == 1 else f"first {k} layers": first_layers(teacher, k, importance)}, None
@@ -159,7 +159,7 @@ def _store(record: dict, teacher: str, corpus: str, seq: int, root: Path) -> Pat
 def _calibration(record: dict) -> dict:
     """The transfer set's arguments its calibration rows come from (its first training rows, which do
     not depend on how many follow)."""
-    from distill.inherit import CALIBRATION_ROWS
+    from kdnas.distill.inherit import CALIBRATION_ROWS
 
     info = record["transfer_set"]
     return {"seq_len": info["seq_len"], "train": min(info["train"], CALIBRATION_ROWS), "eval": info["eval"],
@@ -168,8 +168,8 @@ def _calibration(record: dict) -> dict:
 
 def _build(record: dict, teacher_name: str, corpus: str, seq: int, where: Path) -> list[str]:
     """Cut both baselines from the teacher and save them into `where`; their folder names."""
-    from core.sentence import write_sentence_transformers
-    from distill import TeacherCache, load_corpus, load_teacher, make_transfer_set
+    from kdnas.core.sentence import write_sentence_transformers
+    from kdnas.distill import TeacherCache, load_corpus, load_teacher, make_transfer_set
 
     teacher = load_teacher(teacher_name)
     spec, rows, config = StudentSpec(**record["spec"]), _calibration(record), record["config"]

@@ -14,8 +14,8 @@ import json
 import time
 from pathlib import Path
 
-from core.errors import InputError
-from core.files import atomic_write_text, ensure_writable_dir
+from kdnas.core.errors import InputError
+from kdnas.core.files import atomic_write_text, ensure_writable_dir
 
 from .baselines import verdict_lines
 from .report import format_markdown

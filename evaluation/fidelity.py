@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from core.errors import InputError
+from kdnas.core.errors import InputError
 from ._cache import cache_file, digest
 from .models import ModelRef, sentence_embeddings
 

@@ -28,11 +28,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.errors import InputError
-from core.quiet import wait_while_measuring
-from distill.data import pad_rows
-from distill.loop import LossReader, Optimization, autocast, shuffled_batches, train_steps
-from distill.losses import mean_pool
+from kdnas.core.errors import InputError
+from kdnas.core.quiet import wait_while_measuring
+from kdnas.distill.data import pad_rows
+from kdnas.distill.loop import LossReader, Optimization, autocast, shuffled_batches, train_steps
+from kdnas.distill.losses import mean_pool
 from ._cache import cache_file, read_json, write_json
 from .models import ModelRef, encode, load_encoder, resolve_device, yardstick_precision
 from .compare import outcome_string

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from core import assets
-from core.errors import InputError, first_line
-from core.quiet import wait_while_measuring
-from distill.data import pad_rows
-from distill.losses import mean_pool
-from distill.trainer import resolve_device  # one device rule for training and evaluation
+from kdnas.core import assets
+from kdnas.core.errors import InputError, first_line
+from kdnas.core.quiet import wait_while_measuring
+from kdnas.distill.data import pad_rows
+from kdnas.distill.losses import mean_pool
+from kdnas.distill.trainer import resolve_device  # one device rule for training and evaluation
 
 if TYPE_CHECKING:
-    from distill.teachers import Teacher
+    from kdnas.distill.teachers import Teacher
 
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "vocab.json")
 
@@ -95,9 +95,9 @@ def count_parameters(ref: ModelRef) -> int:
     """Encoder parameters, from the config (no weights loaded)."""
     from transformers import AutoConfig
 
-    from core.families import student_family
-    from core.sentence import usable_positions
-    from core.spec import StudentSpec
+    from kdnas.core.families import student_family
+    from kdnas.core.sentence import usable_positions
+    from kdnas.core.spec import StudentSpec
 
     c = AutoConfig.from_pretrained(ref.path)
     spec = StudentSpec(layers=c.num_hidden_layers, heads=c.num_attention_heads, hidden=c.hidden_size,
@@ -119,7 +119,7 @@ def sentence_embeddings(ref_or_model: ModelRef | str | tuple[nn.Module, object] 
     is read through its encoder). Texts are batched by token length, so a batch of short sentences
     costs short compute.
     """
-    from distill.teachers import base_model
+    from kdnas.distill.teachers import base_model
 
     if isinstance(ref_or_model, str):
         ref_or_model = resolve_model(ref_or_model)

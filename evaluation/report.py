@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-from core.errors import InputError, check_choice
-from distill.data import HELDOUT_EVERY, heldout_sentences, load_corpus
+from kdnas.core.errors import InputError, check_choice
+from kdnas.distill.data import HELDOUT_EVERY, heldout_sentences, load_corpus
 from .compare import scores as measure_scores
 from .fidelity import MIN_PAIRS, MIN_SENTENCES, fidelity_scores
 from .finetune import FinetuneConfig, TaskScore, evaluate_model, protocol_splits
@@ -69,7 +69,7 @@ def _resolved(teacher: str | None, models: Sequence[str], latency_seq: int | Non
     """The teacher and the models with their roles, each checked to exist, to have a tokenizer and (with a
     latency length, None: no latency) to take that many tokens — before the minutes of measuring; the
     timing, which comes last, would refuse a length past a model's positions only then."""
-    from latency import max_tokens
+    from kdnas.latency import max_tokens
 
     refs = [(resolve_model(teacher, "--teacher"), "teacher")] if teacher else []
     refs += [(resolve_model(m), "student") for m in models]
@@ -153,7 +153,7 @@ def _latency(ref: ModelRef, teacher: ModelRef | None, seq: int, threads: int) ->
     for none) its latency as a share of the teacher's, the two timed in alternation in one process
     (`latency.profile_pair`): two readings taken apart (one perhaps cached from another day) differ by
     more than a student's margin on a shared host; a ratio taken side by side does not."""
-    from latency import profile, profile_pair
+    from kdnas.latency import profile, profile_pair
 
     alone = profile(ref.path, batch=1, seq=seq, threads=threads).median_ms
     if teacher is None:

@@ -30,18 +30,18 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from distill.cache import TeacherCache
-from distill.data import make_transfer_set, pad_rows
-from core.errors import InputError, check_choice
-from core.files import staged_folder
+from kdnas.distill.cache import TeacherCache
+from kdnas.distill.data import make_transfer_set, pad_rows
+from kdnas.core.errors import InputError, check_choice
+from kdnas.core.files import staged_folder
 from .finetune import Classifier, FinetuneConfig, accuracy_and_f1, predict_logits, train_classifier
 from .models import encode, load_encoder, resolve_device, resolve_model, yardstick_precision
-from distill.losses import od_loss
-from core.spec import parse_arch
+from kdnas.distill.losses import od_loss
+from kdnas.core.spec import parse_arch
 from .tasks import Task, load_task
-from distill.teachers import teacher_from_model
-from distill.loop import LossReader, Optimization, shuffled_batches, train_steps
-from distill.trainer import DistillConfig, distill
+from kdnas.distill.teachers import teacher_from_model
+from kdnas.distill.loop import LossReader, Optimization, shuffled_batches, train_steps
+from kdnas.distill.trainer import DistillConfig, distill
 
 LOGIT_LOSSES = ("mse", "od")
 
@@ -315,9 +315,9 @@ def _check_student(ref, config: "TransferConfig") -> None:
         return
     from transformers import AutoConfig
 
-    from distill.methods import build_method
-    from distill.teachers import config_dims
-    from distill.trainer import spec_dims
+    from kdnas.distill.methods import build_method
+    from kdnas.distill.teachers import config_dims
+    from kdnas.distill.trainer import spec_dims
 
     try:
         c = AutoConfig.from_pretrained(ref.path)
@@ -334,7 +334,7 @@ def _representation_stage(teacher_name: str, task: Task, teacher, tokenizer, dat
     spec = parse_arch(config.arch, **inner.student_sizes())
     rep = config.representation
     if not rep.steps:
-        from distill.trainer import build_student_model, _svd_init
+        from kdnas.distill.trainer import build_student_model, _svd_init
 
         encoder = build_student_model(spec, mlm=False, seed=config.seed)
         _svd_init(encoder, inner)

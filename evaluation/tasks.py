@@ -30,8 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.assets import _package_dir, sha256_file
-from core.errors import AssetError, InputError, check_choice, first_line
+from kdnas.core.assets import _package_dir, sha256_file
+from kdnas.core.errors import AssetError, InputError, check_choice, first_line
 
 TEXT_COLUMNS = ("text", "sentence", "content", "document", "body", "review", "tweet")
 LABEL_COLUMNS = ("label", "labels", "category", "sentiment", "class", "target", "topic")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from core import sentence as _sentence
-from core.errors import InputError, ParityError
-from core.files import check_out_folder, staged_folder
-from core.spec import StudentSpec, build_student
+from kdnas.core import sentence as _sentence
+from kdnas.core.errors import InputError, ParityError
+from kdnas.core.files import check_out_folder, staged_folder
+from kdnas.core.spec import StudentSpec, build_student
 
 from . import _graph, _parity
 
@@ -191,7 +191,7 @@ def _load_model(model_or_dir):
         return _graph.ensure_eager(model_or_dir), type(model_or_dir).__name__, tokenizer_home
     if isinstance(model_or_dir, StudentSpec):
         return build_student(model_or_dir, seed=0).eval(), f"random {model_or_dir.arch}", None
-    from core.assets import TEACHERS, teacher_path
+    from kdnas.core.assets import TEACHERS, teacher_path
 
     name = str(model_or_dir)
     folder = Path(teacher_path(name)) if name in TEACHERS else Path(name).expanduser()
@@ -227,7 +227,7 @@ def _load_tokenizer(tokenizer, source: str):
             f"no tokenizer for {source}: the parity check needs one; pass tokenizer= (CLI: --tokenizer) "
             "a folder with tokenizer files or a bundled teacher name"
         )
-    from core.assets import TEACHERS, teacher_path
+    from kdnas.core.assets import TEACHERS, teacher_path
     from transformers import AutoTokenizer
 
     folder = teacher_path(str(tokenizer)) if str(tokenizer) in TEACHERS else str(Path(tokenizer).expanduser())

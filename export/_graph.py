@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from core.errors import InputError
+from kdnas.core.errors import InputError
 
 DEFAULT_OPSET = 17
 EXPORTER = "torchscript"

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-from core.errors import KdnasError
+from kdnas.core.errors import KdnasError
 
 EXIT_USER_ERROR = 2
 # What a bug report needs beside kdnas's own version: the libraries a student's numbers depend on.
@@ -45,10 +45,10 @@ def version_line() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from distill import _cli as distill_cli
-    from evaluation import _eval_cli as evaluate_cli
-    from export import _cli as export_cli
-    from latency import _cli as latency_cli
+    from kdnas.distill import _cli as distill_cli
+    from kdnas.evaluation import _eval_cli as evaluate_cli
+    from kdnas.export import _cli as export_cli
+    from kdnas.latency import _cli as latency_cli
 
     parser = _Parser(
         prog="kdnas",
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in (distill_cli, evaluate_cli, export_cli, latency_cli):
         module.register(sub)
-    from nas import _cli as nas_cli
+    from kdnas.nas import _cli as nas_cli
 
     nas_cli.register(sub)
     return parser

@@ -1,13 +1,13 @@
 """CPU latency of an encoder at one shape, measured in a pinned subprocess, cached.
 
-    from latency import profile
+    from kdnas.latency import profile
     res = profile("4x12x192x768", batch=1, seq=128, threads=2)   # or a StudentSpec, folder, .onnx
     res.median_ms, res.p90_ms, res.cv, res.noisy, res.cached
     pair = profile_pair("3x12x384x1280", "minilm-l6")   # the two timed in alternation, one process
     pair.ratio, pair.ratio_low, pair.ratio_high
 """
 
-from core.quiet import LATENCY_CORES_ENV
+from kdnas.core.quiet import LATENCY_CORES_ENV
 
 from ._profile import (LatencyResult, PairResult, check_settings, cpu_model, cpu_name, default_cache_dir,
                        library_versions, max_tokens, profile, profile_pair)

@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.beside is not None:
         if args.int8:
-            from core.errors import InputError
+            from kdnas.core.errors import InputError
 
             raise InputError("--int8 with --beside: time the INT8 .onnx file itself (kdnas export --int8 writes it)")
         pair = profile_pair(args.target, args.beside, batch=args.batch, seq=args.seq, threads=args.threads,

@@ -12,11 +12,11 @@ import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from core.errors import InputError, LatencyError, check_choice
-from core.files import atomic_write_text, ensure_writable_dir, staged_folder
-from core.quiet import quiet_host, reserved_latency_cores
-from core.sentence import usable_positions
-from core.spec import StudentSpec, parse_arch
+from kdnas.core.errors import InputError, LatencyError, check_choice
+from kdnas.core.files import atomic_write_text, ensure_writable_dir, staged_folder
+from kdnas.core.quiet import quiet_host, reserved_latency_cores
+from kdnas.core.sentence import usable_positions
+from kdnas.core.spec import StudentSpec, parse_arch
 
 RUNTIMES = ("onnxruntime", "torch")
 MAX_CV = 0.10  # above this spread a measurement is retried, then flagged noisy
@@ -114,7 +114,7 @@ def profile(
         "protocol": PROTOCOL,
     }
     if identity["int8"]:  # an INT8 reading is of one quantization recipe: a new recipe is a new reading
-        from export import int8_recipe
+        from kdnas.export import int8_recipe
 
         identity["int8_recipe"] = int8_recipe()
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
@@ -257,8 +257,8 @@ def _graph_to_time(target: dict, optimized: bool, int8: bool, folder: Path) -> t
     the worker then loads onnxruntime alone, not torch and transformers, which saves about half of
     a reading's wall time (12.9 s → 6.5 s for 3x12x384x1024 on a 2-core EPYC); the timed runs are
     the same."""
-    from core.errors import KdnasError
-    from export import export_onnx, quantize_int8
+    from kdnas.core.errors import KdnasError
+    from kdnas.export import export_onnx, quantize_int8
 
     from ._worker import random_model
 
@@ -316,7 +316,7 @@ def _check_target(resolved: dict, runtime: str, seq: int, whose: str) -> None:
 
 
 def default_cache_dir() -> Path:
-    from core.assets import cache_root
+    from kdnas.core.assets import cache_root
 
     return cache_root() / "latency"
 
@@ -364,7 +364,7 @@ def _resolve(target) -> dict:
     path = Path(text).expanduser()
     if text.endswith(".onnx") or path.is_file():
         return _from_onnx(path)
-    from core.assets import TEACHERS, teacher_path
+    from kdnas.core.assets import TEACHERS, teacher_path
 
     if text in TEACHERS:
         path = Path(teacher_path(text))
@@ -435,7 +435,7 @@ def _run_worker(request: dict, threads: int, timeout: float) -> dict:
     env.setdefault("HF_HUB_OFFLINE", "1")
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "latency._worker"], input=json.dumps(request), capture_output=True,
+            [sys.executable, "-m", "kdnas.latency._worker"], input=json.dumps(request), capture_output=True,
             text=True, env=env, timeout=timeout,
         )
     except subprocess.TimeoutExpired:

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from core.quiet import reserved_latency_cores
+from kdnas.core.quiet import reserved_latency_cores
 
 from . import _stats
 
@@ -23,7 +23,7 @@ EXIT_USER_ERROR = 3
 
 def main() -> int:
     request = json.loads(sys.stdin.read())
-    from core.errors import KdnasError
+    from kdnas.core.errors import KdnasError
 
     try:
         result = run(request)
@@ -90,7 +90,7 @@ def random_model(target: dict):
     """A random-weight model of a shape (`{"kind": "spec", "spec": ...}`) or of a model folder's
     config (`{"kind": "folder", "path": ...}`): weights do not change the latency."""
     if target["kind"] == "spec":
-        from core.spec import StudentSpec, build_student
+        from kdnas.core.spec import StudentSpec, build_student
 
         return build_student(StudentSpec(**target["spec"]), seed=0).eval()
     from transformers import AutoConfig, AutoModel
@@ -114,13 +114,13 @@ def _ort_runner(request: dict, threads: int):
     feed = {k: v for k, v in _inputs(request).items() if k in names}
     missing = names - set(feed)
     if missing:
-        from core.errors import InputError
+        from kdnas.core.errors import InputError
 
         raise InputError(f"ONNX model inputs {sorted(missing)} are not BERT-style encoder inputs")
     try:
         session.run(None, feed)
     except Exception as err:  # onnxruntime raises its own Fail/InvalidArgument types
-        from core.errors import InputError
+        from kdnas.core.errors import InputError
 
         raise InputError(f"onnxruntime cannot run this model at batch {request['batch']}, "
                          f"seq {request['seq']}: {' '.join(str(err).split())[:300]}") from None

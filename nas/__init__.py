@@ -25,9 +25,9 @@ from .space import SearchSpace, default_space
 
 def write_report(out: str | Path, *, storage: str | None = None, study_name: str | None = None) -> dict[str, Any]:
     """Rebuild a search's four outputs in `out` from its storage (safe while the search runs)."""
-    from core.errors import InputError
+    from kdnas.core.errors import InputError
 
-    from core.files import ensure_writable_dir
+    from kdnas.core.files import ensure_writable_dir
     from .report import write_outputs
     from .storage import find_study, open_storage, read_pointer
 

@@ -48,9 +48,9 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
-    from core.families import families_help
-    from distill.loop import PRECISIONS
+    from kdnas.core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
+    from kdnas.core.families import families_help
+    from kdnas.distill.loop import PRECISIONS
 
     from .config import OBJECTIVES, SAMPLERS, SearchConfig
 
@@ -118,8 +118,8 @@ def _space_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _proxy_flags(p: argparse.ArgumentParser, d) -> None:
-    from distill.inherit import LAYER_RULES
-    from distill.trainer import INITS
+    from kdnas.distill.inherit import LAYER_RULES
+    from kdnas.distill.trainer import INITS
 
     from .config import PROXIES
 
@@ -164,8 +164,8 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
 
 
 def _final_flags(p: argparse.ArgumentParser, d) -> None:
-    from distill.data import UNITS
-    from distill.methods import EMBED_DEFAULT_TERMS
+    from kdnas.distill.data import UNITS
+    from kdnas.distill.methods import EMBED_DEFAULT_TERMS
     from .config import AUGMENT_SHARE, FINAL_EXTEND, FINAL_MAX_PASSES
 
     fin = p.add_argument_group("after the search")
@@ -205,9 +205,9 @@ def _final_flags(p: argparse.ArgumentParser, d) -> None:
                      help="also measure and proxy-distill the paper's Table 1 shapes scaled to the teacher, as plot references")
 
 def _search(args: argparse.Namespace) -> int:
-    from core.errors import InputError
-    from distill.loop import emulation_notice
-    from distill.trainer import resolve_device
+    from kdnas.core.errors import InputError
+    from kdnas.distill.loop import emulation_notice
+    from kdnas.distill.trainer import resolve_device
 
     from . import search
     from .space import DIMENSIONS, load_space_file
@@ -237,15 +237,15 @@ def _start_workers(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
-    from core.errors import InputError
-    from latency import LATENCY_CORES_ENV
+    from kdnas.core.errors import InputError
+    from kdnas.latency import LATENCY_CORES_ENV
 
     if args.workers < 1:
         raise InputError(f"--workers {args.workers} is invalid: must be at least 1")
     if not args.storage or args.storage.startswith("sqlite"):
         raise InputError(f"--workers {args.workers} needs a storage that many workers can share: --storage "
                          "postgresql+psycopg://... or journal:PATH (SQLite is for one worker)")
-    from distill.trainer import resolve_device
+    from kdnas.distill.trainer import resolve_device
 
     resolve_device(args.device)  # once, before any worker starts: one line, not one per worker
     argv = _without_workers(args.argv)
@@ -274,7 +274,7 @@ def _split_cores(threads: int) -> tuple[list[int], list[int]]:
     measurement runs (core.quiet); measurements are one at a time either way."""
     import os
 
-    from latency import latency_cores
+    from kdnas.latency import latency_cores
 
     measure_on = latency_cores(threads)
     train_on = sorted(set(os.sched_getaffinity(0)) - set(measure_on))

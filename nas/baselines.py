@@ -27,10 +27,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from distill import StudentSpec
-from core.errors import KdnasError
-from evaluation.baselines import untrained_baselines
-from evaluation.fidelity import MIN_SENTENCES
+from kdnas.distill import StudentSpec
+from kdnas.core.errors import KdnasError
+from kdnas.evaluation.baselines import untrained_baselines
+from kdnas.evaluation.fidelity import MIN_SENTENCES
 
 PAIRS = 4000
 
@@ -40,8 +40,8 @@ def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any]
     embeddings of them and both untrained baselines' rows (None when not asked for). The final
     stage computes it before training: nothing in it depends on the training, and its time tells
     what a `--timeout` must leave for after the run."""
-    from distill.data import heldout_sentences
-    from evaluation import sentence_embeddings
+    from kdnas.distill.data import heldout_sentences
+    from kdnas.evaluation import sentence_embeddings
 
     cfg = ctx.config
     if cfg.quality_sentences <= 0:
@@ -58,8 +58,8 @@ def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any]
 
 def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:
     """As many rows of the transfer set as held-out sentences, decoded to text, with the teacher's embeddings."""
-    from distill.data import training_texts
-    from evaluation import sentence_embeddings
+    from kdnas.distill.data import training_texts
+    from kdnas.evaluation import sentence_embeddings
 
     cfg = ctx.config
     texts = training_texts(ctx.teacher.tokenizer, cache.data, cfg.quality_sentences, seed=cfg.seed)
@@ -92,8 +92,8 @@ def int8_fidelity(ctx: Any, prepared: dict[str, Any] | None, graph: Path) -> dic
     who deploys model.int8.onnx gets, beside the fp32 student's row. None where fidelity was not measured."""
     if not prepared or "skipped" in prepared:
         return None
-    from evaluation import embedding_fidelity
-    from export import onnx_sentence_embeddings
+    from kdnas.evaluation import embedding_fidelity
+    from kdnas.export import onnx_sentence_embeddings
 
     cfg = ctx.config
     emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, prepared["sentences"], max_len=cfg.latency_seq)
@@ -120,7 +120,7 @@ def fit_line(quality: dict[str, Any], rows: int | None = None) -> str | None:
 
 
 def _fidelity(ctx: Any, model: nn.Module, sentences: list[str], reference: Any) -> dict[str, float]:
-    from evaluation import embedding_fidelity, sentence_embeddings
+    from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
     cfg = ctx.config
     emb = sentence_embeddings((model.eval(), ctx.teacher.tokenizer), sentences, max_len=cfg.latency_seq)

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from core.files import atomic_write_text
+from kdnas.core.files import atomic_write_text
 
 from .neighbours import shape_label
 from .records import steps_label
@@ -84,7 +84,7 @@ the same vector as `encode`. `export.json`, `distill.json` and `search.json` hol
 
 
 def _teacher(teacher: str) -> str:
-    from core.assets import TEACHERS
+    from kdnas.core.assets import TEACHERS
 
     bundled = TEACHERS.get(teacher)
     origin = f" (bundled copy of {bundled.hub_id}, licence {bundled.license})" if bundled and bundled.hub_id else ""
@@ -95,7 +95,7 @@ def _origin(teacher: str) -> str:
     """Front-matter lines naming a bundled teacher's original model and licence: the student starts from
     its weights (distill.inherit), so it is a derivative of that model and ships under its licence. A
     teacher of the user's own is named in the card's text only."""
-    from core.assets import TEACHERS
+    from kdnas.core.assets import TEACHERS
 
     bundled = TEACHERS.get(teacher)
     if bundled is None:

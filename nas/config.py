@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 from typing import Any
 
-from distill.data import UNITS
-from core.errors import InputError, check_choice
-from distill.inherit import LAYER_RULES
-from distill.loop import PRECISIONS
-from distill.losses import LAYER_MAPS
-from distill.methods import METHODS, method_options, weighted_embed_terms
-from latency import check_settings
-from distill.checkpoint import SAVE_EVERY
-from distill.trainer import INITS
+from kdnas.distill.data import UNITS
+from kdnas.core.errors import InputError, check_choice
+from kdnas.distill.inherit import LAYER_RULES
+from kdnas.distill.loop import PRECISIONS
+from kdnas.distill.losses import LAYER_MAPS
+from kdnas.distill.methods import METHODS, method_options, weighted_embed_terms
+from kdnas.latency import check_settings
+from kdnas.distill.checkpoint import SAVE_EVERY
+from kdnas.distill.trainer import INITS
 
 from .proxy import MIN_PROXY_SENTENCES
 from .space import SearchSpace, default_space, override_space
@@ -38,6 +38,8 @@ RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_
                       "quality_sentences", "reference", "device", "progress", "stale_after_s",
                       "timeout", "final_max_steps", "cache_dir"})
 SAMPLERS = ("tpe", "nsga2", "random")
+# Fields only the hs proxy reads (the fidelity proxy runs the final recipe shortened: nas.trial).
+HS_PROXY_ONLY = ("method", "proxy_train", "batch_size", "lr")
 # The final run sees each transfer sentence at most this often (MiniLM, 3x12x384x1536, ρ at step
 # 1,200 of a 3,000-step run: 0.883 after 9.4 passes over 4,096 sentences, 0.903 over 32,768; at
 # 4.7 passes, 600 steps, 4,096 and 16,384 sentences score alike: 0.883 and 0.878).
@@ -192,6 +194,7 @@ class SearchConfig:
                              f"{MIN_PROXY_SENTENCES} held-out sentences")
         if self.proxy_steps is None:
             object.__setattr__(self, "proxy_steps", 30 if self.proxy == "fidelity" else 60)
+        self._check_proxy_fields()
         for name in ("proxy_steps", "proxy_train", "proxy_sentences", "proxy_eval", "seq_len", "batch_size", "eval_every",
                      "latency_batch", "latency_seq", "threads", "final_top_k", "final_batch_size"):
             _positive_int(self, name, "must be a positive integer")
@@ -311,6 +314,27 @@ class SearchConfig:
         # proxy is scored once, at its end (a rho on the way would cost as much as its steps).
         return self.prune and self.objective == "reward" and self.proxy == "hs"
 
+    def _check_proxy_fields(self) -> None:
+        """A field only the hs proxy reads, set while the fidelity proxy scores the trials, is refused rather
+        than ignored: that proxy trains with the final recipe (`final_method`, `final_batch_size`, its own rate)."""
+        if self.proxy != "fidelity":
+            return
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in HS_PROXY_ONLY:
+            if getattr(self, name) != defaults[name]:
+                flag = "--" + name.replace("_", "-")
+                raise InputError(f"{flag} {getattr(self, name)!r} shapes the hs proxy only; the fidelity proxy (the "
+                                 "default) trains every trial with the final recipe: add --proxy hs, or leave it out")
+
+    def proxy_recipe(self) -> dict[str, Any]:
+        """What the proxy trains every trial with, resolved: the fidelity proxy runs the final recipe shortened
+        (its method, batch and transfer set), so those `final_*` fields, run-only for the final run, define the
+        study's trials; the hs proxy's own fields (`method`, `batch_size`, `lr`, ...) are settings already."""
+        if self.proxy != "fidelity":
+            return {}
+        return {"method": self.final_method, "batch_size": self.final_batch_size, "train": self.final_train,
+                "unit": self.final_unit}
+
     def study_settings(self, space: SearchSpace, teacher_fingerprint: str, device: str = "cpu", dtype: str = "fp32",
                        latency_machine: dict[str, str] | None = None) -> dict[str, Any]:
         """The settings that define the study; compared on every resume. `device` and `dtype` are the
@@ -318,6 +342,7 @@ class SearchConfig:
         `latency_machine` (CPU model, runtime version) is where the budget and every latency were
         measured: a worker elsewhere would time shapes against another machine's budget."""
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in RUN_ONLY}
+        settings["proxy_recipe"] = self.proxy_recipe()
         settings["prune"] = self.pruning
         settings["teacher_fingerprint"] = teacher_fingerprint
         settings["space"] = space.to_dict()

@@ -28,12 +28,12 @@ from typing import Any
 
 import optuna
 
-from distill import Checkpoints, DistillResult, Evaluator, StudentSpec, narrowed_from, parse_arch
-from distill import distill as run_distill
-from distill.loop import fit_steps, resolve_precision
-from distill.trainer import resolve_device
-from core.errors import InputError
-from core.files import atomic_write_text, make_shared
+from kdnas.distill import Checkpoints, DistillResult, Evaluator, StudentSpec, narrowed_from, parse_arch
+from kdnas.distill import distill as run_distill
+from kdnas.distill.loop import fit_steps, resolve_precision
+from kdnas.distill.trainer import resolve_device
+from kdnas.core.errors import InputError
+from kdnas.core.files import atomic_write_text, make_shared
 
 from .config import FINAL_MAX_PASSES
 from .measure import beside_teacher, budget_latency, latency_record, measure
@@ -133,10 +133,10 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     """Distill, ship and profile the best `final_top_k` candidates whose shipped model.onnx is within
     the budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
     A finalist over the budget is moved to `over-budget/` and the next candidate is tried."""
-    from distill import TeacherCache, targets_dir
-    from core.assets import teacher_path
-    from export import read_sentence_pipeline
-    from export._graph import check_pooling
+    from kdnas.distill import TeacherCache, targets_dir
+    from kdnas.core.assets import teacher_path
+    from kdnas.export import read_sentence_pipeline
+    from kdnas.export import check_pooling
 
     cfg = ctx.config
     # Read before the long final distillation, so a teacher pipeline the export cannot match fails now.
@@ -291,7 +291,7 @@ def _shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any]
     budget judges it (`_final_latency`) — read twice and averaged when within the margin of the budget
     (`nas.time_limit.settled`); with the readings if an absolute budget's first was over, the
     teacher's re-reading if any, and how many steps (the export, each reading, a pair) it took."""
-    from export import export_model
+    from kdnas.export import export_model
 
     ctx.progress.phase(f"{label}: latency of the shipped graph, before training")
     with tempfile.TemporaryDirectory(prefix="kdnas-final-") as tmp:
@@ -524,7 +524,7 @@ def _continued(start: dict[str, Any]) -> dict[str, Any]:
 def _ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any], summary: dict) -> dict:
     """Write `dest`: ONNX (+ INT8), the HF weights, the sentence-transformers modules, distill.json;
     returns the export report and the sentence-transformers pipeline written."""
-    from export import export_model, write_sentence_transformers
+    from kdnas.export import export_model, write_sentence_transformers
 
     # export_model writes the folder (ONNX, INT8, tokenizer, config, export.json) atomically and
     # refuses to replace anything but an earlier export; the weights and the sentence-transformers

@@ -21,7 +21,7 @@ DRIFT_BAND = 1.25
 
 def measure(target: Any, config: SearchConfig, *, use_cache: bool = True) -> Any:
     """Profile a StudentSpec (random weights) or a model folder; returns a `latency.LatencyResult`."""
-    from latency import profile
+    from kdnas.latency import profile
 
     return profile(target, batch=config.latency_batch, seq=config.latency_seq, threads=config.threads,
                    runtime=config.runtime, use_cache=use_cache)
@@ -68,7 +68,7 @@ def beside_teacher(target: Any, config: SearchConfig, teacher_then_ms: float, *,
 
 def measure_beside_teacher(target: Any, config: SearchConfig) -> Any:
     """`target` and the search's teacher timed in alternation (`latency.PairResult`)."""
-    from latency import profile_pair
+    from kdnas.latency import profile_pair
 
     return profile_pair(target, config.teacher, batch=config.latency_batch, seq=config.latency_seq,
                         threads=config.threads, runtime=config.runtime)

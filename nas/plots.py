@@ -13,7 +13,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import TrialState, create_trial
 
-from core.errors import first_line
+from kdnas.core.errors import first_line
 
 from .records import loss_of, pareto_front
 from .trial import UNTRAINED_LOSS

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from core.errors import InputError
+from kdnas.core.errors import InputError
 
 # Random sentence pairs for the proxy's ρ; fewer than the shipped student's 4,000, since every trial pays for them.
 PROXY_PAIRS = 2000
@@ -36,7 +36,7 @@ class FidelityProbe:
 
     def score(self, student: Any, tokenizer: Any) -> dict[str, float]:
         """The student's fidelity ρ (with its jackknife standard error) on the probe's sentences."""
-        from evaluation import embedding_fidelity, sentence_embeddings
+        from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
         was_training = student.training
         emb = sentence_embeddings((student.eval(), tokenizer), self.sentences, max_len=self.max_len)
@@ -48,7 +48,7 @@ class FidelityProbe:
 def probe_sentences(config: Any, texts: list[str]) -> list[str]:
     """`proxy_sentences` held-out sentences after the `quality_sentences`; a corpus too small for
     them is refused in one line (`nas.search` asks before it creates the study)."""
-    from distill.data import heldout_sentences
+    from kdnas.distill.data import heldout_sentences
 
     skip = config.quality_sentences
     sentences = heldout_sentences(texts, skip + config.proxy_sentences, seed=config.seed)[skip:]
@@ -61,7 +61,7 @@ def probe_sentences(config: Any, texts: list[str]) -> list[str]:
 
 def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe:
     """The probe of one search: its sentences and the teacher's embeddings of them."""
-    from evaluation import sentence_embeddings
+    from kdnas.evaluation import sentence_embeddings
 
     sentences = probe_sentences(config, texts)
     reference = sentence_embeddings(teacher, sentences, max_len=config.latency_seq)

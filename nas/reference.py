@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from distill import StudentSpec
+from kdnas.distill import StudentSpec
 
 from .measure import latency_record, measure
 

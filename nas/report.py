@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 import plotly.io as pio
 
-from core.files import atomic_write_text
+from kdnas.core.files import atomic_write_text
 
 from .neighbours import shape_label
 from .plots import history_figure, importance_figure, importances, pareto_figure

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from core.errors import InputError
+from kdnas.core.errors import InputError
 
 
 def kdnas_reward(

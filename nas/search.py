@@ -17,13 +17,13 @@ from typing import Any
 
 import optuna
 
-from distill import TeacherCache, family_reason, load_corpus, load_teacher, targets_dir
-from core.errors import InputError, TrainingError
-from distill.activations import ModelDims
-from distill.loop import resolve_precision
-from distill.methods import build_method
-from distill.trainer import resolve_device
-from core.files import ensure_writable_dir, undone_if_refused
+from kdnas.distill import TeacherCache, family_reason, load_corpus, load_teacher, targets_dir
+from kdnas.core.errors import InputError, TrainingError
+from kdnas.distill.activations import ModelDims
+from kdnas.distill.loop import resolve_precision
+from kdnas.distill.methods import build_method
+from kdnas.distill.trainer import resolve_device
+from kdnas.core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
 from .config import SearchConfig
@@ -286,7 +286,7 @@ def _settled_study(storage, name: str, wait_s: float = 60.0) -> optuna.Study:
 
 def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tuple[dict, dict, float]:
     """Teacher latency, the fastest shape's latency, and the budget, checked against each other."""
-    from distill import StudentSpec
+    from kdnas.distill import StudentSpec
 
     progress.phase("measuring teacher latency")
     teacher_latency = latency_record(measure(cfg.teacher, cfg))
@@ -309,7 +309,7 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
 
 def latency_machine(runtime: str) -> dict[str, str]:
     """What a study's latencies depend on besides its settings: the CPU model and the runtime."""
-    from latency import cpu_model, library_versions
+    from kdnas.latency import cpu_model, library_versions
 
     versions = library_versions(runtime)
     return {"cpu": cpu_model(), "runtime": f"{runtime} {versions.get(runtime, versions['torch'])}"}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import KdnasError, InputError, first_line
+from kdnas.core.errors import KdnasError, InputError, first_line
 
 DIMENSIONS = ("layers", "heads", "hidden", "ffn")
 _RANGE_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*(?::\s*(\d+)\s*)?$")

@@ -34,8 +34,8 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent first opens stay a rare race there
     fcntl = None
 
-from core.errors import KdnasError, InputError, StorageError, first_line
-from core.files import atomic_write_text
+from kdnas.core.errors import KdnasError, InputError, StorageError, first_line
+from kdnas.core.files import atomic_write_text
 
 from .resume import claim_retry
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.spec import parse_arch
+from kdnas.core.spec import parse_arch
 
 TRIAL_SHARE = 0.5
 # Trials that start whatever the final run's forecast says: the sampler's random start (TPE's startup

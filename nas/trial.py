@@ -18,9 +18,9 @@ from typing import Any
 
 import optuna
 
-from distill import DistillConfig, StudentSpec, make_transfer_set
-from distill import distill as run_distill
-from core.errors import first_line
+from kdnas.distill import DistillConfig, StudentSpec, make_transfer_set
+from kdnas.distill import distill as run_distill
+from kdnas.core.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig

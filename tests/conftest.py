@@ -17,7 +17,7 @@ def shared_modes():
     where all agree, else the set of them), and `umask()` to compare them with (core.files)."""
     import stat
 
-    from core.files import umask
+    from kdnas.core.files import umask
 
     def modes(folder: Path) -> dict:
         found = {"folders": set(), "files": set()}
@@ -31,21 +31,21 @@ def shared_modes():
 
 @pytest.fixture(scope="session")
 def teacher():
-    from distill import load_teacher
+    from kdnas.distill import load_teacher
 
     return load_teacher("minilm-l6")
 
 
 @pytest.fixture(scope="session")
 def news_texts():
-    from distill import load_corpus
+    from kdnas.distill import load_corpus
 
     return load_corpus("news")
 
 
 @pytest.fixture(scope="session")
 def small_data(teacher, news_texts):
-    from distill import make_transfer_set
+    from kdnas.distill import make_transfer_set
 
     return make_transfer_set(teacher.tokenizer, news_texts, seq_len=64, num_train=128, num_eval=32, seed=0)
 
@@ -57,7 +57,7 @@ def minilm_2l(tmp_path_factory) -> str:
     from transformers import AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from core.assets import teacher_path
+    from kdnas.core.assets import teacher_path
 
     hf_logging.set_verbosity_error()
     path = teacher_path("minilm-l6")

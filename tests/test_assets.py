@@ -2,8 +2,8 @@ import shutil
 
 import pytest
 
-from core import assets
-from core.errors import KdnasError
+from kdnas.core import assets
+from kdnas.core.errors import KdnasError
 
 
 def test_bundled_teacher_files_verify():

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import torch
 
-from distill import ModelDims, StudentSpec, TeacherCache
-from evaluation.baselines import first_layers_depth
-from nas.baselines import baseline_fidelity, fidelity_table, fit_line, int8_fidelity
+from kdnas.distill import ModelDims, StudentSpec, TeacherCache
+from kdnas.evaluation.baselines import first_layers_depth
+from kdnas.nas.baselines import baseline_fidelity, fidelity_table, fit_line, int8_fidelity
 
 
 def test_first_layers_depth_is_the_deepest_cut_no_dearer_than_the_student():
@@ -22,7 +22,7 @@ def test_first_layers_depth_is_the_deepest_cut_no_dearer_than_the_student():
 
 
 def test_fidelity_table_ranks_the_teacher_itself_above_the_baselines(teacher, news_texts, small_data):
-    from nas.config import SearchConfig
+    from kdnas.nas.config import SearchConfig
 
     d = teacher.dims
     spec = StudentSpec(layers=2, heads=12, hidden=384, ffn=1536, **teacher.student_sizes())
@@ -45,8 +45,8 @@ def test_fidelity_table_ranks_the_teacher_itself_above_the_baselines(teacher, ne
 
 
 def test_int8_fidelity_scores_the_shipped_graph_on_the_same_sentences(teacher, news_texts, small_data, tmp_path):
-    from export import export_model
-    from nas.config import SearchConfig
+    from kdnas.export import export_model
+    from kdnas.nas.config import SearchConfig
 
     spec = StudentSpec(layers=2, heads=12, hidden=384, ffn=1536, **teacher.student_sizes())
     ctx = SimpleNamespace(config=SearchConfig(quality_sentences=60, latency_seq=64), teacher=teacher, texts=news_texts)

@@ -1,9 +1,10 @@
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
-from distill import Needs, TeacherCache
+from kdnas.distill import Needs, TeacherCache
 
 
 def test_targets_computed_once_and_shared_between_methods(teacher, small_data):
@@ -28,7 +29,7 @@ def test_disk_cache_is_reused_by_a_new_process_view(teacher, small_data, tmp_pat
     needs = Needs(hidden=frozenset({6}))
     first = TeacherCache(teacher, small_data, directory=tmp_path)
     first.ensure("eval", needs)
-    files = sorted(p.name for p in tmp_path.glob("*.pt"))
+    files = sorted(p.name for p in tmp_path.glob("*.bin"))
     assert len(files) == 1 and small_data.fingerprint in files[0] and teacher.fingerprint in files[0]
     second = TeacherCache(teacher, small_data, directory=tmp_path)
     second.ensure("eval", needs)
@@ -81,7 +82,7 @@ def test_two_processes_on_one_folder_run_the_teacher_once(teacher, small_data, t
 
 
 def _sentences(teacher, news_texts, rows: int, seed: int = 0):
-    from distill import make_transfer_set
+    from kdnas.distill import make_transfer_set
 
     return make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=rows, num_eval=8, seed=seed,
                              unit="sentence")
@@ -108,6 +109,29 @@ def test_a_grown_set_reuses_the_targets_it_starts_with_and_runs_the_teacher_on_t
                                fresh.batch("train", every, needs).hidden[6][real_tokens].float(), atol=2e-2, rtol=1e-2)
     assert torch.equal(grown.batch("eval", torch.arange(8), needs).hidden[6],
                        cache.batch("eval", torch.arange(8), needs).hidden[6])
-    assert any(big.fingerprint in p.name for p in tmp_path.glob("*.pt"))  # kept for a rerun, like any set
+    assert any(big.fingerprint in p.name for p in tmp_path.glob("*.bin"))  # kept for a rerun, like any set
     with pytest.raises(ValueError, match="must start with this cache's rows"):
         cache.grown(_sentences(teacher, news_texts, 40, seed=1))  # another order of the corpus: other rows
+
+
+def test_kept_targets_stream_into_a_mapped_file_and_are_read_back_mapped(teacher, small_data, tmp_path):
+    """A teacher pass writes into the entry's file as it goes (the file has its full size at the first
+    batch), and the finished entry is read through a mapping of that file, not held in RAM."""
+    seen = []
+
+    def at_batch(done: int, total: int) -> None:
+        seen.extend(p.stat().st_size for p in tmp_path.glob("*.partial-*"))
+
+    cache = TeacherCache(teacher, small_data, directory=tmp_path, batch_size=50, on_rows=at_batch)
+    stale = tmp_path / f"{cache._prefix('train')}-hidden6.partial-1-2"
+    stale.write_bytes(b"half")  # a killed run's: removed under the lock, never read
+    cache.ensure("train", Needs(hidden=frozenset({6})))
+    rows, seq = small_data.train_ids.shape
+    assert seen == [rows * seq * 384 * 2] * 3  # one file of the whole entry, written in place batch by batch
+    entry = tmp_path / f"{cache._prefix('train')}-hidden6.bin"
+    assert sorted(tmp_path.iterdir()) == sorted([entry, *tmp_path.glob("*.lock")])
+    assert str(entry) in Path("/proc/self/maps").read_text()
+    live = teacher.activations(small_data.train_ids[:3], small_data.train_mask[:3], Needs(hidden=frozenset({6})))
+    got = cache.batch("train", torch.arange(3), Needs(hidden=frozenset({6}))).hidden[6]
+    real = small_data.train_mask[:3].bool()
+    torch.testing.assert_close(got[real].float(), live.hidden[6][real], atol=2e-2, rtol=1e-2)

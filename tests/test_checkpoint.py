@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 import torch
 
-from core.errors import InputError
-from distill import Checkpoints, DistillConfig, TeacherCache, distill, parse_arch
+from kdnas.core.errors import InputError
+from kdnas.distill import Checkpoints, DistillConfig, TeacherCache, distill, parse_arch
 
 
 class Crash(Exception):
@@ -90,7 +90,7 @@ def test_a_run_fitted_to_a_deadline_is_not_saved(teacher, small_data, cache, tmp
 
 
 def test_a_two_stage_recipe_takes_its_finished_first_stage_from_the_save(teacher, small_data, cache, tmp_path, capsys):
-    from distill import with_assistant
+    from kdnas.distill import with_assistant
 
     spec = parse_arch("1x4x64x128", **teacher.student_sizes())
     config = dataclasses.replace(CONFIG, steps=4, eval_every=2, augment=0.0)

@@ -133,7 +133,7 @@ def test_init_inherit_with_a_student_larger_than_the_teacher_is_one_line_exit_2(
 
 
 def test_first_line_of_an_error_never_fails():
-    from core.errors import first_line
+    from kdnas.core.errors import first_line
 
     assert first_line(ValueError("bad value\nmore detail")) == "bad value"
     assert first_line(ValueError("")) == "ValueError"  # an empty message once raised IndexError
@@ -141,7 +141,7 @@ def test_first_line_of_an_error_never_fails():
 
 
 def test_a_stopped_run_goes_on_from_its_save_when_the_command_runs_again(tmp_path, monkeypatch, capsys):
-    from distill import trainer
+    from kdnas.distill import trainer
 
     monkeypatch.setenv("KDNAS_CACHE", str(tmp_path))
     small = ["--arch", "1x4x64x128", "--method", "hs", "--steps", "6", "--batch-size", "8", "--train-size", "32",

@@ -120,7 +120,7 @@ def test_latency_beside_the_teacher_is_a_ratio_timed_side_by_side(capsys, tmp_pa
 
 def test_card_puts_the_table_into_the_student_s_model_card_and_a_rerun_replaces_it(capsys, tmp_path, minilm_2l,
                                                                                    isolated_cache):
-    from evaluation.card import END, START
+    from kdnas.evaluation.card import END, START
 
     student = tmp_path / "student"
     shutil.copytree(minilm_2l, student)
@@ -151,7 +151,7 @@ def test_card_without_a_student_folder_is_refused_before_any_work(capsys):
 
 
 def test_a_card_section_replaces_only_itself(tmp_path):
-    from evaluation.card import END, START, write_card
+    from kdnas.evaluation.card import END, START, write_card
 
     report = {"protocol": {"measures": []}, "tasks": {}, "models": [
         {"model": "s", "path": "/nowhere/s", "role": "student", "parameters": 1e6, "latency_ms": None}]}

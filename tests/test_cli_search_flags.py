@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 from kdnas.cli import build_parser
-from nas import SearchConfig
-from nas._cli import config_from_args
-from nas.config import RUN_ONLY
+from kdnas.nas import SearchConfig
+from kdnas.nas._cli import config_from_args
+from kdnas.nas.config import RUN_ONLY
 
 NOT_FLAGS = {"space", "space_overrides", "prune", "progress", "stale_after_s"}  # mapped or Python-only
 
@@ -38,7 +38,7 @@ def test_flags_reach_the_config():
 def test_a_bad_save_interval_for_the_final_run_is_refused():
     import pytest
 
-    from core.errors import InputError
+    from kdnas.core.errors import InputError
 
     for bad in (-1, 2.5, True):
         with pytest.raises(InputError, match=rf"final save every {bad!r} steps is invalid: a whole number >= 0"):
@@ -60,8 +60,8 @@ def test_study_settings_are_the_fields_that_change_what_a_trial_measures():
 def test_each_method_gets_only_the_options_it_takes():
     import pytest
 
-    from core.errors import InputError
-    from nas.trial import SearchContext
+    from kdnas.core.errors import InputError
+    from kdnas.nas.trial import SearchContext
 
     def configs(**changes):
         ctx = SearchContext(config=SearchConfig(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
@@ -76,9 +76,9 @@ def test_each_method_gets_only_the_options_it_takes():
     assert configs(proxy="hs", method="pkd", final_method="hs", layer_map="last") == ({"layer_map": "last"},
                                                                                       {"layer_map": "last"})
     with pytest.raises(InputError, match=r"layer map 'last' applies to the methods hs, pkd; method 'embed' and final method 'embed' have none"):
-        SearchConfig(method="embed", layer_map="last")
+        SearchConfig(proxy="hs", method="embed", layer_map="last")
     with pytest.raises(InputError, match=r"method 'od' is invalid: allowed hs, "):
-        SearchConfig(method="od")
+        SearchConfig(proxy="hs", method="od")
     with pytest.raises(InputError, match=r"precision 'fp16' is invalid: allowed auto, bf16, fp32"):
         SearchConfig(precision="fp16")
     # the proxy and the final run train in the search's precision
@@ -87,8 +87,20 @@ def test_each_method_gets_only_the_options_it_takes():
     assert ctx.distill_config(30).precision == ctx.final_config().precision == "fp32"
 
 
+def test_a_field_only_the_hs_proxy_reads_is_refused_with_the_fidelity_proxy():
+    import pytest
+
+    from kdnas.core.errors import InputError
+
+    for name, value in (("lr", 1e-3), ("method", "minilm"), ("batch_size", 4), ("proxy_train", 32)):
+        flag = "--" + name.replace("_", "-")
+        with pytest.raises(InputError, match=rf"^{flag} .* shapes the hs proxy only; .* add --proxy hs"):
+            SearchConfig(**{name: value})
+        assert getattr(SearchConfig(proxy="hs", **{name: value}), name) == value
+
+
 def test_the_fidelity_proxy_keeps_the_learning_rate_its_ranking_was_measured_at():
-    from nas.trial import PROXY_FINAL_LR, SearchContext
+    from kdnas.nas.trial import PROXY_FINAL_LR, SearchContext
 
     def context(**changes):
         return SearchContext(config=SearchConfig(**changes), space=None, sizes={}, teacher=None, texts=None,

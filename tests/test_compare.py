@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.compare import Difference, Score, binomial_se, compare, outcome_string, paired_se, scores
+from kdnas.evaluation.compare import Difference, Score, binomial_se, compare, outcome_string, paired_se, scores
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -110,7 +110,7 @@ def test_compare_only_the_measures_both_rows_have():
 
 
 def test_baselines_verdict_separates_strict_failures_from_noise_and_saturation():
-    from evaluation.baselines import verdict_lines, verdicts
+    from kdnas.evaluation.baselines import verdict_lines, verdicts
 
     report = {"models": [
         _row("teacher", "teacher", 1.0, 0.0, 0.95, [0.90, 0.92]),

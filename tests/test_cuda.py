@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from distill import DistillConfig, Evaluator, TeacherCache, distill, parse_arch
+from kdnas.distill import DistillConfig, Evaluator, TeacherCache, distill, parse_arch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 
@@ -37,7 +37,7 @@ def test_cached_and_live_targets_agree_on_the_gpu(teacher, small_data):
 
 
 def test_training_targets_live_on_the_gpu_and_read_the_same(teacher, small_data):
-    from distill.activations import Needs
+    from kdnas.distill.activations import Needs
 
     cache = TeacherCache(teacher, small_data)
     needs = Needs(hidden=frozenset({6}))
@@ -52,8 +52,8 @@ def test_training_targets_live_on_the_gpu_and_read_the_same(teacher, small_data)
 def test_a_grown_set_joins_targets_placed_on_the_gpu_with_the_new_rows(teacher, news_texts):
     """What a final run does when its time allows more steps than its set was sized for, after its
     targets went to the GPU: the smaller set's rows are reused, the teacher runs on the new ones."""
-    from distill import make_transfer_set
-    from distill.activations import Needs
+    from kdnas.distill import make_transfer_set
+    from kdnas.distill.activations import Needs
 
     small, big = (make_transfer_set(teacher.tokenizer, news_texts, seq_len=64, num_train=n, num_eval=16, seed=0)
                   for n in (48, 80))
@@ -75,7 +75,7 @@ def test_search_on_the_gpu_trains_there_and_ships_a_cpu_export(tmp_path):
     out = tmp_path / "gpu"
     args = ["search", "--out", str(out), "--device", "cuda", "--trials", "2", "--layers", "1-2", "--hidden", "96",
             "--ffn", "256", "--budget-ms", "1000", "--proxy-steps", "6", "--eval-every", "3", "--final-steps", "6",
-            "--proxy-train", "32", "--proxy-eval", "16", "--seq-len", "32", "--batch-size", "4",
+            "--proxy-eval", "16", "--seq-len", "32",
             "--final-train", "48", "--final-batch-size", "8", "--quality-sentences", "48", "--proxy-sentences", "60", "--no-progress"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run([sys.executable, "-m", "kdnas.cli", *args], cwd=REPO, env=env, capture_output=True,

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from distill import KdnasError, load_corpus, make_transfer_set
+from kdnas.distill import KdnasError, load_corpus, make_transfer_set
 
 
 def test_news_corpus_is_the_bundled_articles(news_texts):

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from distill import ModelDims, build_method
-from distill.activations import Activations
-from core.errors import KdnasError
-from distill.losses import anchor_relation_loss, mean_pool, pooled_cosine_loss, relation_loss, token_state_loss
+from kdnas.distill import ModelDims, build_method
+from kdnas.distill.activations import Activations
+from kdnas.core.errors import KdnasError
+from kdnas.distill.losses import anchor_relation_loss, mean_pool, pooled_cosine_loss, relation_loss, token_state_loss
 
 
 def test_mean_pool_ignores_padding():
@@ -93,7 +93,7 @@ def test_embed_terms_are_checked(terms):
 
 @pytest.mark.parametrize("terms", ["", "mse+mse", "mse+magic", "0*mse"])
 def test_a_config_refuses_malformed_embed_terms_before_any_run(terms):
-    from distill import DistillConfig
+    from kdnas.distill import DistillConfig
 
     with pytest.raises(KdnasError, match="embed_terms="):
         DistillConfig(method="embed", embed_terms=terms)

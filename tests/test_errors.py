@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import latency._profile as latency_profile
-from core.errors import (AssetError, InputError, KdnasError, LatencyError, ParityError, StorageError, TrainingError,
+import kdnas.latency._profile as latency_profile
+from kdnas.core.errors import (AssetError, InputError, KdnasError, LatencyError, ParityError, StorageError, TrainingError,
                          check_choice, first_line)
-from core.spec import parse_arch
-from nas.storage import read_pointer
+from kdnas.core.spec import parse_arch
+from kdnas.nas.storage import read_pointer
 
 
 def test_every_kind_is_a_kdnas_error_and_bad_input_is_a_value_error():

@@ -91,8 +91,8 @@ def test_baselines_refuse_what_cannot_rebuild_before_any_work(student, tmp_path,
 
 
 def test_a_damaged_baselines_folder_is_named_not_taken_for_baselines(student, tmp_path):
-    from core.errors import AssetError
-    from evaluation.baselines import build_baselines
+    from kdnas.core.errors import AssetError
+    from kdnas.evaluation.baselines import build_baselines
 
     def build():
         return build_baselines(str(student), None, "news", 16, lambda line: None, tmp_path)

@@ -10,10 +10,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from core.errors import KdnasError
-from core.spec import StudentSpec, build_student
-from export import export_model
-from export import _parity
+from kdnas.core.errors import KdnasError
+from kdnas.core.spec import StudentSpec, build_student
+from kdnas.export import export_model
+from kdnas.export import _parity
 
 TINY = StudentSpec(layers=2, heads=4, hidden=64, ffn=128)
 
@@ -23,7 +23,7 @@ def student_dir(tmp_path_factory):
     """A random-weight student saved the way transformers saves any model, with the teacher's tokenizer."""
     from transformers import AutoTokenizer
 
-    from core.assets import teacher_path
+    from kdnas.core.assets import teacher_path
 
     folder = tmp_path_factory.mktemp("student")
     build_student(TINY, seed=0).save_pretrained(folder)
@@ -128,7 +128,7 @@ def test_a_graph_with_segment_ids_runs_from_a_tokenizer_that_gives_none(student_
 
     from transformers import AutoTokenizer
 
-    from export import onnx_sentence_embeddings
+    from kdnas.export import onnx_sentence_embeddings
 
     export_model(student_dir, tmp_path / "onnx")
     graph, tokenizer = tmp_path / "onnx" / "model.onnx", AutoTokenizer.from_pretrained(student_dir)

@@ -9,11 +9,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from core.errors import TrainingError
-from nas import SearchConfig, search
-from nas.resume import counted_trials, enqueue_retries, failed_shapes, repeated_failure
-from nas.storage import default_storage_url, open_storage
-from nas.trial import SearchContext
+from kdnas.core.errors import TrainingError
+from kdnas.nas import SearchConfig, search
+from kdnas.nas.resume import counted_trials, enqueue_retries, failed_shapes, repeated_failure
+from kdnas.nas.storage import default_storage_url, open_storage
+from kdnas.nas.trial import SearchContext
 
 DIST = {"layers": optuna.distributions.IntDistribution(1, 6)}
 
@@ -42,7 +42,7 @@ def test_a_failed_trial_is_retried_once_and_its_failed_retry_is_final(tmp_path):
 
 
 def test_two_workers_that_take_the_last_slot_at_once_run_only_the_first_numbered_trial(tmp_path):
-    from nas.resume import is_surplus
+    from kdnas.nas.resume import is_surplus
 
     study = optuna.create_study(storage=open_storage(default_storage_url(tmp_path)), study_name="s")
     done = study.ask(DIST)
@@ -89,7 +89,7 @@ def test_repeated_failure_needs_the_same_error_every_time(tmp_path):
 
 POISON = "1x12x384x256"
 BASE = dict(trials=4, sampler="random", budget_ms=1000.0, proxy_steps=4, eval_every=2, final_steps=0, final_train=48,
-            proxy_train=32, proxy_eval=8, seq_len=32, batch_size=4, quality_sentences=0, proxy_sentences=60, progress=False,
+            proxy_eval=8, seq_len=32, quality_sentences=0, proxy_sentences=60, progress=False,
             space_overrides={"layers": "1,2", "heads": "12", "hidden": "384", "ffn": "256"})
 
 

@@ -15,12 +15,12 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from core.assets import teacher_path  # noqa: E402
-from core.errors import InputError  # noqa: E402
-from core.families import FAMILIES  # noqa: E402
-from core.spec import StudentSpec, build_student  # noqa: E402
-from distill import load_teacher  # noqa: E402
-from distill.inherit import inherit_reason, inherit_student, measure_importance  # noqa: E402
+from kdnas.core.assets import teacher_path  # noqa: E402
+from kdnas.core.errors import InputError  # noqa: E402
+from kdnas.core.families import FAMILIES  # noqa: E402
+from kdnas.core.spec import StudentSpec, build_student  # noqa: E402
+from kdnas.distill import load_teacher  # noqa: E402
+from kdnas.distill.inherit import inherit_reason, inherit_student, measure_importance  # noqa: E402
 
 torch.set_num_threads(2)
 
@@ -111,8 +111,8 @@ def test_a_pruned_student_keeps_the_family_and_its_shared_heads(family_teacher):
 def test_the_shipped_folder_exports_and_loads_as_a_sentence_transformer(family_teacher, tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    from core.sentence import write_sentence_transformers
-    from export import export_model
+    from kdnas.core.sentence import write_sentence_transformers
+    from kdnas.export import export_model
 
     model_type, _, teacher, importance = family_teacher
     student, _ = inherit_student(teacher, _spec(teacher, 2, 4, 32, 96), importance, "even")
@@ -198,7 +198,7 @@ def test_a_teacher_of_another_family_is_one_line_and_writes_nothing(other_famili
 
 
 def test_the_parameter_count_of_a_model_folder_follows_its_family(family_teacher):
-    from evaluation.models import ModelRef, count_parameters
+    from kdnas.evaluation.models import ModelRef, count_parameters
 
     _, folder, teacher, _ = family_teacher
     assert count_parameters(ModelRef(name="t", path=str(folder), fingerprint="")) == \

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.files import atomic_write_text, check_parent_folder, make_shared, staged_folder, umask, undone_if_refused
+from kdnas.core.files import atomic_write_text, check_parent_folder, make_shared, staged_folder, umask, undone_if_refused
 
 
 @pytest.fixture(params=[0o022, 0o077, 0o002])
@@ -114,7 +114,7 @@ def test_folders_made_for_a_refused_step_are_removed_and_no_others(tmp_path):
 
 
 def test_an_output_below_a_file_is_refused_and_nothing_made(tmp_path):
-    from core.errors import InputError
+    from kdnas.core.errors import InputError
 
     (tmp_path / "a-file").write_text("")
     with pytest.raises(InputError, match=r"--out .*a-file/x/y cannot be made: .*a-file is a file, not a folder"):

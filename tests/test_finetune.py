@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.errors import KdnasError
-from evaluation.finetune import FinetuneConfig, accuracy_and_f1, evaluate_model, finetune_once, protocol_splits
-from evaluation.models import resolve_model
-from evaluation.report import evaluate, format_table
-from evaluation.tasks import load_task
+from kdnas.core.errors import KdnasError
+from kdnas.evaluation.finetune import FinetuneConfig, accuracy_and_f1, evaluate_model, finetune_once, protocol_splits
+from kdnas.evaluation.models import resolve_model
+from kdnas.evaluation.report import evaluate, format_table
+from kdnas.evaluation.tasks import load_task
 
 torch.set_num_threads(2)
 
@@ -25,14 +25,14 @@ TINY = FinetuneConfig(lr=2e-4, batch_size=16, epochs=2, max_len=32, train_size=2
 
 
 def test_gain_kept_is_zero_at_the_majority_class():
-    from evaluation.report import gain_kept
+    from kdnas.evaluation.report import gain_kept
 
     assert gain_kept(0.578, 0.732, 0.578) == 0.0
     assert gain_kept(0.655, 0.732, 0.578) == pytest.approx(50.0)
 
 
 def test_evaluation_trains_in_fp32_on_every_cpu_so_its_scores_do_not_depend_on_the_cpu_model():
-    from evaluation.models import yardstick_precision
+    from kdnas.evaluation.models import yardstick_precision
 
     assert yardstick_precision(torch.device("cpu")) == "fp32"
     assert yardstick_precision(torch.device("cuda")) == "bf16"
@@ -68,7 +68,7 @@ def test_scores_are_cached_per_weights_and_recipe(minilm_2l, topic, isolated_cac
     def fail(*args, **kwargs):
         raise AssertionError("a cached score was recomputed")
 
-    monkeypatch.setattr("evaluation.finetune.finetune_once", fail)
+    monkeypatch.setattr("kdnas.evaluation.finetune.finetune_once", fail)
     again = evaluate_model(ref, [topic], config)["topic"]
     assert all(r.cached for r in again.runs)
     assert [r.accuracy for r in again.runs] == [r.accuracy for r in first.runs]

@@ -10,8 +10,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from fit_gap import samples  # noqa: E402
 
-from distill import make_transfer_set  # noqa: E402
-from distill.data import heldout_sentences  # noqa: E402
+from kdnas.distill import make_transfer_set  # noqa: E402
+from kdnas.distill.data import heldout_sentences  # noqa: E402
 
 
 def test_one_sample_is_rows_trained_on_and_the_other_held_out_text_of_the_same_form(teacher, news_texts):

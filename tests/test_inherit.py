@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distill import DistillConfig, StudentSpec, TeacherCache, distill
-from core.errors import KdnasError
-from distill.inherit import inherit_reason, inherit_student, plan, select_layers
-from evaluation import embedding_fidelity, sentence_embeddings
+from kdnas.distill import DistillConfig, StudentSpec, TeacherCache, distill
+from kdnas.core.errors import KdnasError
+from kdnas.distill.inherit import inherit_reason, inherit_student, plan, select_layers
+from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
 torch.set_num_threads(2)
 
@@ -20,7 +20,7 @@ def importance(teacher, small_data):
 
 @pytest.fixture(scope="module")
 def sentences(news_texts):
-    from distill.data import heldout_sentences
+    from kdnas.distill.data import heldout_sentences
 
     return heldout_sentences(news_texts, 160, seed=0)
 
@@ -103,7 +103,7 @@ def test_the_trainer_falls_back_to_svd_with_a_notice(teacher, small_data, capsys
 def test_an_mpnet_teacher_gives_mpnet_students(news_texts, tmp_path):
     """The bundled MPNet: at its full shape the student is the teacher (relative position bias included);
     a pruned student is an MPNetModel far from random, and its graph embeds a sentence as it does."""
-    from distill import load_teacher, make_transfer_set
+    from kdnas.distill import load_teacher, make_transfer_set
 
     mpnet = load_teacher("mpnet-base")
     data = make_transfer_set(mpnet.tokenizer, news_texts, seq_len=64, num_train=64, num_eval=8, seed=0)
@@ -123,13 +123,13 @@ def test_an_mpnet_teacher_gives_mpnet_students(news_texts, tmp_path):
     sentences = [s for s in news_texts[:40]]
     t = sentence_embeddings(mpnet, sentences, max_len=64)
     s = sentence_embeddings((student.eval(), mpnet.tokenizer), sentences, max_len=64)
-    from core.spec import build_student
+    from kdnas.core.spec import build_student
 
     r = sentence_embeddings((build_student(spec, seed=0).eval(), mpnet.tokenizer), sentences, max_len=64)
     assert embedding_fidelity(t, s, pairs=500)["spearman"] > embedding_fidelity(t, r, pairs=500)["spearman"] + 0.2
     # MPNet has no segment embeddings, so the graph takes no token_type_ids; onnxruntime's optimizer has
     # no MPNet attention pattern (the bias), so attention stays unfused, and the export says so.
-    from export import export_model, onnx_sentence_embeddings
+    from kdnas.export import export_model, onnx_sentence_embeddings
 
     report = export_model(student, tmp_path / "graph", tokenizer=mpnet.tokenizer)
     assert report.inputs == ("input_ids", "attention_mask") and not report.attention_fused
@@ -138,8 +138,8 @@ def test_an_mpnet_teacher_gives_mpnet_students(news_texts, tmp_path):
 
 
 def test_a_pruned_students_embed_projection_starts_as_its_channel_selection(teacher, small_data):
-    from distill.methods import build_method
-    from distill.trainer import spec_dims
+    from kdnas.distill.methods import build_method
+    from kdnas.distill.trainer import spec_dims
 
     spec = _spec(teacher, 1, 6, 192, 256)
     chosen = plan(teacher, spec, TeacherCache(teacher, small_data).importance(rows=32))
@@ -153,7 +153,7 @@ def test_a_pruned_students_embed_projection_starts_as_its_channel_selection(teac
 
 
 def test_a_trained_student_is_narrowed_as_a_teacher_is(teacher, small_data, importance):
-    from distill import narrowed
+    from kdnas.distill import narrowed
 
     ids, mask = small_data.split("train")
     ids, mask = ids[:32], mask[:32]

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-import export
-from core.errors import KdnasError, LatencyError
-from core.spec import StudentSpec
-import latency._profile as latency_profile
-from latency import LatencyResult, latency_cores, profile, profile_pair
-from latency._stats import StopRule, measure, measure_blocks, measure_pair, summarize
+import kdnas.export as export
+from kdnas.core.errors import KdnasError, LatencyError
+from kdnas.core.spec import StudentSpec
+import kdnas.latency._profile as latency_profile
+from kdnas.latency import LatencyResult, latency_cores, profile, profile_pair
+from kdnas.latency._stats import StopRule, measure, measure_blocks, measure_pair, summarize
 
 TINY = "2x2x64x128"  # measured in seconds; real onnxruntime, real export
 
@@ -228,8 +228,8 @@ def test_torch_runtime_and_onnx_file(tmp_path):
     torch_res = profile(TINY, seq=16, runtime="torch", use_cache=False)
     assert torch_res.runtime == "torch" and torch_res.median_ms > 0 and not torch_res.cached
 
-    from core.spec import build_student
-    from export import export_onnx
+    from kdnas.core.spec import build_student
+    from kdnas.export import export_onnx
 
     path = tmp_path / "tiny.onnx"
     export_onnx(build_student(StudentSpec(2, 2, 64, 128, max_position=64)), path)
@@ -353,7 +353,7 @@ def test_measurements_on_one_host_take_turns(tmp_path, monkeypatch):
 
 _HOLD = """
 import sys, time
-from core.quiet import quiet_host
+from kdnas.core.quiet import quiet_host
 with quiet_host():
     print("held", flush=True)
     time.sleep(float(sys.argv[1]))
@@ -369,8 +369,8 @@ def test_training_on_shared_cores_waits_while_a_measurement_runs(monkeypatch):
 
     import torch
 
-    from core.quiet import LATENCY_CORES_ENV
-    from distill.loop import Optimization, train_steps
+    from kdnas.core.quiet import LATENCY_CORES_ENV
+    from kdnas.distill.loop import Optimization, train_steps
 
     model = torch.nn.Linear(2, 1)
 
@@ -396,7 +396,7 @@ def test_training_on_shared_cores_waits_while_a_measurement_runs(monkeypatch):
 def test_a_workers_child_counts_the_cores_kept_for_measurements(monkeypatch):
     """`kdnas search --workers` pins a child's training to fewer cores than --threads and keeps others
     for its measurements: the settings check must count those too."""
-    from latency import LATENCY_CORES_ENV, check_settings
+    from kdnas.latency import LATENCY_CORES_ENV, check_settings
 
     monkeypatch.setattr(latency_profile.os, "sched_getaffinity", lambda pid: {0})
     monkeypatch.setenv(LATENCY_CORES_ENV, "1,2")

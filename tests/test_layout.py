@@ -1,5 +1,8 @@
 """The packages' floors, read from the source: every import (module level or inside a function) may
-only point down, and the only sideways arrow is latency -> export (it times exported graphs).
+only point down, and the only sideways arrow is latency -> export (it times exported graphs). One
+installed package: the top-level folders are `kdnas.core`, `kdnas.distill`, ... and are imported by
+those names only. Another package is used through its facade (`__init__`), never through a private
+module (`_name`) — but for the command modules (`_cli`) the CLI floor assembles.
 
     kdnas (the CLI entry point)
     nas
@@ -16,20 +19,43 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 FLOORS = {"core": 0, "distill": 1, "export": 1, "latency": 1, "evaluation": 2, "nas": 3, "kdnas": 4}
 SIDEWAYS = {("latency", "export")}
+COMMAND_MODULES = {"_cli", "_eval_cli"}  # what kdnas.cli registers
+
+
+def _imports(path: Path) -> list[str]:
+    """Every absolute module path `path` imports, `from a.b import c` read as `a.b.c` too."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return found
+
+
+def _package(module: str) -> str | None:
+    """The project package of a module path: `kdnas.nas.final` -> nas, `kdnas.cli` -> kdnas."""
+    parts = module.split(".")
+    if parts[0] != "kdnas":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in FLOORS else "kdnas"
 
 
 def imported_packages(path: Path) -> set[str]:
-    """Top-level project packages that `path` imports (relative imports stay inside its own package)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        found |= {name.split(".")[0] for name in names} & FLOORS.keys()
-    return found
+    """Project packages that `path` imports (relative imports stay inside its own package)."""
+    return {p for p in map(_package, _imports(path)) if p is not None}
+
+
+def unqualified_imports(path: Path) -> set[str]:
+    """Imports of a project folder by its bare name (`import core`): the installed package has none."""
+    return {m.split(".")[0] for m in _imports(path)} & (FLOORS.keys() - {"kdnas"})
+
+
+def private_reaches(path: Path, own: str) -> set[str]:
+    """Private modules of another package that `path` imports."""
+    return {m for m in _imports(path) if (p := _package(m)) not in (None, own, "kdnas")
+            and any(part.startswith("_") and part != "__init__" for part in m.split(".")[2:3])
+            and not (own == "kdnas" and m.split(".")[2] in COMMAND_MODULES)}
 
 
 def package_arrows() -> dict[tuple[str, str], list[str]]:
@@ -63,9 +89,11 @@ def test_the_package_graph_has_no_cycle():
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("import os\n\ndef f():\n    from nas.search import search\n    import latency._profile\n"
-                      "    from . import sibling\n")
-    assert imported_packages(source) == {"nas", "latency"}
+    source.write_text("import os\n\ndef f():\n    from kdnas.nas.search import search\n    import kdnas.latency._profile\n"
+                      "    from . import sibling\n    from kdnas.export import _graph\n")
+    assert imported_packages(source) == {"nas", "latency", "export"}
+    assert private_reaches(source, "evaluation") == {"kdnas.latency._profile", "kdnas.export._graph"}
+    assert private_reaches(source, "latency") == {"kdnas.export._graph"}
     assert not allowed("distill", "nas") and not allowed("export", "latency") and allowed("latency", "export")
 
 
@@ -77,3 +105,20 @@ def test_no_function_is_longer_than_a_screen():
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                     long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
     assert not long, long
+
+
+def test_packages_use_each_other_through_their_facades_by_their_installed_names():
+    private, bare = {}, {}
+    for package in FLOORS:
+        for path in sorted((REPO / package).rglob("*.py")):
+            name = str(path.relative_to(REPO))
+            if found := private_reaches(path, package):
+                private[name] = sorted(found)
+            if found := unqualified_imports(path):
+                bare[name] = sorted(found)
+    for folder in ("tests", "benchmarks"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if found := unqualified_imports(path):
+                bare[str(path.relative_to(REPO))] = sorted(found)
+    assert not private, private
+    assert not bare, bare

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from core.errors import KdnasError
-from distill.losses import (
+from kdnas.core.errors import KdnasError
+from kdnas.distill.losses import (
     LAYER_MAPS,
     alp_loss,
     ckd_buckets,

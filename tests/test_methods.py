@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distill.activations import Activations, ModelDims, Needs
-from core.errors import KdnasError
-from distill.losses import LAYER_MAPS
-from distill.methods import (
+from kdnas.distill.activations import Activations, ModelDims, Needs
+from kdnas.core.errors import KdnasError
+from kdnas.distill.losses import LAYER_MAPS
+from kdnas.distill.methods import (
     METHODS,
     HSMethod,
     Method,

@@ -7,9 +7,9 @@ import math
 import optuna
 import pytest
 
-from core.errors import KdnasError
-from nas import SearchSpace, default_space, kdnas_reward, reference_shapes
-from nas.space import load_space_file, override_space, parse_choices
+from kdnas.core.errors import KdnasError
+from kdnas.nas import SearchSpace, default_space, kdnas_reward, reference_shapes
+from kdnas.nas.space import load_space_file, override_space, parse_choices
 
 
 def test_reward_worked_values_from_methods_md():
@@ -123,7 +123,7 @@ def test_reference_shapes_are_table1_for_a_base_teacher_and_scale_to_minilm():
 
 
 def test_final_train_must_be_positive():
-    from nas.config import SearchConfig
+    from kdnas.nas.config import SearchConfig
 
     with pytest.raises(KdnasError, match="final_train=0"):
         SearchConfig(final_train=0)
@@ -132,7 +132,7 @@ def test_final_train_must_be_positive():
 
 
 def test_a_long_final_run_gets_enough_sentences_to_see_none_more_than_five_times():
-    from nas.config import SearchConfig
+    from kdnas.nas.config import SearchConfig
 
     assert SearchConfig().final_rows == SearchConfig().final_train == 7680  # the demo: 1,200 x 32 = 5 passes
     assert SearchConfig(final_steps=3000).final_rows == 19200  # 3,000 x 32 / 5
@@ -142,7 +142,7 @@ def test_a_long_final_run_gets_enough_sentences_to_see_none_more_than_five_times
 
 
 def test_the_final_run_perturbs_batches_only_where_the_corpus_runs_short():
-    from nas.config import AUGMENT_SHARE, SearchConfig
+    from kdnas.nas.config import AUGMENT_SHARE, SearchConfig
 
     assert SearchConfig().augment_for(7680) == 0.0  # the demo: five passes, text enough
     long = SearchConfig(final_steps=40000)  # asks for 256,000 sentences; the news corpus holds 79,148
@@ -155,8 +155,8 @@ def test_the_final_run_perturbs_batches_only_where_the_corpus_runs_short():
 
 
 def test_the_final_runs_embed_terms_are_the_users_and_the_trials_keep_theirs(tmp_path):
-    from nas import SearchConfig
-    from nas.trial import SearchContext
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.trial import SearchContext
 
     cfg = SearchConfig(final_embed_terms="mse+cos+rel+mid", proxy="fidelity", out=str(tmp_path))
     ctx = SearchContext(config=cfg, space=None, sizes=None, teacher=None, texts=[], data=None, cache=None,
@@ -171,9 +171,9 @@ def test_the_final_runs_embed_terms_are_the_users_and_the_trials_keep_theirs(tmp
 
 
 def test_a_scored_candidate_is_one_record_for_every_stage():
-    from core.spec import StudentSpec
-    from nas import SearchConfig
-    from nas.trial import SearchContext
+    from kdnas.core.spec import StudentSpec
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.trial import SearchContext
 
     def context(**changes):
         return SearchContext(config=SearchConfig(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
@@ -201,7 +201,7 @@ def test_pareto_finalists_are_front_members_best_reward_first():
     from optuna.distributions import IntDistribution
     from optuna.trial import TrialState, create_trial
 
-    from nas.final import finalists
+    from kdnas.nas.final import finalists
 
     study = optuna.create_study(directions=["minimize", "minimize"])
     # (loss, latency ms, reward, status): 1 and 2 form the front; 0 is dominated by 1; 3 was over budget.

@@ -11,9 +11,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from core.errors import KdnasError
-from nas.resume import claim_retry, counted_trials, enqueue_retries, fail_stale_trials, worker_identity
-from nas.storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_study, holds_studies, open_storage,
+from kdnas.core.errors import KdnasError
+from kdnas.nas.resume import claim_retry, counted_trials, enqueue_retries, fail_stale_trials, worker_identity
+from kdnas.nas.storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_study, holds_studies, open_storage,
                          storage_file)
 
 
@@ -43,7 +43,7 @@ def test_a_study_a_worker_beside_this_one_just_created_is_read_once_its_settings
     and refused it as not kdnas's (exit 2). Found without settings and trials, it is read once they are."""
     import threading
 
-    from nas.search import _found_study
+    from kdnas.nas.search import _found_study
 
     storage = open_storage(f"journal:{tmp_path / 'study.log'}")
     assert _found_study(storage, "s") is None

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from passage_fidelity import MAX_WORDS, MIN_WORDS, PER_DOCUMENT, heldout_passages  # noqa: E402
 
-from distill.data import is_heldout  # noqa: E402
+from kdnas.distill.data import is_heldout  # noqa: E402
 
 
 def _corpus(n: int = 400) -> list[str]:

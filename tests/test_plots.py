@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nas.plots import pareto_figure
+from kdnas.nas.plots import pareto_figure
 
 
 def _row(number: int, latency: float, loss: float, se: float | None) -> dict:

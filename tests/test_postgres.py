@@ -14,9 +14,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from nas.records import trial_rows
-from nas.resume import counted_trials
-from nas.storage import HEARTBEAT_S, open_storage
+from kdnas.nas.records import trial_rows
+from kdnas.nas.resume import counted_trials
+from kdnas.nas.storage import HEARTBEAT_S, open_storage
 from pgserver import PASSWORD, temporary_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def _search_args(pg_url: str, out: Path) -> list[str]:
     return ["search", "--out", str(out), "--storage", pg_url, "--study-name", "two", "--trials", "3",
             "--sampler", "random", "--layers", "1", "--heads", "12", "--hidden", "384", "--ffn", "256,512",
             "--budget-ms", "1000", "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "4",
-            "--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--final-train", "48",
+            "--proxy-eval", "8", "--seq-len", "32", "--final-train", "48",
             "--final-batch-size", "8", "--quality-sentences", "0", "--proxy-sentences", "60", "--no-progress"]
 
 
@@ -103,9 +103,9 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):
 # `kdnas search` runs (nas.search._open_study).
 _START = """
 import sys, time
-from nas import SearchConfig
-from nas.search import _open_study
-from nas.storage import open_storage
+from kdnas.nas import SearchConfig
+from kdnas.nas.search import _open_study
+from kdnas.nas.storage import open_storage
 url, at = sys.argv[1], float(sys.argv[2])
 cfg = SearchConfig(out="unused", storage=url, study_name="race")
 storage = open_storage(url)
@@ -167,7 +167,7 @@ def _kill_args(storage: str, out: Path) -> list[str]:
     args[args.index("--layers") + 1] = "1,2"
     args[args.index("--proxy-steps") + 1] = "40"
     args[args.index("--eval-every") + 1] = "5"
-    return [*args, "--proxy", "hs"]  # its pruner reports show a trial mid-distillation
+    return [*args, "--proxy", "hs", "--proxy-train", "32", "--batch-size", "4"]  # its pruner reports show a trial mid-distillation
 
 
 @pytest.mark.slow

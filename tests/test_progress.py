@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nas import _progress
-from nas._progress import Progress
+from kdnas.nas import _progress
+from kdnas.nas._progress import Progress
 
 
 def test_a_long_phase_shows_its_count_rate_and_time_left(monkeypatch):
@@ -29,8 +29,8 @@ def test_a_long_phase_shows_its_count_rate_and_time_left(monkeypatch):
 
 
 def test_a_teacher_pass_reports_its_rows(teacher, small_data):
-    from distill import TeacherCache
-    from distill.activations import Needs
+    from kdnas.distill import TeacherCache
+    from kdnas.distill.activations import Needs
 
     seen = []
     cache = TeacherCache(teacher, small_data, batch_size=50, on_rows=lambda done, total: seen.append((done, total)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from nas.pruning import TrainedMedianPruner
+from kdnas.nas.pruning import TrainedMedianPruner
 
 
 def _trained(study: optuna.Study, curve: list[float]) -> None:

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import kdnas.cli
-from core.errors import KdnasError
-from evaluation.fidelity import average_ranks, embedding_fidelity, fidelity_scores, sample_pairs, spearman
-from evaluation.models import resolve_model, sentence_embeddings
-from evaluation.probe import few_shot_draws, probe, probe_scores
-from evaluation.report import QualityConfig, check_measures
-from evaluation.tasks import Task, load_task
+from kdnas.core.errors import KdnasError
+from kdnas.evaluation.fidelity import average_ranks, embedding_fidelity, fidelity_scores, sample_pairs, spearman
+from kdnas.evaluation.models import resolve_model, sentence_embeddings
+from kdnas.evaluation.probe import few_shot_draws, probe, probe_scores
+from kdnas.evaluation.report import QualityConfig, check_measures
+from kdnas.evaluation.tasks import Task, load_task
 
 torch.set_num_threads(2)
 
@@ -34,7 +34,7 @@ def random_2l(minilm_2l, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def sentences(news_texts):
-    from distill.data import heldout_sentences
+    from kdnas.distill.data import heldout_sentences
 
     return heldout_sentences(news_texts, 40, seed=0)
 
@@ -106,13 +106,13 @@ def test_fidelity_of_a_model_with_itself_is_one_and_of_random_weights_lower(mini
     def fail(*args, **kwargs):
         raise AssertionError("cached embeddings were recomputed")
 
-    monkeypatch.setattr("evaluation.fidelity.sentence_embeddings", fail)
+    monkeypatch.setattr("kdnas.evaluation.fidelity.sentence_embeddings", fail)
     again = fidelity_scores(trained, untrained, sentences, pairs=500, max_len=32)
     assert again["spearman"] == rand["spearman"]
 
 
 def test_sentence_embeddings_accept_a_loaded_model_and_pad_nothing_in(minilm_2l):
-    from evaluation.models import load_encoder
+    from kdnas.evaluation.models import load_encoder
 
     ref = resolve_model(minilm_2l)
     texts = ["A short one.", "A much longer sentence that needs several more tokens than the first one does."]
@@ -162,7 +162,7 @@ def test_few_shot_draws_are_stratified_and_reproducible():
 
 
 def test_probe_scores_embed_each_split_once_and_are_cached(minilm_2l, mini_topic, isolated_cache, monkeypatch):
-    import evaluation.probe as probe_module
+    import kdnas.evaluation.probe as probe_module
 
     calls = []
     real = probe_module.sentence_embeddings

@@ -7,19 +7,18 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from recipe_sweep import WORD_EMBEDDINGS, save_student  # noqa: E402
 
-from evaluation.baselines import build_baselines  # noqa: E402
+from kdnas.evaluation.baselines import build_baselines  # noqa: E402
 
 
 def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuild(teacher, news_texts, tmp_path):
     from sentence_transformers import SentenceTransformer
 
-    from distill import DistillConfig, distill, make_transfer_set, parse_arch
+    from kdnas.distill import DistillConfig, distill, make_transfer_set, parse_arch
 
     data = make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=64, num_eval=8, seed=0,
                              unit="sentence")
@@ -56,7 +55,7 @@ def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(te
     """`--start`: train wide, then narrow — the saved student cut to a narrower FFN continues training."""
     import torch
 
-    from distill import DistillConfig, distill, make_transfer_set, narrowed_from, parse_arch
+    from kdnas.distill import DistillConfig, distill, make_transfer_set, narrowed_from, parse_arch
 
     data = make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=64, num_eval=8, seed=0,
                              unit="sentence")

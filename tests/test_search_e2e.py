@@ -26,11 +26,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from nas import kdnas_reward
+from kdnas.nas import kdnas_reward
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
-TINY = ["--proxy-train", "32", "--proxy-eval", "8", "--seq-len", "32", "--batch-size", "4", "--final-train", "48",
+TINY = ["--proxy-eval", "8", "--seq-len", "32", "--final-train", "48",
         "--final-batch-size", "8", "--quality-sentences", "48", "--proxy-sentences", "60", "--no-progress"]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -54,7 +54,7 @@ def digest(path: Path) -> str:
 @pytest.fixture(scope="module")
 def budget_ms() -> float:
     """Between the cheapest and the dearest shape of SEARCH, measured like the search does."""
-    from latency import profile
+    from kdnas.latency import profile
 
     cheap = profile("1x4x384x256", batch=1, seq=128, threads=2).median_ms
     dear = profile("6x4x384x1536", batch=1, seq=128, threads=2).median_ms
@@ -81,8 +81,8 @@ def search_run(tmp_path_factory, budget_ms):
 def test_kdnas_evaluate_rebuilds_the_baselines_the_search_scored_its_winner_against(search_run, isolated_cache):
     """`kdnas evaluate best --baselines` (its functions, with the search's seed 2 for the held-out sentences)
     gives the baselines the fidelity the search's table gave them: they are the same untrained models."""
-    from evaluation import FinetuneConfig, QualityConfig, evaluate
-    from evaluation.baselines import distinct_refs, students_baselines, with_verdicts
+    from kdnas.evaluation import FinetuneConfig, QualityConfig, evaluate
+    from kdnas.evaluation.baselines import distinct_refs, students_baselines, with_verdicts
 
     best = search_run["out"] / "best"
     record = json.loads((best / "distill.json").read_text())
@@ -223,6 +223,13 @@ def test_same_command_resumes_without_redoing_and_mismatch_is_refused(search_run
     assert "\n" not in message and "proxy_steps=6" in message and "proxy_steps=7" in message
     assert "Traceback" not in refused.stderr
     assert digest(out / "study.db") == db
+    # the fidelity proxy trains every trial with the final recipe: its method, batch and text define the study
+    for flag, value in (("--final-method", "hs"), ("--final-batch-size", "16")):
+        refused = kdnas(*search_run["args"], flag, value)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        message = refused.stderr.strip()
+        assert "\n" not in message and "exists with proxy_recipe=" in message, message
+    assert digest(out / "study.db") == db
 
 
 def test_report_command_rebuilds_pages(search_run, tmp_path):
@@ -332,7 +339,8 @@ def _wait_for(out: Path, predicate, timeout: float, proc: subprocess.Popen | Non
 def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, budget_ms):
     out, targets = tmp_path / "killed", tmp_path / "targets"
     args = ["search", "--out", str(out), "--trials", "3", "--layers", "1-2", "--heads", "12", "--hidden", "384",
-            "--ffn", "256,512", "--budget-ms", "1000", "--proxy", "hs", "--proxy-steps", "40", "--eval-every", "5",
+            "--ffn", "256,512", "--budget-ms", "1000", "--proxy", "hs", "--proxy-train", "32", "--batch-size", "4",
+            "--proxy-steps", "40", "--eval-every", "5",
             "--final-steps", "4", "--cache-dir", str(targets), *TINY]  # hs: its pruner reports show a trial mid-distillation
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     log = tmp_path / "killed.stderr"
@@ -357,7 +365,7 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
                 for t in load(out).trials if t.state.is_finished()}
     assert finished
     # the finished trial's teacher targets are on disk, under --cache-dir
-    written = {p.name: (p.stat().st_mtime_ns, digest(p)) for p in targets.glob("*.pt")}
+    written = {p.name: (p.stat().st_mtime_ns, digest(p)) for p in targets.glob("*.bin")}
     assert written, sorted(p.name for p in targets.iterdir())
 
     result = kdnas(*args)
@@ -365,8 +373,8 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
     # The resumed search read them instead of running the teacher again (not one rewritten); the
     # final run's own, larger transfer set added its targets beside them.
     assert {name: (p.stat().st_mtime_ns, digest(p)) for name, p in
-            ((p.name, p) for p in targets.glob("*.pt")) if name in written} == written
-    assert len(list(targets.glob("*.pt"))) > len(written)
+            ((p.name, p) for p in targets.glob("*.bin")) if name in written} == written
+    assert len(list(targets.glob("*.bin"))) > len(written)
     after = load(out)
     trials = {t.number: t for t in after.trials}
     for number, kept in finished.items():  # nothing finished was redone or lost
@@ -576,7 +584,8 @@ def test_a_final_run_on_a_corpus_too_small_for_its_steps_perturbs_half_its_batch
     out = tmp_path / "run"
     result = kdnas("search", "--out", str(out), "--corpus", str(corpus), "--trials", "1", "--layers", "2",
                    "--heads", "12", "--hidden", "384", "--ffn", "256", "--budget-ms", "1000", "--proxy", "hs",
-                   "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "40", *TINY, "--quality-sentences", "0",
+                   "--proxy-train", "32", "--batch-size", "4", "--proxy-steps", "4", "--eval-every", "2",
+                   "--final-steps", "40", *TINY, "--quality-sentences", "0",
                    "--final-embed-terms", "mse+cos+rel+mid")
     assert result.returncode == 0, result.stderr[-3000:]
     shipped = json.loads((out / "best" / "search.json").read_text())

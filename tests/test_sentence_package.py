@@ -16,11 +16,11 @@ import yaml
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from core.assets import teacher_path  # noqa: E402
-from core.errors import KdnasError  # noqa: E402
-from core.spec import StudentSpec, build_student  # noqa: E402
-from export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
-from nas._progress import Progress  # noqa: E402
+from kdnas.core.assets import teacher_path  # noqa: E402
+from kdnas.core.errors import KdnasError  # noqa: E402
+from kdnas.core.spec import StudentSpec, build_student  # noqa: E402
+from kdnas.export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
+from kdnas.nas._progress import Progress  # noqa: E402
 
 SENTENCES = [
     "Stocks fell.",
@@ -145,9 +145,9 @@ def test_teacher_without_modules_gets_mean_and_no_normalize_said_plainly(tmp_pat
 
 
 def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(tmp_path, monkeypatch):
-    import nas
-    from nas import SearchConfig
-    from nas.card import write_model_card
+    import kdnas.nas as nas
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.card import write_model_card
     from kdnas.cli import main
 
     config = SearchConfig(teacher="minilm-l6", out="runs/demo dir", trials=20, budget_ms=8.0, prune=False,
@@ -208,17 +208,16 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
 
 
 def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, news_texts, tmp_path, isolated_cache):
-    from types import SimpleNamespace
 
     import optuna
 
-    from nas import SearchConfig
-    from nas.final import run_final
-    from nas.space import SearchSpace
-    from nas.trial import SearchContext
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.final import run_final
+    from kdnas.nas.space import SearchSpace
+    from kdnas.nas.trial import SearchContext
 
     out = tmp_path / "run"
-    config = SearchConfig(out=str(out), final_steps=2, final_train=16, proxy_eval=8, seq_len=32, batch_size=4,
+    config = SearchConfig(out=str(out), final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128,))  # one width: no FFN neighbour
     ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
@@ -257,18 +256,17 @@ def test_cli_normalize_flag_and_plain_mean_without_modules(tmp_path, capsys):
 
 
 def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path, isolated_cache):
-    from types import SimpleNamespace
 
     import optuna
 
-    from core.errors import KdnasError
-    from nas import SearchConfig
-    from nas.final import _shippable, run_final
-    from nas.space import SearchSpace
-    from nas.trial import SearchContext
+    from kdnas.core.errors import KdnasError
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.final import _shippable, run_final
+    from kdnas.nas.space import SearchSpace
+    from kdnas.nas.trial import SearchContext
 
     out = tmp_path / "run"
-    config = SearchConfig(out=str(out), final_steps=1, final_train=16, proxy_eval=8, seq_len=32, batch_size=4,
+    config = SearchConfig(out=str(out), final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     # A budget no model meets: each finalist's shipped graph is timed before training and refused
     # (and no trimmed shape is new: 1x4x64x256 trims to 1x4x64x128, refused already).
@@ -299,8 +297,8 @@ def _fixed_readings(monkeypatch) -> None:
     teacher side by side (within these tests' budget of 1.5 ms). What ships and why is under test here,
     not the measurement (the real worker runs in test_latency.py and the end-to-end searches); real
     sub-millisecond readings, each beside a freshly exported teacher, made these tests 20-30 s long."""
-    import nas.final as final
-    import nas.measure as measure
+    import kdnas.nas.final as final
+    import kdnas.nas.measure as measure
 
     monkeypatch.setattr(measure, "measure_beside_teacher", lambda target, config: _pair(0.1, 10.0))
     monkeypatch.setattr(final, "measure", lambda target, config, **_: _reading(1.0))
@@ -308,18 +306,17 @@ def _fixed_readings(monkeypatch) -> None:
 
 def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_by_the_proxy(
         teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
-    from types import SimpleNamespace
 
     import optuna
 
-    import nas.final as final
-    from distill import TeacherCache
-    from nas import SearchConfig
-    from nas.space import SearchSpace
-    from nas.trial import SearchContext, proxy_transfer_set
+    import kdnas.nas.final as final
+    from kdnas.distill import TeacherCache
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.space import SearchSpace
+    from kdnas.nas.trial import SearchContext, proxy_transfer_set
 
-    config = SearchConfig(proxy_steps=1, proxy_train=16, final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
-                          batch_size=4, latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
+    config = SearchConfig(proxy_steps=1, final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
+                          latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     data = proxy_transfer_set(config, teacher, news_texts)
     space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(64, 128, 256))
     # The input this test sets: which shipped graphs fit the budget before training (FFN 256 does not);
@@ -367,23 +364,22 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
 @pytest.mark.parametrize("min_steps, steps", [(1, 2), pytest.param(3, 0, marks=pytest.mark.slow)])
 def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighbour(
         min_steps, steps, teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
-    from types import SimpleNamespace
 
     import optuna
 
-    import nas.final as final
-    from distill import TeacherCache
-    from nas import SearchConfig
-    from nas.space import SearchSpace
-    from nas.trial import SearchContext, proxy_transfer_set
+    import kdnas.nas.final as final
+    from kdnas.distill import TeacherCache
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.space import SearchSpace
+    from kdnas.nas.trial import SearchContext, proxy_transfer_set
 
-    config = SearchConfig(proxy_steps=1, proxy_train=16, final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
-                          batch_size=4, latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
+    config = SearchConfig(proxy_steps=1, final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
+                          latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     data = proxy_transfer_set(config, teacher, news_texts)
     # What this test sets: every graph fits before training, and 1x4x64x256 reads over as shipped.
     monkeypatch.setattr(final, "_shipped_graph_latency", lambda ctx, spec, pipeline, label: (1.0, [], {}, 2))
     _fixed_readings(monkeypatch)
-    from distill import inherit
+    from kdnas.distill import inherit
 
     # narrowed_from (what the final stage calls) reads the wide student back and cuts it with inherit.narrowed
     real_latency, real_narrowed, narrowed_to = final._final_latency, inherit.narrowed, []
@@ -421,12 +417,12 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
 
 
 def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():
-    from nas.neighbours import NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
+    from kdnas.nas.neighbours import NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 
     # A neighbour's reading on the scale its parent was scored with: the host is 10 % slower now.
     assert on_trial_scale(9.9, 8.2, 9.02) == pytest.approx((9.0, 0.909), abs=1e-3)
     assert on_trial_scale(9.9, None, 9.02) == (9.9, 1.0) and on_trial_scale(9.9, 8.2, None) == (9.9, 1.0)
-    from nas.space import SearchSpace
+    from kdnas.nas.space import SearchSpace
 
     space = SearchSpace(layers=(3,), heads=(), hidden=(384,), ffn=(256, 1024, 1280, 1536), head_size=32)
     row = {"number": 2, "arch": "3x12x384x1280", "layers": 3, "heads": 12, "hidden": 384, "ffn": 1280, "reward": 0.7}
@@ -447,7 +443,7 @@ def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():
 def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():
     from types import SimpleNamespace
 
-    from nas.measure import budget_latency
+    from kdnas.nas.measure import budget_latency
 
     def readings(*medians):
         calls = []
@@ -476,7 +472,7 @@ def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():
 
 def _reading(ms):
     """A latency reading of `ms` (median), for the unit tests of the budget's judgement."""
-    from latency import LatencyResult
+    from kdnas.latency import LatencyResult
 
     return LatencyResult(median_ms=ms, p90_ms=ms + 0.2, min_ms=ms - 0.1, mean_ms=ms, cv=0.01, runs=20, noisy=False,
                          batch=1, seq=128, threads=2, runtime="onnxruntime", cpu="cpu", versions={}, cached=False,
@@ -487,7 +483,7 @@ def _pair(ratio, teacher_ms):
     """A side-by-side measurement of a graph at `ratio` of a teacher that read `teacher_ms` in it."""
     from dataclasses import replace
 
-    from latency import PairResult
+    from kdnas.latency import PairResult
 
     student = replace(_reading(ratio * teacher_ms), target="model.onnx", runs=180)
     return PairResult(ratio=ratio, ratio_low=ratio - 0.003, ratio_high=ratio + 0.002, rounds=12, target=student,
@@ -502,13 +498,13 @@ def _pair(ratio, teacher_ms):
 def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(monkeypatch, ratio, teacher_now, fits):
     from types import SimpleNamespace
 
-    import nas.final as final
-    import nas.measure
-    from nas import SearchConfig
+    import kdnas.nas.final as final
+    import kdnas.nas.measure as measure
+    from kdnas.nas import SearchConfig
 
     monkeypatch.setattr(final, "budget_latency", lambda *a, **k: pytest.fail("a ratio budget is not read alone"))
     pairs = []
-    monkeypatch.setattr(nas.measure, "measure_beside_teacher", lambda target, cfg: pairs.append(target)
+    monkeypatch.setattr(measure, "measure_beside_teacher", lambda target, cfg: pairs.append(target)
                         or _pair(ratio, teacher_now))
     ctx = SimpleNamespace(config=SearchConfig(budget_ratio=0.5), budget_ms=10.0, teacher_latency_ms=20.0,
                           progress=Progress(1, 0, enabled=False))
@@ -523,12 +519,12 @@ def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(
 def test_a_finalist_under_an_absolute_budget_is_read_alone(monkeypatch):
     from types import SimpleNamespace
 
-    import nas.final as final
-    import nas.measure
-    from nas import SearchConfig
+    import kdnas.nas.final as final
+    import kdnas.nas.measure as measure
+    from kdnas.nas import SearchConfig
 
     monkeypatch.setattr(final, "budget_latency", lambda graph, cfg, budget: (_reading(5.5), [5.5, 5.6]))
-    monkeypatch.setattr(nas.measure, "measure_beside_teacher", lambda *a: pytest.fail("--budget-ms has no teacher"))
+    monkeypatch.setattr(measure, "measure_beside_teacher", lambda *a: pytest.fail("--budget-ms has no teacher"))
     ctx = SimpleNamespace(config=SearchConfig(budget_ms=5.0), budget_ms=5.0, teacher_latency_ms=10.0,
                           progress=Progress(1, 0, enabled=False))
     shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
@@ -536,7 +532,7 @@ def test_a_finalist_under_an_absolute_budget_is_read_alone(monkeypatch):
 
 
 def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teacher_reading(capsys, tmp_path):
-    from nas._cli import _print_summary
+    from kdnas.nas._cli import _print_summary
 
     over = {"trial": 2, "arch": "3x12x384x1536", "stage": "before training", "dir": None, "latency_ms": 10.03,
             "budget_ms": 9.87, "latency_readings_ms": [10.15, 10.13], "teacher_latency_now_ms": 19.93,
@@ -575,8 +571,8 @@ def test_a_trial_over_a_ratio_budget_is_timed_side_by_side_with_the_teacher(shap
                                                                            paired):
     from types import SimpleNamespace
 
-    from nas import SearchConfig
-    from nas.measure import trial_latency
+    from kdnas.nas import SearchConfig
+    from kdnas.nas.measure import trial_latency
 
     pairs = []
     cfg = SearchConfig(budget_ms=budget_ms, budget_ratio=0.5)
@@ -596,10 +592,10 @@ def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(tea
     the mean is what the run counts, both readings are kept, and the extra pair counts as steps of the reading."""
     from types import SimpleNamespace
 
-    import nas.final as final
-    from core.assets import teacher_path
-    from export import read_sentence_pipeline
-    from nas import SearchConfig
+    import kdnas.nas.final as final
+    from kdnas.core.assets import teacher_path
+    from kdnas.export import read_sentence_pipeline
+    from kdnas.nas import SearchConfig
 
     ratios = iter([0.49, 0.46])  # the first within 5 % of a budget of half the teacher, the second not
     monkeypatch.setattr(final, "beside_teacher", lambda graph, config, then_ms: (

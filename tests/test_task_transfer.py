@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distill.data import pad_rows
-from evaluation.finetune import Classifier, FinetuneConfig
-from evaluation.models import encode
-from distill.losses import od_loss
-from core.spec import parse_arch
-from evaluation.task_transfer import STAGES, StageBudget, TransferConfig, logit_loss, run_stage, set_trainable, task_transfer
-from evaluation.tasks import load_task
-from core.errors import KdnasError
+from kdnas.distill.data import pad_rows
+from kdnas.evaluation.finetune import Classifier, FinetuneConfig
+from kdnas.evaluation.models import encode
+from kdnas.distill.losses import od_loss
+from kdnas.core.spec import parse_arch
+from kdnas.evaluation.task_transfer import STAGES, StageBudget, TransferConfig, logit_loss, run_stage, set_trainable, task_transfer
+from kdnas.evaluation.tasks import load_task
+from kdnas.core.errors import KdnasError
 
 torch.set_num_threads(2)
 
@@ -83,8 +83,8 @@ def test_task_stages_train_only_what_they_unfreeze(stage, teacher, topic):
 
 
 def test_representation_stage_trains_encoder_and_projection_not_head(teacher):
-    from distill.methods import build_method
-    from distill.teachers import activations, model_dims
+    from kdnas.distill.methods import build_method
+    from kdnas.distill.teachers import activations, model_dims
 
     student = _student(teacher)
     method = build_method("xtremedistil", teacher.dims, model_dims(student.encoder))
@@ -126,7 +126,7 @@ def test_cli_refuses_before_the_teacher_is_fine_tuned(tmp_path, capsys, monkeypa
 
     import kdnas.cli
 
-    module = importlib.import_module("evaluation.task_transfer")  # the package's name is also the function's
+    module = importlib.import_module("kdnas.evaluation.task_transfer")  # the package's name is also the function's
 
     monkeypatch.setattr(module, "_finetuned_teacher", lambda *a, **k: pytest.fail("the teacher was fine-tuned"))
     (tmp_path / "a-file").write_text("")

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from core.errors import KdnasError
-from evaluation import tasks as tasks_mod
-from evaluation.tasks import BUNDLED_TASKS, Split, load_task
+from kdnas.core.errors import KdnasError
+from kdnas.evaluation import tasks as tasks_mod
+from kdnas.evaluation.tasks import BUNDLED_TASKS, Split, load_task
 
 # Sizes after removing exact duplicates (a text with two labels dropped), cut 80/10/10 per class.
 EXPECTED = {

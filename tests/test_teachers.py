@@ -1,7 +1,7 @@
 import torch
 
-from distill import Needs, load_teacher
-from distill.teachers import activations
+from kdnas.distill import Needs, load_teacher
+from kdnas.distill.teachers import activations
 
 
 def test_qkv_hooks_match_the_projection_modules(teacher, small_data):
@@ -23,7 +23,7 @@ def test_mpnet_adapter_reads_its_own_module_names(small_data):
 
 
 def test_student_hooks_keep_gradients(teacher, small_data):
-    from distill import build_student, parse_arch
+    from kdnas.distill import build_student, parse_arch
 
     student = build_student(parse_arch("2x4x64x128", **teacher.student_sizes()))
     acts = activations(student, small_data.eval_ids[:2], small_data.eval_mask[:2], Needs(qkv=frozenset({2})))
@@ -37,8 +37,8 @@ def test_a_teacher_folder_without_weights_is_one_user_error(tmp_path):
 
     import pytest
 
-    from core.assets import teacher_path
-    from core.errors import InputError
+    from kdnas.core.assets import teacher_path
+    from kdnas.core.errors import InputError
 
     folder = tmp_path / "no-weights"
     shutil.copytree(teacher_path("minilm-l6"), folder, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))

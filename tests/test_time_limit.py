@@ -8,11 +8,11 @@ import time
 import pytest
 import torch
 
-from distill.loop import FIT_AFTER, REFIT_EVERY, Optimization, StepPlan, fit_steps, train_steps, warmup_linear_decay
-from nas import SearchConfig
-from nas.final import MIN_CONTINUED_STEPS
-from nas.records import steps_label
-from nas.time_limit import (FINAL_OVERHEAD_TRIALS, FIRST_TRIALS, MARGIN, STEPS_AFTER, TRIAL_SHARE, TimeLimit,
+from kdnas.distill.loop import FIT_AFTER, REFIT_EVERY, Optimization, StepPlan, fit_steps, train_steps, warmup_linear_decay
+from kdnas.nas import SearchConfig
+from kdnas.nas.final import MIN_CONTINUED_STEPS
+from kdnas.nas.records import steps_label
+from kdnas.nas.time_limit import (FINAL_OVERHEAD_TRIALS, FIRST_TRIALS, MARGIN, STEPS_AFTER, TRIAL_SHARE, TimeLimit,
                             after_training_s, fallback_s, final_run_s, marginal, pace_of, settled)
 
 
@@ -133,8 +133,8 @@ def _demo_like_study(best_step_s: float, trials: int = FIRST_TRIALS):
     (290.0, FIRST_TRIALS, "hs", False),           # past TRIAL_SHARE: no trial whatever the proxy
 ])
 def test_a_trial_starts_only_while_the_final_run_keeps_its_planned_steps(spent, done, proxy, starts, capsys):
-    from nas._progress import Progress
-    from nas.search import _trial_fits
+    from kdnas.nas._progress import Progress
+    from kdnas.nas.search import _trial_fits
 
     cfg = SearchConfig(timeout=570, proxy=proxy, final_steps=1200, trials=8)
     limit = TimeLimit(started=time.monotonic() - spent, seconds=570.0)
@@ -149,7 +149,7 @@ def test_a_trial_starts_only_while_the_final_run_keeps_its_planned_steps(spent, 
 def _minilm_space(cfg: SearchConfig, **overrides):
     from types import SimpleNamespace
 
-    from nas.space import SearchSpace
+    from kdnas.nas.space import SearchSpace
 
     space = cfg.resolve_space(SimpleNamespace(layers=6, heads=12, hidden=384, ffn=1536))
     return SearchSpace(**{**{d: getattr(space, d) for d in ("layers", "hidden", "ffn")}, "heads": (),
@@ -157,7 +157,7 @@ def _minilm_space(cfg: SearchConfig, **overrides):
 
 
 def test_the_forecast_runs_at_the_pace_of_the_wider_neighbour_the_final_stage_may_ship():
-    from nas.search import _final_forecast
+    from kdnas.nas.search import _final_forecast
 
     cfg = SearchConfig(timeout=570, proxy="fidelity", final_steps=1200, trials=8)
     study = _demo_like_study(best_step_s=0.265)  # the best trial: 1x12x384x1024
@@ -214,7 +214,7 @@ def test_the_summary_says_when_the_timeout_cut_the_final_run():
 
 
 def test_the_final_run_may_go_past_final_steps_only_under_a_timeout():
-    from core.errors import InputError
+    from kdnas.core.errors import InputError
 
     assert SearchConfig().final_most == 1200  # no time limit: the same work on every host
     assert SearchConfig(timeout=570).final_most == 12000  # the default: ten times final_steps
@@ -230,20 +230,20 @@ def test_the_final_run_may_go_past_final_steps_only_under_a_timeout():
 
 @pytest.mark.parametrize("bad", [0, -5.0, float("nan"), float("inf"), "ten", True])
 def test_a_bad_timeout_is_refused(bad):
-    from core.errors import InputError
+    from kdnas.core.errors import InputError
 
     with pytest.raises(InputError, match=r"timeout .* must be a positive number of seconds"):
         SearchConfig(timeout=bad)
 
 
 def test_the_timeout_does_not_define_the_study():
-    from nas.config import RUN_ONLY
+    from kdnas.nas.config import RUN_ONLY
 
     assert "timeout" in RUN_ONLY and "final_max_steps" in RUN_ONLY
 
 
 def test_distill_fitted_to_a_deadline_evaluates_at_its_last_step(teacher, small_data):
-    from distill import DistillConfig, TeacherCache, distill, parse_arch
+    from kdnas.distill import DistillConfig, TeacherCache, distill, parse_arch
 
     spec = parse_arch("2x4x128x256", **teacher.student_sizes())
     config = DistillConfig(method="hs", steps=200, batch_size=8, eval_every=100, progress=False)
@@ -253,7 +253,7 @@ def test_distill_fitted_to_a_deadline_evaluates_at_its_last_step(teacher, small_
 
 
 def test_distill_with_time_to_spare_trains_up_to_its_most_and_evaluates_at_its_last_step(teacher, small_data):
-    from distill import DistillConfig, TeacherCache, distill, parse_arch
+    from kdnas.distill import DistillConfig, TeacherCache, distill, parse_arch
 
     spec = parse_arch("2x4x128x256", **teacher.student_sizes())
     config = DistillConfig(method="hs", steps=FIT_AFTER, batch_size=8, eval_every=100, progress=False)
@@ -264,7 +264,7 @@ def test_distill_with_time_to_spare_trains_up_to_its_most_and_evaluates_at_its_l
 
 
 def test_a_run_with_time_to_spare_grows_its_transfer_set_and_draws_the_new_rows(teacher, news_texts):
-    from distill import DistillConfig, TeacherCache, distill, make_transfer_set, parse_arch
+    from kdnas.distill import DistillConfig, TeacherCache, distill, make_transfer_set, parse_arch
 
     def rows(n: int):
         return make_transfer_set(teacher.tokenizer, news_texts, seq_len=32, num_train=n, num_eval=8, seed=0,

@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from distill import DistillConfig, Evaluator, KdnasError, TeacherCache, distill, parse_arch
-from distill.trainer import build_student_model
+from kdnas.distill import DistillConfig, Evaluator, KdnasError, TeacherCache, distill, parse_arch
+from kdnas.distill.trainer import build_student_model
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def test_evaluator_scale_untrained_student_near_one(teacher, small_data, cache):
 
 
 def test_clustered_standard_error_matches_the_textbook_cases():
-    from distill.evaluate import _clustered_se
+    from kdnas.distill.evaluate import _clustered_se
 
     values = torch.tensor([1.0, 2.0, 4.0, 7.0], dtype=torch.float64)
     ones = torch.ones(4, dtype=torch.float64)
@@ -111,7 +111,7 @@ def test_bad_config_values(bad, message):
 def test_epoch_batches_hold_rows_of_similar_length_and_cover_the_epoch():
     import torch
 
-    from distill.loop import epoch_batches
+    from kdnas.distill.loop import epoch_batches
 
     lengths = torch.randint(5, 64, (1000,), generator=torch.Generator().manual_seed(1))
     batches = epoch_batches(lengths, 32, torch.Generator().manual_seed(0))
@@ -127,7 +127,7 @@ def test_shuffled_batches_cover_every_row_once_per_pass():
 
     import torch
 
-    from distill.loop import shuffled_batches
+    from kdnas.distill.loop import shuffled_batches
 
     def first_pass(n, size, drop_last):
         batches = shuffled_batches(n, size, torch.Generator().manual_seed(0), drop_last=drop_last)
@@ -145,8 +145,8 @@ def test_shuffled_batches_cover_every_row_once_per_pass():
 def test_a_non_finite_loss_stops_the_loop_naming_its_step():
     import torch
 
-    from core.errors import TrainingError
-    from distill.loop import LossReader
+    from kdnas.core.errors import TrainingError
+    from kdnas.distill.loop import LossReader
 
     reader = LossReader("stage hs, lr 0.1", "lower that stage's lr")
     for value in (1.0, 0.5, float("nan")):
@@ -158,7 +158,7 @@ def test_a_non_finite_loss_stops_the_loop_naming_its_step():
 
 
 def test_adamw_is_fused_on_cpu_and_takes_the_same_steps_as_the_per_tensor_loop():
-    from distill.loop import Optimization, adamw
+    from kdnas.distill.loop import Optimization, adamw
 
     torch.manual_seed(0)
     start = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
@@ -181,8 +181,8 @@ def test_adamw_is_fused_on_cpu_and_takes_the_same_steps_as_the_per_tensor_loop()
 
 
 def test_held_out_l_hs_is_cross_fitted_and_not_biased_against_a_narrow_student(teacher, news_texts):
-    from distill import make_transfer_set
-    from distill.trainer import initial_student
+    from kdnas.distill import make_transfer_set
+    from kdnas.distill.trainer import initial_student
 
     data = make_transfer_set(teacher.tokenizer, news_texts, seq_len=64, num_train=8, num_eval=256, seed=0)
     cache = TeacherCache(teacher, data)
@@ -202,7 +202,7 @@ def test_held_out_l_hs_is_cross_fitted_and_not_biased_against_a_narrow_student(t
 
 @pytest.mark.parametrize("native, expected", [(True, "bf16"), (False, "fp32")])
 def test_auto_precision_is_bf16_only_on_a_cpu_that_multiplies_bf16_natively(monkeypatch, native, expected):
-    from distill.loop import resolve_precision
+    from kdnas.distill.loop import resolve_precision
 
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         monkeypatch.setattr(torch.cpu, probe, lambda: native, raising=False)
@@ -216,7 +216,7 @@ def test_auto_precision_is_bf16_only_on_a_cpu_that_multiplies_bf16_natively(monk
 
 @pytest.mark.parametrize("native", [True, False])
 def test_forced_bf16_is_announced_only_where_it_would_be_emulated(monkeypatch, native):
-    from distill.loop import emulation_notice
+    from kdnas.distill.loop import emulation_notice
 
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         monkeypatch.setattr(torch.cpu, probe, lambda: native, raising=False)
@@ -230,7 +230,7 @@ def test_forced_bf16_is_announced_only_where_it_would_be_emulated(monkeypatch, n
 
 
 def test_autocast_runs_matrix_products_in_the_resolved_precision():
-    from distill.loop import autocast
+    from kdnas.distill.loop import autocast
 
     layer, x = torch.nn.Linear(8, 8), torch.randn(2, 8)
     with autocast(torch.device("cpu"), "bf16"):
@@ -254,7 +254,7 @@ def test_bf16_distillation_learns_like_fp32_and_says_which_it_ran(teacher, small
 
 
 def test_substituted_tokens_come_from_the_batch_and_spare_special_tokens_and_padding():
-    from distill.augment import substitute_tokens
+    from kdnas.distill.augment import substitute_tokens
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 2000, (64, 40), generator=g)
@@ -272,7 +272,7 @@ def test_substituted_tokens_come_from_the_batch_and_spare_special_tokens_and_pad
 
 
 def test_word_neighbours_are_the_nearest_corpus_words_of_the_same_kind():
-    from distill.augment import word_neighbours
+    from kdnas.distill.augment import word_neighbours
 
     # 0-2 special, 3-6 word starts, 7-9 word pieces; 10 is a word start the rows never use
     tokens = ["[PAD]", "[CLS]", "[SEP]", "cat", "cats", "dog", "car", "##s", "##ing", "##ed", "kitten"]
@@ -288,7 +288,7 @@ def test_word_neighbours_are_the_nearest_corpus_words_of_the_same_kind():
 
 
 def test_neighbour_substitution_replaces_words_by_their_table_neighbours_only():
-    from distill.augment import substitute_neighbours
+    from kdnas.distill.augment import substitute_neighbours
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 2000, (64, 40), generator=g)
@@ -333,8 +333,8 @@ def test_hs_then_od_refuses_the_second_stage_s_options_before_the_first_trains(m
     """A bad --temperature (an OD option) was found only once the HS stage had trained and saved."""
     from types import SimpleNamespace
 
-    from distill import recipes
-    from distill.activations import ModelDims
+    from kdnas.distill import recipes
+    from kdnas.distill.activations import ModelDims
 
     monkeypatch.setattr(recipes, "distill", lambda *a, **k: pytest.fail("the first stage trained"))
     teacher = SimpleNamespace(dims=ModelDims(layers=2, hidden=64, heads=4, ffn=128))

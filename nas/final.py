@@ -458,7 +458,7 @@ def _distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until:
                       up_to=cfg.final_most, grow=_grower(ctx, cache, label),
                       checkpoints=None if until is not None or not cfg.final_save_every
                       else Checkpoints(state, cfg.final_save_every),
-                      on_step=ctx.progress.counter(f"{label}: distill {spec.arch} ({cfg.final_method})"))
+                      on_step=ctx.progress.counter(f"{label}: distill ({cfg.final_method})"))
     if start is not None:
         res.init = _continued(start)
     if res.cut_short:

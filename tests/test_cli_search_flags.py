@@ -57,6 +57,20 @@ def test_study_settings_are_the_fields_that_change_what_a_trial_measures():
     assert settings["precision"] == "auto"
 
 
+def test_the_settings_hold_the_recipe_the_proxy_trains_with():
+    space = SearchConfig().resolve_space(type("Dims", (), {"layers": 6, "heads": 12, "hidden": 384, "ffn": 1536})())
+
+    def recipe(**changes):
+        return SearchConfig(**changes).study_settings(space, "fingerprint")["proxy_recipe"]
+
+    assert recipe() == {"method": "embed", "batch_size": 32, "train": 7680, "unit": "sentence"}
+    for name, value in (("final_method", "hs"), ("final_batch_size", 16), ("final_train", 4096), ("final_unit", "window")):
+        assert recipe(**{name: value}) != recipe(), name  # a resume that changes it is refused
+    # the hs proxy trains with its own fields (settings already); the final run's may change between runs
+    assert recipe(proxy="hs") == recipe(proxy="hs", final_method="hs", final_batch_size=16) == {}
+    assert recipe(final_steps=300, final_lr=1e-4) == recipe()
+
+
 def test_each_method_gets_only_the_options_it_takes():
     import pytest
 

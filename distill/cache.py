@@ -205,13 +205,13 @@ class TeacherCache:
         if self.directory is None:
             return tensor
         partial = self._partial(split, kind, layer)
-        if not partial.is_file() and tensor.numel():  # joined from a smaller set's file, or made in memory
+        if not partial.is_file():  # joined from a smaller set's file, or made in memory
+            if not tensor.numel():
+                return tensor
             blank = self._blank(split, kind, layer, tuple(tensor.shape))
             if not partial.is_file():
                 return tensor  # the folder took no file: kept in memory
             blank.copy_(tensor)
-        if not partial.is_file():
-            return tensor
         with open(partial, "rb+") as file:
             os.fsync(file.fileno())  # the mapped pages, written back before the name says the entry is whole
         path = self._file(split, kind, layer)

@@ -206,10 +206,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_student_model(spec: StudentSpec, *, mlm: bool, seed: int) -> nn.Module:
-    return build_student(spec, seed=seed, mlm=mlm)
-
-
 def distill(
     spec: StudentSpec,
     teacher: Teacher,
@@ -480,7 +476,7 @@ def initial_student(spec: StudentSpec, teacher: Teacher, targets: TeacherCache,
         info = {"init": fallback, "note": note}
     else:
         info = {"init": config.init}
-    student = build_student_model(spec, mlm=False, seed=config.seed)
+    student = build_student(spec, seed=config.seed)
     if info["init"] == "svd":
         _svd_init(student, teacher)
     return student, info
@@ -514,7 +510,7 @@ def _svd_init(student: nn.Module, teacher: Teacher) -> None:
 
 def _with_mlm_head(encoder: nn.Module, spec: StudentSpec, seed: int) -> nn.Module:
     """Put a fresh masked-LM head on a trained encoder (OD after HS)."""
-    model = build_student_model(spec, mlm=True, seed=seed)
+    model = build_student(spec, seed=seed, mlm=True)
     missing = base_model(model).load_state_dict(base_model(encoder).state_dict(), strict=False)
     if missing.missing_keys:
         raise TrainingError(f"cannot continue from the given student: missing weights {missing.missing_keys[:3]}")

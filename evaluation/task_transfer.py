@@ -334,9 +334,10 @@ def _representation_stage(teacher_name: str, task: Task, teacher, tokenizer, dat
     spec = parse_arch(config.arch, **inner.student_sizes())
     rep = config.representation
     if not rep.steps:
-        from kdnas.distill.trainer import build_student_model, _svd_init
+        from kdnas.distill import build_student
+        from kdnas.distill.trainer import _svd_init
 
-        encoder = build_student_model(spec, mlm=False, seed=config.seed)
+        encoder = build_student(spec, seed=config.seed)
         _svd_init(encoder, inner)
         return encoder, None
     start = time.perf_counter()

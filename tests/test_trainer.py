@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from kdnas.distill import DistillConfig, Evaluator, KdnasError, TeacherCache, distill, parse_arch
-from kdnas.distill.trainer import build_student_model
+from kdnas.distill import DistillConfig, Evaluator, KdnasError, TeacherCache, build_student, distill, parse_arch
 
 
 @pytest.fixture(scope="module")
@@ -16,12 +15,12 @@ def cache(teacher, small_data):
 
 def test_evaluator_scale_untrained_student_near_one(teacher, small_data, cache):
     spec = parse_arch("2x4x64x256", **teacher.student_sizes())
-    metrics = Evaluator(cache)(build_student_model(spec, mlm=False, seed=0))
+    metrics = Evaluator(cache)(build_student(spec, seed=0))
     assert 0.3 < metrics["l_hs_norm"] < 1.5
     assert metrics["l_hs_raw"] > 0
     # its error bar is a standard error over 32 sequences: small next to the value, and larger on 8
     assert 0 < metrics["l_hs_se"] < 0.1 * metrics["l_hs_norm"]
-    fewer = Evaluator(cache)(build_student_model(spec, mlm=False, seed=0), rows=8)
+    fewer = Evaluator(cache)(build_student(spec, seed=0), rows=8)
     assert fewer["l_hs_se"] > metrics["l_hs_se"]
 
 
@@ -38,7 +37,7 @@ def test_clustered_standard_error_matches_the_textbook_cases():
 
 def test_short_real_distillation_lowers_held_out_loss(teacher, small_data, cache):
     spec = parse_arch("2x4x128x256", **teacher.student_sizes())
-    before = Evaluator(cache)(build_student_model(spec, mlm=False, seed=0))["l_hs_norm"]
+    before = Evaluator(cache)(build_student(spec, seed=0))["l_hs_norm"]
     seen, ticks = [], []
     config = DistillConfig(method="hs", steps=60, batch_size=16, lr=1e-3, eval_every=30, progress=False)
     result = distill(spec, teacher, small_data, config, cache=cache, on_eval=lambda s, m: seen.append(s),

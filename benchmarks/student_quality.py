@@ -37,7 +37,7 @@ def refuse_non_students(folders: list[Path]) -> None:
     for folder in folders:
         if not (folder / "distill.json").is_file():
             print(f"student folder {str(folder)!r} has no distill.json; allowed: a folder written by kdnas search "
-                  "(OUT/best), kdnas distill or recipe_sweep.py --save", file=sys.stderr)
+                  "(OUT/best) or kdnas distill", file=sys.stderr)
             raise SystemExit(2)
 
 

@@ -14,7 +14,7 @@ runs live on those batches (its cached targets are of the unperturbed rows). `ne
 each new word from the replaced word's nearest words in the teacher's word embeddings instead, as
 TinyBERT does where its masked LM cannot propose a word (MiniLM's teachers have no MLM head).
 
-Measured on MiniLM's 3x12x384x1280 student (benchmarks/results/augment.json,
+Measured on MiniLM's 3x12x384x1280 student (a one-off benchmark, in git history;
 docs/design/final-recipe.md): where the corpus runs out and the sentences repeat, it stands in for
 part of the text that is missing; where there is text enough it only costs time.
 """

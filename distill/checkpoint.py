@@ -31,7 +31,7 @@ from kdnas.core.errors import InputError
 FORMAT = 1
 # How often a long run saves by default (`kdnas distill --save-every`, a search's final run): a save
 # of the demo's student takes 0.32 s (107 MB) against 0.28 s an update on two CPU cores, 0.11 % of
-# the 1,000 updates between two (benchmarks/results/checkpoint_cost.json); a shorter run never saves.
+# the 1,000 updates between two (one-off benchmark, in git history); a shorter run never saves.
 SAVE_EVERY = 1000
 # Config fields that do not change what the updates compute (where, how fast, how loudly).
 _FREE = ("device", "precision", "progress")

@@ -259,7 +259,7 @@ def heldout_sentences(texts: list[str], n: int = 1000, *, seed: int = 0, min_wor
 
 def training_texts(tokenizer, data: TransferSet, n: int, *, seed: int = 0) -> list[str]:
     """Up to `n` rows of the transfer set's training split, a seeded sample, decoded to text: what a student
-    was trained on, in the form held-out sentences are read in (the fit gap: nas.baselines, benchmarks/fit_gap.py)."""
+    was trained on, in the form held-out sentences are read in (the fit gap: nas.baselines)."""
     picked = random.Random(seed).sample(range(data.num_train), min(n, data.num_train))
     return tokenizer.batch_decode(data.train_ids[picked], skip_special_tokens=True)
 

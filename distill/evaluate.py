@@ -12,7 +12,7 @@ rows (a cheaper interim estimate while training; the final one uses every row).
   normalized = mean_pairs MSE / Var(H^T)  (the value the KD-NAS reward uses)
   se         = standard error of `normalized` over the scored sequences (tokens of one sequence
                are not independent, so it is the ratio estimator's clustered error): the error bar
-               of one held-out estimate, not of the proxy's seed (benchmarks/proxy_noise.py has both)
+               of one held-out estimate, not of the proxy's seed (both measured: docs/benchmarks/proxy-fidelity.md)
 """
 
 from __future__ import annotations

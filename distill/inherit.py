@@ -394,7 +394,7 @@ def narrowed(model: nn.Module, tokenizer: object, spec: StudentSpec, ids: torch.
 def narrowed_from(folder: object, tokenizer: object, spec: StudentSpec, ids: torch.Tensor,
                   mask: torch.Tensor) -> nn.Module:
     """The trained student saved in `folder` read back and `narrowed` to `spec`, in training mode: the start
-    of a run that goes on from a wider student (nas.final's refused finalist, benchmarks/recipe_sweep.py --start)."""
+    of a run that goes on from a wider student (nas.final's refused finalist)."""
     from transformers import AutoModel
 
     trained = AutoModel.from_pretrained(folder, attn_implementation="eager")

@@ -37,7 +37,7 @@ class Optimization:
     # AdamW (weights within 1.5e-6 after 20 fp32 steps) in a fifth of the optimizer's time. On the
     # 2-core CPU that makes a fine-tuning step of the 22.7M-parameter teacher 0.88x as long; a
     # distillation step of the demo's student (4.5M trainable) is unchanged within the noise
-    # (benchmarks/results/fused_adamw.json).
+    # (measured with a one-off benchmark, in git history; docs/distill.md).
     fused: bool = True
 
 
@@ -148,7 +148,7 @@ def emulation_notice(precision: str, device: torch.device) -> str | None:
 
     There torch emulates every bf16 product in software: 30 distillation steps of the demo's student
     (and their evaluation) took 22x as long as in fp32 on a 2-core AMD EPYC without AVX512
-    (benchmarks/results/emulated_bf16.json). Not refused — the numerics may be wanted — but never silent."""
+    (a one-off benchmark, in git history). Not refused — the numerics may be wanted — but never silent."""
     if precision != "bf16" or native_bf16(device):
         return None
     return (f"--precision bf16 on this {device.type.upper()} (no AVX512-BF16 or AMX) is emulated in software, "
@@ -159,7 +159,7 @@ def autocast(device: torch.device, precision: str = "auto") -> AbstractContextMa
     """bf16 autocast (weights, gradients and optimizer state stay fp32; bf16 needs no loss scaling)
     where `precision` resolves to bf16; plain fp32 otherwise. On a 2-core AMD EPYC with AVX512-BF16,
     600 distillation steps of a 3-layer MiniLM student take 0.61x the fp32 time for the same
-    fidelity (benchmarks/results/final_precision.json)."""
+    fidelity (a one-off benchmark, in git history; docs/design/final-recipe.md)."""
     if resolve_precision(precision, device) == "fp32":
         return nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)

@@ -179,7 +179,7 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attent
     cosine 0.986 vs 0.982). Per-channel scales matter more: per-tensor gives 0.95 (README).
     The embedding tables are stored int8 too (one scale per table; `QEmbedLayerNormalization` in a
     fused graph): the file is a third of what it was with them fp32 and a quarter of fp32's, for a mean
-    cosine 0.0003-0.0004 lower and the same speed (benchmarks/results/int8_embeddings.json);
+    cosine 0.0003-0.0004 lower and the same speed (one-off benchmark, in git history; docs/export.md);
     `fp32_embeddings=True` keeps them fp32.
     """
     import onnx

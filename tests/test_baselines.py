@@ -67,7 +67,7 @@ def _quality(own_rho: float, held_rho: float, passes: float | None = 4.0, se: fl
 
 
 def test_fit_line_says_whether_the_student_is_at_home_only_on_its_training_text():
-    # the fresh-clone demo's student (benchmarks/results/fit_gap.json): 0.967 trained on, 0.912 held out
+    # a fresh-clone demo's student (measured with a one-off benchmark): 0.967 trained on, 0.912 held out
     short = fit_line(_quality(0.967, 0.912))
     assert short.startswith("on 1000 of its own training rows rho 0.967 (+0.055 over held-out, beyond the noise)")
     assert "more distinct text" in short and "(--final-train)" in short and "(--corpus)" in short

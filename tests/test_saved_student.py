@@ -1,18 +1,22 @@
-"""benchmarks/recipe_sweep.py --save keeps a student that `kdnas evaluate --baselines` (and
-benchmarks/student_quality.py) can measure."""
+"""A student saved with its transfer set's shape (`DistillResult.save`, as `kdnas distill` saves one) is what
+`kdnas evaluate --baselines` and benchmarks/student_quality.py measure, and a start a narrower run goes on from."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from kdnas.evaluation.baselines import build_baselines
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from recipe_sweep import WORD_EMBEDDINGS, save_student  # noqa: E402
+def save_student(result, data, unit: str, teacher, folder: Path) -> Path:
+    """The run's student as a loadable folder with the sentence-transformers modules of its teacher and the
+    distill.json fields its baselines are rebuilt from (the transfer set's shape)."""
+    from kdnas.core.assets import teacher_path
 
-from kdnas.evaluation.baselines import build_baselines  # noqa: E402
+    transfer = {"train": data.num_train, "eval": data.num_eval, "seq_len": data.seq_len, "unit": unit}
+    return result.save(folder, teacher.tokenizer, extra={"transfer_set": transfer},
+                       sentence_from=teacher_path(teacher.name))
 
 
 def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuild(teacher, news_texts, tmp_path):
@@ -52,7 +56,7 @@ def test_a_saved_student_loads_as_sentence_transformers_and_its_baselines_rebuil
 
 
 def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(teacher, news_texts, tmp_path):
-    """`--start`: train wide, then narrow — the saved student cut to a narrower FFN continues training."""
+    """Train wide, then narrow: the saved student cut to a narrower FFN continues training."""
     import torch
 
     from kdnas.distill import DistillConfig, distill, make_transfer_set, narrowed_from, parse_arch
@@ -75,11 +79,11 @@ def test_a_saved_student_narrowed_is_a_start_that_keeps_its_strongest_neurons(te
     result = distill(narrow_spec, teacher, data, DistillConfig(method="embed", steps=2, batch_size=8, progress=False),
                      student=start)
     assert result.student.config.intermediate_size == 128
-    # `--word-embeddings default`: a given start's word embeddings train; `frozen` keeps them, as the
-    # search's final stage does when it continues a refused finalist
+    # by default a given start's word embeddings train; frozen keeps them, as the search's final stage
+    # does when it continues a refused finalist
     assert not torch.equal(result.student.embeddings.word_embeddings.weight, words)
     start = narrowed_from(folder, teacher.tokenizer, narrow_spec, *data.split("train"))
     frozen = DistillConfig(method="embed", steps=2, batch_size=8, progress=False,
-                           freeze_embeddings=WORD_EMBEDDINGS["frozen"])
+                           freeze_embeddings=True)
     result = distill(narrow_spec, teacher, data, frozen, student=start)
     assert torch.equal(result.student.embeddings.word_embeddings.weight, words)

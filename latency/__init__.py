@@ -5,13 +5,17 @@
     res.median_ms, res.p90_ms, res.cv, res.noisy, res.cached
     pair = profile_pair("3x12x384x1280", "minilm-l6")   # the two timed in alternation, one process
     pair.ratio, pair.ratio_low, pair.ratio_high
+    model = fit_latency_model([Reading(Shape(3, 12, 384, 1280), 9.2), ...])   # six or more shapes
+    model.predict(Shape(4, 12, 384, 768)).ms, .low, .high
 """
 
 from kdnas.core.quiet import LATENCY_CORES_ENV
 
 from ._profile import (LatencyResult, PairResult, check_settings, cpu_model, cpu_name, default_cache_dir,
                        library_versions, max_tokens, profile, profile_pair)
+from ._model import LatencyModel, Prediction, Reading, Shape, fit_latency_model, kendall_tau, mape
 from ._worker import latency_cores
 
 __all__ = ["profile", "profile_pair", "check_settings", "max_tokens", "LatencyResult", "PairResult", "cpu_model", "cpu_name", "default_cache_dir", "library_versions",
-           "LATENCY_CORES_ENV", "latency_cores"]
+           "LATENCY_CORES_ENV", "latency_cores",
+           "LatencyModel", "Prediction", "Reading", "Shape", "fit_latency_model", "kendall_tau", "mape"]

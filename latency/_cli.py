@@ -25,8 +25,9 @@ def register(subparsers) -> None:
     parser.add_argument("--batch", type=int, default=1, help="batch size (default 1)")
     parser.add_argument("--seq", type=int, default=128, help="sequence length in tokens (default 128)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads (= pinned cores; default 2)")
-    parser.add_argument("--runtime", choices=("onnxruntime", "torch"), default="onnxruntime",
-                        help="onnxruntime (default), or PyTorch eager for comparison")
+    parser.add_argument("--runtime", choices=("onnxruntime", "onnxruntime-int8", "torch"), default="onnxruntime",
+                        help="onnxruntime (default), onnxruntime-int8 (the INT8 graph, as --int8), or PyTorch eager "
+                             "for comparison")
     parser.add_argument("--no-optimize", dest="optimized", action="store_false",
                         help="onnxruntime: skip the transformer optimizer (no fused attention)")
     parser.add_argument("--int8", action="store_true", help="onnxruntime: dynamic INT8 quantization, as kdnas export --int8 makes it")
@@ -44,18 +45,19 @@ def register(subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     from . import profile, profile_pair
 
-    if args.beside is not None:
-        if args.int8:
-            from kdnas.core.errors import InputError
+    if args.int8 and args.runtime == "torch":
+        from kdnas.core.errors import InputError
 
-            raise InputError("--int8 with --beside: time the INT8 .onnx file itself (kdnas export --int8 writes it)")
+        raise InputError("--int8 with --runtime torch: INT8 is an onnxruntime graph; allowed: --runtime onnxruntime")
+    runtime = "onnxruntime-int8" if args.int8 else args.runtime
+    if args.beside is not None:  # both graphs on the runtime asked for: INT8 beside INT8
         pair = profile_pair(args.target, args.beside, batch=args.batch, seq=args.seq, threads=args.threads,
-                            runtime=args.runtime, optimized=args.optimized)
+                            runtime=runtime, optimized=args.optimized)
         print(json.dumps(pair.to_dict(), indent=2) if args.json else pair.summary())
         return 0
     result = profile(
-        args.target, batch=args.batch, seq=args.seq, threads=args.threads, runtime=args.runtime,
-        optimized=args.optimized, int8=args.int8, cache_dir=args.cache_dir, use_cache=args.use_cache,
+        args.target, batch=args.batch, seq=args.seq, threads=args.threads, runtime=runtime,
+        optimized=args.optimized, cache_dir=args.cache_dir, use_cache=args.use_cache,
     )
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))

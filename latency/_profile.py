@@ -18,7 +18,18 @@ from kdnas.core.quiet import quiet_host, reserved_latency_cores
 from kdnas.core.sentence import usable_positions
 from kdnas.core.spec import StudentSpec, parse_arch
 
-RUNTIMES = ("onnxruntime", "torch")
+# onnxruntime-int8: the graph users deploy on CPU, `kdnas export --int8`'s recipe (export.int8_recipe),
+# timed by onnxruntime; an .onnx file given is timed as it is.
+RUNTIMES = ("onnxruntime", "onnxruntime-int8", "torch")
+
+
+def onnx_runtime(runtime: str) -> bool:
+    """Whether `runtime` times an ONNX graph in onnxruntime (the worker's "onnxruntime")."""
+    return runtime.startswith("onnxruntime")
+
+
+def _worker_runtime(runtime: str) -> str:
+    return "onnxruntime" if onnx_runtime(runtime) else runtime
 MAX_CV = 0.10  # above this spread a measurement is retried, then flagged noisy
 RETRIES = 2
 BLOCKS = 3  # timed blocks per measurement; the least disturbed one is reported
@@ -105,7 +116,8 @@ def profile(
     check_settings(batch, seq, threads, runtime)
     resolved = _resolve(target)
     _check_target(resolved, runtime, seq, "the model's")
-    onnx_flavour = runtime == "onnxruntime"
+    onnx_flavour = onnx_runtime(runtime)
+    int8 = int8 or runtime == "onnxruntime-int8"
     cpu, versions = cpu_name(), library_versions(runtime)
     identity = {
         "target": resolved["identity"], "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
@@ -123,8 +135,8 @@ def profile(
     if cached is not None:
         return cached
     request = {
-        "target": resolved["worker"], "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
-        "vocab_size": resolved["vocab_size"], "max_cv": MAX_CV, "retries": RETRIES, "blocks": BLOCKS,
+        "target": resolved["worker"], "runtime": _worker_runtime(runtime), "batch": batch, "seq": seq,
+        "threads": threads, "vocab_size": resolved["vocab_size"], "max_cv": MAX_CV, "retries": RETRIES, "blocks": BLOCKS,
     }
     cached, stats, fused = _measure(request, resolved, identity, cache_file if use_cache else None, timeout)
     if cached is not None:
@@ -200,12 +212,13 @@ def profile_pair(target, reference, *, batch: int = 1, seq: int = 128, threads: 
         _check_target(r, runtime, seq, f"{r['label']}'s")
     vocabs = [r["vocab_size"] for r in resolved.values() if r["vocab_size"]]
     request = {"target": resolved["target"]["worker"], "reference": resolved["reference"]["worker"],
-               "runtime": runtime, "batch": batch, "seq": seq, "threads": threads,
+               "runtime": _worker_runtime(runtime), "batch": batch, "seq": seq, "threads": threads,
                "vocab_size": min(vocabs) if vocabs else None, "pair": {"rounds": rounds, "runs": runs}}
-    if runtime == "onnxruntime":
+    if onnx_runtime(runtime):
         for key, r in resolved.items():
             if r["kind"] != "onnx":
-                request[key] = {"kind": "onnx", "path": str(_exported_graph(r, optimized))}
+                graph = _exported_graph(r, optimized, int8=runtime == "onnxruntime-int8")
+                request[key] = {"kind": "onnx", "path": str(graph)}
     with quiet_host():
         reply = _run_worker(request, threads, timeout)
     common = {"batch": batch, "seq": seq, "threads": threads, "runtime": runtime, "cpu": cpu_name(),
@@ -218,20 +231,24 @@ def profile_pair(target, reference, *, batch: int = 1, seq: int = 128, threads: 
                       rounds=reply["rounds"], **timed)
 
 
-def _exported_graph(resolved: dict, optimized: bool) -> Path:
-    """The random-weight ONNX graph of a shape or model folder, exported once per cache: a teacher
-    timed beside each finalist costs its export (about 5 s for MiniLM) only the first time."""
+def _exported_graph(resolved: dict, optimized: bool, int8: bool = False) -> Path:
+    """The random-weight ONNX graph of a shape or model folder (INT8 with `int8`), exported once per
+    cache: a teacher timed beside each finalist costs its export (about 5 s for MiniLM) only the first time."""
     identity = {"target": resolved["identity"], "optimized": optimized, "versions": library_versions("onnxruntime")}
+    if int8:
+        from kdnas.export import int8_recipe
+
+        identity["int8_recipe"] = int8_recipe()
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
-    graph = default_cache_dir() / "graphs" / key / "model.onnx"
+    graph = default_cache_dir() / "graphs" / key / ("model.int8.onnx" if int8 else "model.onnx")
     if graph.is_file():
         return graph
     # The optimizer may write the weights beside the graph, so the folder is built whole and renamed in;
     # another process that moved the same graph in first keeps its own.
     with staged_folder(graph.parent, keep_existing=True) as stage:
-        _graph_to_time(resolved["worker"], optimized, False, stage)
+        _graph_to_time(resolved["worker"], optimized, int8, stage)
     if not graph.is_file():
-        raise LatencyError(f"the graph cache folder {graph.parent} has no model.onnx; remove the folder and run again")
+        raise LatencyError(f"the graph cache folder {graph.parent} has no {graph.name}; remove the folder and run again")
     return graph
 
 
@@ -245,7 +262,7 @@ def _measure(request: dict, resolved: dict, identity: dict, cache_file: Path | N
         if cached is not None:
             return cached, {}, {}
         fused: dict[str, int] = {}
-        if request["runtime"] == "onnxruntime" and resolved["kind"] != "onnx":
+        if onnx_runtime(request["runtime"]) and resolved["kind"] != "onnx":
             request["target"], fused = _graph_to_time(resolved["worker"], identity["optimized"], identity["int8"],
                                                       Path(tmp))
         return None, _run_worker(request, request["threads"], timeout), fused
@@ -351,7 +368,7 @@ def library_versions(runtime: str) -> dict[str, str]:
     import torch
 
     versions = {"python": platform.python_version(), "torch": torch.__version__.split("+")[0]}
-    if runtime == "onnxruntime":
+    if onnx_runtime(runtime):
         versions["onnxruntime"] = onnxruntime.__version__
     return versions
 

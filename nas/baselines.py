@@ -14,8 +14,8 @@ the search itself and are run by `kdnas evaluate --baselines`.
 The student's fidelity on as many rows of its own transfer set stands beside it, as a training run shows
 its training loss beside the validation loss: a student that orders the teacher's similarities better on
 text it was trained on than on new text is short of text, and more of it would lift it where more passes
-over the same would not (measured: benchmarks/fit_gap.py, docs/design/final-recipe.md "Short of text, or
-of capacity?").
+over the same would not (measured with a one-off benchmark, in git history; docs/design/final-recipe.md
+"Short of text, or of capacity?").
 """
 
 from __future__ import annotations

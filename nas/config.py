@@ -36,7 +36,7 @@ RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_
                       "final_train", "final_top_k", "final_method", "final_batch_size", "final_lr", "final_augment",
                       "final_embed_terms", "final_unit", "final_save_every",
                       "quality_sentences", "reference", "device", "progress", "stale_after_s",
-                      "timeout", "final_max_steps", "cache_dir"})
+                      "timeout", "final_max_steps", "cache_dir", "latency_model"})
 SAMPLERS = ("tpe", "nsga2", "random")
 # Fields only the hs proxy reads (the fidelity proxy runs the final recipe shortened: nas.trial).
 HS_PROXY_ONLY = ("method", "proxy_train", "batch_size", "lr")
@@ -47,17 +47,17 @@ FINAL_MAX_PASSES = 5
 # Under a --timeout the final run may train up to this many times `final_steps` when the time allows
 # (`SearchConfig.final_most`), on a set grown to keep FINAL_MAX_PASSES: the demo's student in bf16,
 # 2,400 steps on 15,360 sentences reach rho 0.919 against 0.904 for 1,200 on 7,680, and 0.908 for
-# 2,400 on the same 7,680 (benchmarks/results/final_extend.json). Ten times is the longest run whose
+# 2,400 on the same 7,680 (one-off benchmark, in git history). Ten times is the longest run whose
 # set the news corpus holds at five passes (12,000 steps on 76,800 of its 79,148 sentences), each such
 # run a whole schedule of its own length measured up to there: rho 0.922 / 0.931 / 0.940 at 3,000 /
-# 6,000 / 12,000 fp32 steps (long_budget_mse.json; docs/design/final-recipe.md). A fast host (a GPU
+# 6,000 / 12,000 fp32 steps (one-off benchmark, in git history; docs/design/final-recipe.md). A fast host (a GPU
 # trains the demo's 1,200 steps in 18 s) spends its minutes on them instead of ending early.
 FINAL_EXTEND = 10
 # Share of a final run's batches perturbed (distill.augment) when its corpus is too small for
 # FINAL_MAX_PASSES: the sentences it has are then seen more often, and perturbed copies stand in for
 # part of the text that is missing. The demo's student, 2,400 fp32 steps on 7,680 news sentences seen
 # ten times: rho 0.908 plain, 0.915 with half the batches perturbed, 0.919 on 15,360 sentences
-# (benchmarks/results/augment.json; docs/design/final-recipe.md).
+# (one-off benchmark, in git history; docs/design/final-recipe.md).
 AUGMENT_SHARE = 0.5
 
 
@@ -114,7 +114,7 @@ class SearchConfig:
     # Students start from the teacher's own weights (distill.inherit): layers by `layer_rule`, heads,
     # neurons and channels by activation importance. Shapes that cannot inherit fall back to "svd".
     # Measured on MiniLM, 3x12x384x1536 before any training: embedding fidelity rho 0.61 inherited
-    # (even) vs 0.08 random (benchmarks/results/init_comparison.json).
+    # (even) vs 0.08 random (one-off benchmark, in git history; docs/distill.md).
     init: str = "inherit"
     layer_rule: str = "even"
     eval_every: int = 5
@@ -127,6 +127,10 @@ class SearchConfig:
     latency_seq: int = 128
     threads: int = 2
     runtime: str = "onnxruntime"
+    # Trials read their latency from a model fitted on the study's own readings (latency.fit_latency_model)
+    # where its interval lies wholly on one side of the budget, and are measured where it holds the budget
+    # (benchmarks/results/latency_model.json); finalists are always measured.
+    latency_model: bool = True
     # After the search.
     # The winner is distilled on a larger transfer set (same held-out rows, so its L_HS is comparable
     # with the proxy's): the 96 proxy rows would be seen dozens of times over a long final run.
@@ -143,9 +147,9 @@ class SearchConfig:
     final_method: str = "embed"
     final_batch_size: int = 32
     # Not the 3e-4 chosen on 300-step runs: over the demo's 1,200 steps on 3x12x384x1280 6e-4 reached
-    # fidelity rho 0.896 where 3e-4 reached 0.890 (final_lr.json), and with token states by plain
+    # fidelity rho 0.896 where 3e-4 reached 0.890, and with token states by plain
     # MSE 1e-3 ends ahead of 6e-4 in all three paired runs, two batch orders and a run cut to 806
-    # steps (+0.001 to +0.002; benchmarks/results/final_terms.json). The fidelity proxy keeps the
+    # steps (+0.001 to +0.002; one-off benchmarks, in git history). The fidelity proxy keeps the
     # rate its ranking was measured at (nas.trial.PROXY_FINAL_LR).
     final_lr: float = 1e-3
     # Share of the final run's batches perturbed (distill.augment); None: AUGMENT_SHARE where the corpus

@@ -55,7 +55,7 @@ def beside_teacher(target: Any, config: SearchConfig, teacher_then_ms: float, *,
     3x12x384x1536 graph read 12.39, 10.88 and 9.09 ms, and judged beside one fresh teacher reading it
     fitted before its training and not after it. Four times in turn on a 2-core AMD EPYC, 3x12x384x1280
     read alone beside the teacher alone gave 0.408 to 0.536 of it, side by side 0.450 to 0.463
-    (benchmarks/results/side_by_side.json; docs/latency.md). Returns the result and the facts: the ratio and its rounds'
+    (a one-off benchmark, in git history; docs/latency.md). Returns the result and the facts: the ratio and its rounds'
     quartiles, the teacher's and the target's medians in the pair (`teacher_latency_now_ms`,
     `read_ms`) and `latency_scaled_by` (teacher-then / teacher-now, for a graph read alone right after)."""
     pair = (measure_pair or measure_beside_teacher)(target, config)
@@ -100,3 +100,37 @@ def latency_record(result: Any) -> dict[str, Any]:
         "cores": list(result.cores),
         "window": list(result.window),
     }
+
+
+def study_readings(trials: Any) -> list[Any]:
+    """The measured (not predicted, not noisy) latencies of a study's trials, one per trial, as
+    `latency.Reading`s: what the latency model is fitted on."""
+    from kdnas.core.spec import parse_arch
+    from kdnas.latency import Reading, Shape
+
+    out = []
+    for t in trials:
+        latency, arch = t.user_attrs.get("latency"), t.user_attrs.get("arch")
+        if not latency or not arch or latency.get("predicted") or latency.get("noisy") \
+                or latency.get("measured_in_trial") is not None:
+            continue
+        out.append(Reading(Shape.of(parse_arch(arch)), float(latency["median_ms"])))
+    return out
+
+
+def predicted_latency(spec: Any, config: SearchConfig, budget_ms: float, readings: list[Any]) -> dict[str, Any] | None:
+    """A trial's latency record from the latency model fitted on `readings` (`latency.fit_latency_model`),
+    when the model's interval lies wholly on one side of the budget: the shape then fits, or does not,
+    whatever a measurement would read within the model's error. None — measure — where there is no model
+    yet (too few readings) or the interval holds the budget. The final stage measures every finalist."""
+    from kdnas.latency import Shape, fit_latency_model
+
+    model = fit_latency_model(readings, batch=config.latency_batch, seq=config.latency_seq)
+    if model is None:
+        return None
+    guess = model.predict(Shape.of(spec))
+    if guess.straddles(budget_ms):
+        return None
+    return {"median_ms": guess.ms, "predicted": True, "interval_ms": [round(guess.low, 4), round(guess.high, 4)],
+            "model_readings": model.readings, "model_rel_error": round(model.rel_error, 4), "noisy": False,
+            "cached": False}

@@ -23,6 +23,8 @@ _STYLE = {  # status -> (legend name, marker)
     "pruned": ("pruned (loss when stopped)", dict(symbol="diamond", size=9, color="#ff7f0e")),
     "infeasible": (f"over budget (not trained, drawn at loss {UNTRAINED_LOSS:g})",
                    dict(symbol="x", size=10, color="#d62728")),
+    "resampled": ("predicted over budget (not measured, proposed again)",
+                  dict(symbol="x-open", size=8, color="#f4a3a3")),
     "failed": (f"failed (drawn at loss {UNTRAINED_LOSS:g} unless evaluated)",
                dict(symbol="triangle-up", size=9, color="#7f7f7f")),
 }

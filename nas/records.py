@@ -149,7 +149,7 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         key = r["status"].split(" ")[0]
         counts[key] = counts.get(key, 0) + 1
     finished = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED", "FAIL")]
-    before_training = [r for r in finished if r["status"] in ("rejected", "infeasible")]
+    before_training = [r for r in finished if r["status"] in ("rejected", "infeasible", "resampled")]
     timed = [r for r in finished if r["seconds_total"] is not None]
 
     def mean(key: str) -> float | None:

@@ -24,6 +24,10 @@ import psutil
 from optuna.trial import TrialState
 
 RETRYABLE = ("stale", "interrupted", "error")
+# At most this many proposals per `--trials` are proposed again, uncounted, when the latency model puts
+# them over the budget (nas.trial): a sampler that keeps proposing such shapes then counts them, so a
+# study always ends.
+RESAMPLES = 5
 
 
 def worker_identity() -> dict[str, Any]:
@@ -160,8 +164,13 @@ def is_surplus(study: optuna.Study, number: int, wanted: int) -> bool:
 
 
 def _counts(trial: optuna.trial.FrozenTrial, retried: set[int]) -> bool:
-    return (trial.user_attrs.get("status") != "surplus"
+    return (trial.user_attrs.get("status") not in ("surplus", "resampled")
             and not (trial.state == TrialState.FAIL and trial.number in retried))
+
+
+def resampled_trials(study: optuna.Study) -> int:
+    """Proposals the latency model put over the budget, which were proposed again instead of counted."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("status") == "resampled")
 
 
 def _retried(trials: list[optuna.trial.FrozenTrial]) -> set[int]:

@@ -42,7 +42,7 @@ STEPS_AFTER = 5
 # only on a second reading) may well read over it once trained: two readings of one graph on a
 # shared 2-core host differ by more (6.89 and 8.64 ms; 13.32 and 12.14 ms), and so do four
 # side-by-side measurements of 3x12x384x1536 (0.484 to 0.511 of the teacher: 5.4 % of a budget of
-# half; benchmarks/results/side_by_side.json). Its run leaves time for the fallback (`fallback_s`),
+# half; a one-off benchmark, in git history; docs/latency.md). Its run leaves time for the fallback (`fallback_s`),
 # so a refusal does not overrun the limit.
 MARGIN = 0.05
 

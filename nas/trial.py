@@ -24,9 +24,9 @@ from kdnas.core.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig
-from .measure import trial_latency
+from .measure import predicted_latency, study_readings, trial_latency
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
-from .resume import failed_shapes, is_surplus, worker_identity
+from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
 from .reward import kdnas_reward
 from .scored import Scored
 from .space import SearchSpace
@@ -230,6 +230,8 @@ class Objective:
         self._phase(trial, "latency")
         t0 = time.perf_counter()
         latency = _stored_latency(trial, arch)
+        if latency is None and cfg.latency_model:
+            latency = predicted_latency(spec, cfg, ctx.budget_ms, study_readings(trial.study.get_trials(deepcopy=False)))
         if latency is None:
             latency = trial_latency(spec, cfg, ctx.budget_ms, ctx.teacher_latency_ms)
         seconds["latency"] = time.perf_counter() - t0
@@ -238,9 +240,7 @@ class Objective:
         trial.set_constraint("shape", 0.0)
         trial.set_constraint("latency", median - ctx.budget_ms)
         if median > ctx.budget_ms:
-            trial.set_user_attr("status", "infeasible")
-            trial.set_user_attr("reason", f"latency {median:.2f} ms > budget {ctx.budget_ms:.2f} ms; not trained")
-            return self._untrained(median)
+            return self._over_budget(trial, latency)
         return self._train(trial, spec, latency, seconds)
 
     def _train(self, trial: optuna.Trial, spec: StudentSpec, latency: dict[str, Any],
@@ -300,6 +300,21 @@ class Objective:
         trial.set_user_attr("status", "rejected")
         trial.set_user_attr("reason", reason)
         return self._untrained(2.0 * self.ctx.budget_ms)
+
+    def _over_budget(self, trial: optuna.Trial, latency: dict[str, Any]) -> float | tuple[float, float]:
+        """A shape over the budget is not trained. One the latency model puts over it, unmeasured, is
+        proposed again: it does not count towards `--trials` (up to RESAMPLES x `--trials` of them), so the
+        trials a study counts are shapes within or near the budget."""
+        median, budget = float(latency["median_ms"]), self.ctx.budget_ms
+        if latency.get("predicted") and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trials:
+            trial.set_user_attr("status", "resampled")
+            trial.set_user_attr("reason", f"predicted {median:.2f} ms > budget {budget:.2f} ms; not measured, "
+                                          "proposed again (not counted)")
+        else:
+            trial.set_user_attr("status", "infeasible")
+            how = "predicted" if latency.get("predicted") else "latency"
+            trial.set_user_attr("reason", f"{how} {median:.2f} ms > budget {budget:.2f} ms; not trained")
+        return self._untrained(median)
 
     def _untrained(self, latency_ms: float) -> float | tuple[float, float]:
         if self.ctx.config.objective == "reward":

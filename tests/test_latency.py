@@ -315,7 +315,12 @@ def test_cli_profile_beside_reports_the_ratio_and_refuses_bad_input(isolated_cac
     assert text.startswith("1x2x64x128 beside 4x2x128x512") and "alternating rounds" in text
     assert main(["profile", "1x2x64x128", "--beside", "4x2x128x512", "--seq", "16", "--threads", "1", "--json"]) == 0
     assert 0 < json.loads(capsys.readouterr().out)["ratio"] < 1
-    for argv in (["profile", TINY, "--beside", "3x7x384x1024"], ["profile", TINY, "--beside", TINY, "--int8"]):
+    # INT8 beside INT8: both graphs quantized with the export's recipe
+    assert main(["profile", "1x2x64x128", "--beside", "4x2x128x512", "--seq", "16", "--threads", "1", "--int8",
+                 "--json"]) == 0
+    pair = json.loads(capsys.readouterr().out)
+    assert pair["target"]["runtime"] == "onnxruntime-int8" and 0 < pair["ratio"] < 1
+    for argv in (["profile", TINY, "--beside", "3x7x384x1024"], ["profile", TINY, "--int8", "--runtime", "torch"]):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("kdnas profile: error:") and err.count("\n") == 1

@@ -611,3 +611,32 @@ def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(tea
     assert "read again, within 5% of the budget: 4.90 and 4.60 ms, 4.75 ms counted" in said[-1]
     ratios = iter([0.40])  # well inside: one reading
     assert final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")[::3] == (pytest.approx(4.0), 3)
+
+
+def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher, monkeypatch):
+    """--runtime onnxruntime-int8: a finalist's pre-training reading is of the INT8 graph it will ship,
+    quantized by the export's recipe, and a shipped folder's INT8 graph is the one judged."""
+    from types import SimpleNamespace
+
+    import onnx
+
+    import kdnas.nas.final as final
+    from kdnas.core.assets import teacher_path
+    from kdnas.export import read_sentence_pipeline
+    from kdnas.nas import SearchConfig
+
+    judged = []
+
+    def beside(graph, config, then_ms):
+        judged.append((graph.name, any("Integer" in n.op_type or "Quantize" in n.op_type
+                                       for n in onnx.load(str(graph)).graph.node)))
+        return _reading(0.3 * then_ms), {"ratio_to_teacher": 0.3}
+
+    monkeypatch.setattr(final, "beside_teacher", beside)
+    ctx = SimpleNamespace(config=SearchConfig(runtime="onnxruntime-int8"), teacher=teacher, teacher_latency_ms=10.0,
+                          budget_ms=5.0, progress=SimpleNamespace(phase=lambda _: None))
+    spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
+    final._shipped_graph_latency(ctx, spec, read_sentence_pipeline(teacher_path("minilm-l6")), "final 1/1")
+    assert judged == [("model.int8.onnx", True)]
+    assert final.shipped_graphs("onnxruntime-int8") == ("model.int8.onnx", "model.onnx")
+    assert final.shipped_graphs("onnxruntime") == ("model.onnx", "model.int8.onnx")

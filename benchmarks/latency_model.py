@@ -1,0 +1,85 @@
+"""How well the latency model predicts shapes it was not fitted on, per teacher family, on this host.
+
+For each teacher, `--shapes` shapes drawn at random (seeded) from the search's default space for it (the
+teacher's own family, its head size kept) are measured by `latency.profile` on the search's settings (fused
+fp32 onnxruntime graph, batch 1, 128 tokens, 2 threads; the host's latency cache is used, as a search uses
+it). The first `--train` readings fit the model (`latency.fit_latency_model`), the rest are held out: the
+mean absolute percentage error and Kendall's τ of predicted against measured on them, and the share of held-out
+shapes inside the model's own interval. The same is reported for fits on the first 6 and 12 readings (what a
+search has after as many trials). The top-level `mape` / `kendall_tau` are the worst over the teachers.
+
+    python benchmarks/latency_model.py [--teachers minilm-l6,mpnet-base --shapes 36 --train 24]
+Writes benchmarks/results/latency_model.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+from _env import environment
+
+
+def shapes_of(teacher_name: str, count: int, seed: int):
+    from kdnas.core.spec import StudentSpec
+    from kdnas.distill import load_teacher
+    from kdnas.nas import default_space
+
+    teacher = load_teacher(teacher_name)
+    d = teacher.dims
+    space = default_space(d.layers, d.heads, d.hidden, d.ffn, keep_head_size=True)
+    sizes = teacher.student_sizes()
+    rng = random.Random(seed)
+    every = [(L, hid // space.head_size, hid, f) for L in space.layers for hid in space.hidden for f in space.ffn]
+    return [StudentSpec(layers=L, heads=a, hidden=h, ffn=f, **sizes) for L, a, h, f in rng.sample(every, count)]
+
+
+def evaluate(readings, train: int) -> dict:
+    from kdnas.latency import fit_latency_model, kendall_tau, mape
+
+    model = fit_latency_model(readings[:train])
+    held = readings[train:]
+    predicted = [model.predict(r.shape) for r in held]
+    measured = [r.ms for r in held]
+    return {"train": train, "held_out": len(held), "mape": round(mape([p.ms for p in predicted], measured), 4),
+            "kendall_tau": round(kendall_tau([p.ms for p in predicted], measured), 4),
+            "inside_interval": round(sum(p.low <= m <= p.high for p, m in zip(predicted, measured)) / len(held), 3),
+            "loo_rel_error": round(model.rel_error, 4), "coef": [round(c, 5) for c in model.coef]}
+
+
+def main() -> None:
+    from kdnas.latency import Reading, Shape, profile
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teachers", default="minilm-l6,mpnet-base")
+    parser.add_argument("--shapes", type=int, default=36)
+    parser.add_argument("--train", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "latency_model.json")
+    args = parser.parse_args()
+    t0 = time.time()
+    teachers = {}
+    for name in args.teachers.split(","):
+        readings, rows = [], []
+        for spec in shapes_of(name, args.shapes, args.seed):
+            res = profile(spec, batch=1, seq=128, threads=2)
+            readings.append(Reading(Shape.of(spec), float(res.median_ms)))
+            rows.append({"arch": spec.arch, "ms": round(res.median_ms, 3), "cached": bool(res.cached)})
+            print(f"{name} {spec.arch:16s} {res.median_ms:8.2f} ms", flush=True)
+        fits = [evaluate(readings, n) for n in sorted({6, 12, args.train})]
+        teachers[name] = {"family": name, "readings": rows, "fits": fits}
+        print(name, json.dumps(fits[-1]), flush=True)
+    headline = [t["fits"][-1] for t in teachers.values()]
+    result = {"what": __doc__.strip().splitlines()[0], "runtime": "onnxruntime (fused fp32 graph)", "batch": 1,
+              "seq": 128, "threads": 2, "mape": max(h["mape"] for h in headline),
+              "kendall_tau": min(h["kendall_tau"] for h in headline), "teachers": teachers,
+              "seconds": round(time.time() - t0, 1), "environment": environment()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

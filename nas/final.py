@@ -153,7 +153,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     stage = _Stage(study, ctx, pool)
     # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first
     # trial's also holds the teacher targets of the transfer set)
-    proxy_s = statistics.median([r["seconds_distill"] for r in pool if r.get("seconds_distill")] or [0.0])
+    proxy_s = statistics.median([r["seconds_distill"] - (r.get("seconds_teacher") or 0.0)
+                                 for r in pool if r.get("seconds_distill")] or [0.0])
     results: list[dict[str, Any]] = []
     while stage.queue and len(results) < cfg.final_top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
         row = stage.queue.pop(0)

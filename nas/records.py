@@ -18,7 +18,7 @@ COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
     "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
     "latency_scaled_by", "loss", "loss_se", "fidelity", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
-    "seconds_latency", "seconds_distill", "seconds_total", "datetime_start",
+    "seconds_latency", "seconds_distill", "seconds_teacher", "seconds_total", "datetime_start",
 )
 
 _STATUS_OF_STATE = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting", TrialState.PRUNED: "pruned",
@@ -77,6 +77,7 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "retry_of": attrs.get("retry_of", trial.system_attrs.get("failed_trial")),
         "seconds_latency": seconds.get("latency"),
         "seconds_distill": seconds.get("distill"),
+        "seconds_teacher": seconds.get("teacher"),  # of seconds_distill: the one-time teacher work it did first
         "seconds_total": seconds.get("total"),
         "datetime_start": trial.datetime_start.isoformat(timespec="seconds") if trial.datetime_start else None,
     }
@@ -164,6 +165,7 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "budget_ms": attrs.get("budget_ms"),
         "fastest": attrs.get("fastest"),
         "space_size": attrs.get("space_size"),
+        "rule": attrs.get("rule"),
         "trials": len(rows),
         "counts": counts,
         "rejected_before_training": len(before_training),

@@ -103,6 +103,23 @@ class SearchSpace:
         return out
 
 
+def rule_params(space: SearchSpace, teacher_layers: int, ratio: float) -> dict[str, int] | None:
+    """The one-line rule's shape as the sampler's parameters: as many of the teacher's layers as the budget's
+    share of its latency allows (latency grows with depth at a fixed width), at the widest hidden size and FFN
+    of the space — "the teacher's full width at the depth that fits". None where the space cannot hold it."""
+    depth = max(1, math.floor(teacher_layers * ratio + 1e-9))
+    layers = [n for n in space.layers if n <= depth]
+    if not layers or ratio <= 0:
+        return None
+    params = {"layers": max(layers), "hidden": max(space.hidden), "ffn": max(space.ffn)}
+    if space.head_size is None:
+        fitting = [a for a in space.heads if params["hidden"] % a == 0]
+        if not fitting:
+            return None
+        params["heads"] = max(fitting)
+    return params
+
+
 def default_space(layers: int, heads: int, hidden: int, ffn: int, keep_head_size: bool = False) -> SearchSpace:
     """A space derived from the teacher's shape (L_T, A_T, d_T, d_f).
 

@@ -11,9 +11,9 @@ def test_targets_computed_once_and_shared_between_methods(teacher, small_data):
     cache = TeacherCache(teacher, small_data)
     hs_needs = Needs(hidden=frozenset({2, 4, 6}))
     cache.ensure("train", hs_needs)
-    assert cache.teacher_passes == 1
-    cache.ensure("train", Needs(hidden=frozenset({4, 6})))  # a subset: no teacher pass
-    assert cache.teacher_passes == 1
+    assert cache.teacher_passes == 1 and (spent := cache.pass_seconds) > 0
+    cache.ensure("train", Needs(hidden=frozenset({4, 6})))  # a subset: no teacher pass, no time spent
+    assert cache.teacher_passes == 1 and cache.pass_seconds == spent
     cache.ensure("train", Needs(hidden=frozenset({6}), qkv=frozenset({6})))  # only Q/K/V are new
     assert cache.teacher_passes == 2
     index = torch.tensor([3, 0, 7])
@@ -33,7 +33,7 @@ def test_disk_cache_is_reused_by_a_new_process_view(teacher, small_data, tmp_pat
     assert len(files) == 1 and small_data.fingerprint in files[0] and teacher.fingerprint in files[0]
     second = TeacherCache(teacher, small_data, directory=tmp_path)
     second.ensure("eval", needs)
-    assert second.teacher_passes == 0
+    assert second.teacher_passes == 0 and second.pass_seconds == 0.0
     assert torch.equal(second.batch("eval", torch.arange(4), needs).hidden[6],
                        first.batch("eval", torch.arange(4), needs).hidden[6])
 

@@ -11,7 +11,7 @@ from kdnas.nas import SearchConfig
 from kdnas.nas._cli import config_from_args
 from kdnas.nas.config import RUN_ONLY
 
-NOT_FLAGS = {"space", "space_overrides", "prune", "progress", "stale_after_s"}  # mapped or Python-only
+NOT_FLAGS = {"space", "space_overrides", "prune", "progress", "stale_after_s", "latency_model"}  # mapped or Python-only
 
 
 def test_every_field_has_a_flag_with_the_dataclass_default():
@@ -28,11 +28,13 @@ def test_every_field_has_a_flag_with_the_dataclass_default():
 
 def test_flags_reach_the_config():
     args = build_parser().parse_args(["search", "--trials", "9", "--no-prune", "--final-lr", "1e-4", "--layers", "2",
+                                      "--no-latency-model", "--runtime", "onnxruntime-int8",
                                       "--final-augment", "0", "--final-save-every", "0",
                                       "--final-embed-terms", "mse+cos"])
     config = config_from_args(args, {"layers": "2"})
     assert (config.trials, config.prune, config.final_lr, dict(config.space_overrides)) == (9, False, 1e-4, {"layers": "2"})
     assert config.final_augment == 0.0 and config.final_save_every == 0 and config.final_embed_terms == "mse+cos"
+    assert config.latency_model is False and config.runtime == "onnxruntime-int8"
 
 
 def test_a_bad_save_interval_for_the_final_run_is_refused():

@@ -214,3 +214,20 @@ def test_pareto_finalists_are_front_members_best_reward_first():
                         "latency": {"median_ms": ms}}))
     assert [r["number"] for r in finalists(study, "pareto")] == [1, 2]  # front only, best reward first
     assert [r["number"] for r in finalists(study, "reward")] == [1, 0, 2]  # every trained trial
+
+
+def test_the_rule_keeps_the_teachers_full_width_at_the_depth_that_fits():
+    from kdnas.nas.space import default_space, rule_params
+
+    minilm = default_space(6, 12, 384, 1536, keep_head_size=True)
+    assert rule_params(minilm, 6, 0.5) == {"layers": 3, "hidden": 384, "ffn": 1536}
+    assert rule_params(minilm, 6, 0.1) == {"layers": 1, "hidden": 384, "ffn": 1536}  # at least one layer
+    mpnet = default_space(12, 12, 768, 3072, keep_head_size=True)
+    assert rule_params(mpnet, 12, 0.148) == {"layers": 1, "hidden": 768, "ffn": 3072}
+    assert rule_params(mpnet, 12, 0.25) == {"layers": 3, "hidden": 768, "ffn": 3072}
+    free = default_space(6, 12, 384, 1536)  # heads searched: the most that divide the width
+    assert rule_params(free, 6, 0.5) == {"layers": 3, "heads": 12, "hidden": 384, "ffn": 1536}
+    from kdnas.nas.space import override_space
+
+    deep_only = override_space(minilm, {"layers": "4-6"})
+    assert rule_params(deep_only, 6, 0.5) is None  # the space holds no shape of the rule's depth

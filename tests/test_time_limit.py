@@ -290,3 +290,18 @@ def test_a_run_with_time_to_spare_grows_its_transfer_set_and_draws_the_new_rows(
     assert max(drawn) >= 16  # after the pass that was running, batches come from the grown set
     unlimited = distill(spec, teacher, small.data, config, cache=small, grow=grow)  # no deadline: no growth
     assert unlimited.steps == FIT_AFTER and unlimited.rows == 16 and len(asked) == 1
+
+
+def test_the_forecast_leaves_out_the_one_time_teacher_work_a_trial_did_first():
+    """The first trained trial of an MPNet search spent 480 of its 592 s on the teacher's targets; counted as
+    the typical trial, it stopped the search after six trials. The teacher's share is not a trial's pace."""
+    import optuna
+
+    from kdnas.nas.search import _final_forecast
+
+    cfg = SearchConfig(timeout=3600, proxy="fidelity", final_steps=1200, trials=20)
+    study = optuna.create_study(direction="maximize")
+    attrs = {"status": "feasible", "arch": "1x12x384x1536", "reward": 0.5, "loss": 0.5, "step_s": 0.5,
+             "seconds": {"total": 592.0, "distill": 560.0, "teacher": 480.0}}
+    study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs=attrs))
+    assert _final_forecast(study, cfg, _minilm_space(cfg))[1] == pytest.approx(112.0)

@@ -225,8 +225,8 @@ def _proxy_facts(cfg, steps: list[int]) -> dict:
     if cfg.proxy == "fidelity":
         return {"recipe": cfg.final_method, "unit": cfg.final_unit, "train": cfg.final_train, "lr": PROXY_FINAL_LR,
                 "batch_size": cfg.final_batch_size, "sentences": cfg.proxy_sentences, "steps": steps}
-    return {"method": cfg.method, "init": cfg.init, "train": cfg.proxy_train, "eval": cfg.proxy_eval,
-            "lr": cfg.lr, "batch_size": cfg.batch_size, "steps": steps}
+    return {"method": cfg.proxy_method, "init": cfg.init, "train": cfg.proxy_train, "eval": cfg.proxy_eval,
+            "lr": cfg.proxy_lr, "batch_size": cfg.proxy_batch_size, "steps": steps}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,7 +21,7 @@ how a trial runs:
   3. brief distillation, by --proxy:
      fidelity (default): the final recipe (--final-method on the final transfer set) for --proxy-steps,
        scored by embedding fidelity rho on --proxy-sentences held-out sentences: loss = 1 - rho;
-     hs (the paper's): --method hs on a fixed --proxy-train set, held-out normalized L_HS reported
+     hs (the paper's): --proxy-method hs on a fixed --proxy-train set, held-out normalized L_HS reported
        every --eval-every steps to a median pruner: loss = L_HS;
   4. score: KD-NAS reward (1 - loss) * (lat(S) / (0.6 lat(T)))^-0.06, teacher latency measured once.
   Then the best feasible trial (--final-top-k of them) is distilled for --final-steps, exported
@@ -129,8 +129,8 @@ def _proxy_flags(p: argparse.ArgumentParser, d) -> None:
                             "sentences; hs: the paper's KD-NAS proxy, scored by held-out L_HS (default: %(default)s)")
     proxy.add_argument("--proxy-sentences", type=int, default=d.proxy_sentences,
                        help="held-out sentences for the fidelity proxy's rho (default: %(default)s)")
-    proxy.add_argument("--method", default=d.method, help="hs proxy: distillation method (default: %(default)s, as in "
-                                                          "the paper's KD-NAS)")
+    proxy.add_argument("--proxy-method", default=d.proxy_method,
+                       help="hs proxy: distillation method (default: %(default)s, as in the paper's KD-NAS)")
     proxy.add_argument("--layer-map", default=d.layer_map, help="hs proxy (default: %(default)s)")
     proxy.add_argument("--init", default=d.init, choices=list(INITS),
                        help="how students start, proxy and final: inherit (the teacher's own layers, heads, neurons, "
@@ -144,8 +144,9 @@ def _proxy_flags(p: argparse.ArgumentParser, d) -> None:
                        help="hs proxy: training sequences (default: %(default)s)")
     proxy.add_argument("--proxy-eval", type=int, default=d.proxy_eval, help="held-out sequences for L_HS (default: %(default)s)")
     proxy.add_argument("--seq-len", type=int, default=d.seq_len, help="training tokens per sequence (default: %(default)s)")
-    proxy.add_argument("--batch-size", type=int, default=d.batch_size, help="hs proxy (default: %(default)s)")
-    proxy.add_argument("--lr", type=float, default=d.lr, help="hs proxy: peak learning rate (default: %(default)s)")
+    proxy.add_argument("--proxy-batch-size", type=int, default=d.proxy_batch_size, help="hs proxy (default: %(default)s)")
+    proxy.add_argument("--proxy-lr", type=float, default=d.proxy_lr,
+                       help="hs proxy: peak learning rate (default: %(default)s)")
     proxy.add_argument("--eval-every", type=int, default=d.eval_every,
                        help="hs proxy: pruner report interval in steps (default: %(default)s)")
     proxy.add_argument("--no-prune", action="store_true",

@@ -39,7 +39,7 @@ RUN_ONLY = frozenset({"out", "trials", "storage", "study_name", "space", "space_
                       "timeout", "final_max_steps", "cache_dir", "latency_model"})
 SAMPLERS = ("tpe", "nsga2", "random")
 # Fields only the hs proxy reads (the fidelity proxy runs the final recipe shortened: nas.trial).
-HS_PROXY_ONLY = ("method", "proxy_train", "batch_size", "lr")
+HS_PROXY_ONLY = ("proxy_method", "proxy_train", "proxy_batch_size", "proxy_lr")
 # The final run sees each transfer sentence at most this often (MiniLM, 3x12x384x1536, ρ at step
 # 1,200 of a 3,000-step run: 0.883 after 9.4 passes over 4,096 sentences, 0.903 over 32,768; at
 # 4.7 passes, 600 steps, 4,096 and 16,384 sentences score alike: 0.883 and 0.878).
@@ -88,13 +88,13 @@ class SearchConfig:
     # The proxy every trial (and every reference shape) is scored by (nas/proxy.py):
     # "fidelity": the final recipe, shortened to `proxy_steps`, on the final transfer set, scored by
     #   the embedding fidelity rho on `proxy_sentences` held-out sentences; the reward's loss is 1 - rho.
-    # "hs": the paper's KD-NAS proxy: `method` (hs) on `proxy_train` windows, scored by held-out L_HS.
+    # "hs": the paper's KD-NAS proxy: `proxy_method` (hs) on `proxy_train` windows, scored by held-out L_HS.
     # Measured on MiniLM, 12 shapes (benchmarks/results/proxy_fidelity.json): Kendall's tau against
     # the final student's fidelity +0.91 for "fidelity" at 30 steps, +0.67 for "hs" at 60.
     proxy: str = "fidelity"
     proxy_sentences: int = 300
     # The options below, to `proxy_train`, shape the "hs" proxy only.
-    method: str = "hs"
+    proxy_method: str = "hs"
     layer_map: str = "uniform"
     # None: 30 for "fidelity" (tau +0.91 at 30 steps, +0.94 at 60: inside each other's intervals, at
     # half the cost), 60 for "hs" (60, not 20: tau vs a 10x longer run +0.86 at 60 vs +0.36 at 20 on
@@ -107,10 +107,10 @@ class SearchConfig:
     # L_HS > 1); 128 rows per half give ~8k tokens. Interim (pruner) scores use the first 32 rows.
     proxy_eval: int = 256
     seq_len: int = 64
-    batch_size: int = 8
+    proxy_batch_size: int = 8
     # Short runs learn more at a higher peak rate than the long-run default (5e-4, App. B); measured
     # on MiniLM: held-out L_HS after 40 steps 0.928 at 2e-3 vs 0.946 at 5e-4 (3x6x384x1024).
-    lr: float | None = 2e-3
+    proxy_lr: float | None = 2e-3
     # Students start from the teacher's own weights (distill.inherit): layers by `layer_rule`, heads,
     # neurons and channels by activation importance. Shapes that cannot inherit fall back to "svd".
     # Measured on MiniLM, 3x12x384x1536 before any training: embedding fidelity rho 0.61 inherited
@@ -199,7 +199,7 @@ class SearchConfig:
         if self.proxy_steps is None:
             object.__setattr__(self, "proxy_steps", 30 if self.proxy == "fidelity" else 60)
         self._check_proxy_fields()
-        for name in ("proxy_steps", "proxy_train", "proxy_sentences", "proxy_eval", "seq_len", "batch_size", "eval_every",
+        for name in ("proxy_steps", "proxy_train", "proxy_sentences", "proxy_eval", "seq_len", "proxy_batch_size", "eval_every",
                      "latency_batch", "latency_seq", "threads", "final_top_k", "final_batch_size"):
             _positive_int(self, name, "must be a positive integer")
         self._check_final()
@@ -215,7 +215,7 @@ class SearchConfig:
             raise InputError(f"sampler {self.sampler!r} is unknown; choose one of {', '.join(SAMPLERS)}")
         if not (math.isfinite(self.target_ratio) and self.target_ratio > 0):
             raise InputError(f"target ratio {self.target_ratio!r} must be a positive number")
-        for name in ("lr", "final_lr"):
+        for name in ("proxy_lr", "final_lr"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise InputError(f"learning rate {name}={value!r} must be a positive number")
@@ -224,13 +224,13 @@ class SearchConfig:
         check_choice("final unit", self.final_unit, UNITS)
         check_choice("precision", self.precision, PRECISIONS)
         # od needs the teacher's masked-LM head, which the bundled sentence-embedding teachers lack.
-        check_choice("method", self.method, tuple(m for m in METHODS if m != "od"))
+        check_choice("proxy method", self.proxy_method, tuple(m for m in METHODS if m != "od"))
         check_choice("final method", self.final_method, tuple(m for m in METHODS if m != "od"))
         if self.layer_map != SearchConfig.layer_map and not any("layer_map" in method_options(m)
-                                                                for m in (self.method, self.final_method)):
+                                                                for m in (self.proxy_method, self.final_method)):
             takers = ", ".join(m for m in METHODS if "layer_map" in method_options(m))
             raise InputError(f"layer map {self.layer_map!r} applies to the methods {takers}; "
-                             f"method {self.method!r} and final method {self.final_method!r} have none")
+                             f"proxy method {self.proxy_method!r} and final method {self.final_method!r} have none")
         if not isinstance(self.quality_sentences, int) or self.quality_sentences < 0:
             raise InputError(f"quality_sentences={self.quality_sentences!r} must be 0 (not measured) or more")
         if not self.study_name or not str(self.study_name).strip():
@@ -333,7 +333,7 @@ class SearchConfig:
     def proxy_recipe(self) -> dict[str, Any]:
         """What the proxy trains every trial with, resolved: the fidelity proxy runs the final recipe shortened
         (its method, batch and transfer set), so those `final_*` fields, run-only for the final run, define the
-        study's trials; the hs proxy's own fields (`method`, `batch_size`, `lr`, ...) are settings already."""
+        study's trials; the hs proxy's own fields (`proxy_method`, `proxy_batch_size`, `proxy_lr`, ...) are settings already."""
         if self.proxy != "fidelity":
             return {}
         return {"method": self.final_method, "batch_size": self.final_batch_size, "train": self.final_train,

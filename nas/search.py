@@ -118,7 +118,7 @@ def _check_methods(cfg: SearchConfig, space, teacher_dims) -> None:
     winner): a method that needs the teacher's head count (minilm, xtremedistil) is refused now, not as
     failed trials or a failed final run."""
     layers, ffn = min(space.layers), min(space.ffn)
-    for flag, method in (("--method", cfg.method), ("--final-method", cfg.final_method)):
+    for flag, method in (("--proxy-method", cfg.proxy_method), ("--final-method", cfg.final_method)):
         for heads, hidden in space.widths():
             try:
                 build_method(method, teacher_dims, ModelDims(layers, hidden, heads, ffn))

@@ -96,12 +96,12 @@ class SearchContext:
         cfg = self.config
         if cfg.proxy == "fidelity":
             return self.final_recipe(steps, eval_every or steps, lr=PROXY_FINAL_LR)
-        extra = {} if cfg.lr is None else {"lr": cfg.lr}
-        return DistillConfig(method=cfg.method, steps=steps, batch_size=cfg.batch_size,
+        extra = {} if cfg.proxy_lr is None else {"lr": cfg.proxy_lr}
+        return DistillConfig(method=cfg.proxy_method, steps=steps, batch_size=cfg.proxy_batch_size,
                              eval_every=cfg.eval_every if eval_every is None else eval_every,
                              interim_eval_rows=INTERIM_EVAL_ROWS,
                              layer_map=cfg.layer_map, init=cfg.init, layer_rule=cfg.layer_rule, seed=cfg.seed,
-                             device=cfg.device, precision=cfg.precision, progress=False, **extra).for_method(cfg.method)
+                             device=cfg.device, precision=cfg.precision, progress=False, **extra).for_method(cfg.proxy_method)
 
     def final_config(self) -> DistillConfig:
         """The winner's recipe: `final_method` (with `final_embed_terms` where given) for `final_steps`,

@@ -51,7 +51,7 @@ def test_study_settings_are_the_fields_that_change_what_a_trial_measures():
     config = SearchConfig()
     space = config.resolve_space(type("Dims", (), {"layers": 6, "heads": 12, "hidden": 384, "ffn": 1536})())
     settings = config.study_settings(space, "fingerprint")
-    assert {"proxy_steps", "lr", "budget_ratio", "teacher", "threads", "prune", "space", "device"} <= settings.keys()
+    assert {"proxy_steps", "proxy_lr", "budget_ratio", "teacher", "threads", "prune", "space", "device"} <= settings.keys()
     assert not settings.keys() & (RUN_ONLY - {"space", "device"})
     assert settings["dtype"] == "fp32" and settings["teacher_fingerprint"] == "fingerprint"
     # proxy scores trained in bf16 and in fp32 must not mix in one study
@@ -87,14 +87,14 @@ def test_each_method_gets_only_the_options_it_takes():
     # The default layer map reaches the methods that take one, and not embed (which would refuse it).
     assert configs() == ({}, {})  # the fidelity proxy is the final recipe (embed), shortened
     assert configs(proxy="hs") == ({"layer_map": "uniform"}, {})
-    assert configs(proxy="hs", method="embed") == ({}, {})
-    assert configs(proxy="hs", method="embed", final_method="hs", layer_map="last") == ({}, {"layer_map": "last"})
-    assert configs(proxy="hs", method="pkd", final_method="hs", layer_map="last") == ({"layer_map": "last"},
+    assert configs(proxy="hs", proxy_method="embed") == ({}, {})
+    assert configs(proxy="hs", proxy_method="embed", final_method="hs", layer_map="last") == ({}, {"layer_map": "last"})
+    assert configs(proxy="hs", proxy_method="pkd", final_method="hs", layer_map="last") == ({"layer_map": "last"},
                                                                                       {"layer_map": "last"})
-    with pytest.raises(InputError, match=r"layer map 'last' applies to the methods hs, pkd; method 'embed' and final method 'embed' have none"):
-        SearchConfig(proxy="hs", method="embed", layer_map="last")
-    with pytest.raises(InputError, match=r"method 'od' is invalid: allowed hs, "):
-        SearchConfig(proxy="hs", method="od")
+    with pytest.raises(InputError, match=r"layer map 'last' applies to the methods hs, pkd; proxy method 'embed' and final method 'embed' have none"):
+        SearchConfig(proxy="hs", proxy_method="embed", layer_map="last")
+    with pytest.raises(InputError, match=r"proxy method 'od' is invalid: allowed hs, "):
+        SearchConfig(proxy="hs", proxy_method="od")
     with pytest.raises(InputError, match=r"precision 'fp16' is invalid: allowed auto, bf16, fp32"):
         SearchConfig(precision="fp16")
     # the proxy and the final run train in the search's precision
@@ -108,7 +108,7 @@ def test_a_field_only_the_hs_proxy_reads_is_refused_with_the_fidelity_proxy():
 
     from kdnas.core.errors import InputError
 
-    for name, value in (("lr", 1e-3), ("method", "minilm"), ("batch_size", 4), ("proxy_train", 32)):
+    for name, value in (("proxy_lr", 1e-3), ("proxy_method", "minilm"), ("proxy_batch_size", 4), ("proxy_train", 32)):
         flag = "--" + name.replace("_", "-")
         with pytest.raises(InputError, match=rf"^{flag} .* shapes the hs proxy only; .* add --proxy hs"):
             SearchConfig(**{name: value})

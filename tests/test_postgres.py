@@ -167,7 +167,7 @@ def _kill_args(storage: str, out: Path) -> list[str]:
     args[args.index("--layers") + 1] = "1,2"
     args[args.index("--proxy-steps") + 1] = "40"
     args[args.index("--eval-every") + 1] = "5"
-    return [*args, "--proxy", "hs", "--proxy-train", "32", "--batch-size", "4"]  # its pruner reports show a trial mid-distillation
+    return [*args, "--proxy", "hs", "--proxy-train", "32", "--proxy-batch-size", "4"]  # its pruner reports show a trial mid-distillation
 
 
 @pytest.mark.slow

@@ -338,7 +338,7 @@ def _wait_for(out: Path, predicate, timeout: float, proc: subprocess.Popen | Non
 def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, budget_ms):
     out, targets = tmp_path / "killed", tmp_path / "targets"
     args = ["search", "--out", str(out), "--trials", "3", "--layers", "1-2", "--heads", "12", "--hidden", "384",
-            "--ffn", "256,512", "--budget-ms", "1000", "--proxy", "hs", "--proxy-train", "32", "--batch-size", "4",
+            "--ffn", "256,512", "--budget-ms", "1000", "--proxy", "hs", "--proxy-train", "32", "--proxy-batch-size", "4",
             "--proxy-steps", "40", "--eval-every", "5",
             "--final-steps", "4", "--cache-dir", str(targets), *TINY]  # hs: its pruner reports show a trial mid-distillation
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -583,7 +583,7 @@ def test_a_final_run_on_a_corpus_too_small_for_its_steps_perturbs_half_its_batch
     out = tmp_path / "run"
     result = kdnas("search", "--out", str(out), "--corpus", str(corpus), "--trials", "1", "--layers", "2",
                    "--heads", "12", "--hidden", "384", "--ffn", "256", "--budget-ms", "1000", "--proxy", "hs",
-                   "--proxy-train", "32", "--batch-size", "4", "--proxy-steps", "4", "--eval-every", "2",
+                   "--proxy-train", "32", "--proxy-batch-size", "4", "--proxy-steps", "4", "--eval-every", "2",
                    "--final-steps", "40", *TINY, "--quality-sentences", "0",
                    "--final-embed-terms", "mse+cos+rel+mid")
     assert result.returncode == 0, result.stderr[-3000:]

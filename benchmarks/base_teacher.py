@@ -1,0 +1,95 @@
+"""A base-size teacher: `kdnas search --teacher mpnet-base` at several budgets, and what each shipped student is worth.
+
+For each budget, one `kdnas search` as a user runs it (`--timeout` the time limit of the whole command, the
+bundled news corpus, every other setting the default), then every shipped student measured beside the
+teacher, both of its untrained baselines (the teacher's first k layers in its own class; the student's
+inherited start) and **all-MiniLM-L6-v2 as it comes** — the model a user has for free — by
+`benchmarks/student_quality.py` (embedding fidelity to the teacher on held-out sentences, linear probes full
+and 16-shot on `--tasks`: sentiment and topic by default, since the tweets probe encodes 33,000 tweets with
+MPNet, more than half an hour on two cores). Latency is the search's own: the shipped graph timed side by side
+with the teacher (and its INT8 graph right after), all-MiniLM-L6-v2 timed side by side with the teacher
+before the searches; the summary adds the shipped INT8 graph's fidelity beside the fp32 one. A rerun of the
+same command resumes each finished search at once (its study is done) and measures again. Budgets: a ratio of the teacher's latency (`0.5`, `0.25`), or `minilm` — the
+latency of all-MiniLM-L6-v2 relative to the teacher, measured side by side before the searches (both fused
+fp32 graphs, batch 1, 128 tokens, 2 threads), given to the search as that ratio.
+
+    python benchmarks/base_teacher.py --budgets minilm,0.5,0.25 --timeout 3600
+Writes benchmarks/results/base_teacher.json (the searches under --work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from _env import environment
+
+TEACHER = "mpnet-base"
+FREE = "minilm-l6"  # all-MiniLM-L6-v2 as it comes
+
+
+def minilm_ratio() -> dict:
+    from kdnas.latency import profile_pair
+
+    pair = profile_pair(FREE, TEACHER, seq=128, threads=2)
+    return {"ratio": round(pair.ratio, 4), "ratio_low": round(pair.ratio_low, 4), "ratio_high": round(pair.ratio_high, 4),
+            "minilm_ms": round(pair.target_ms, 3), "teacher_ms": round(pair.reference_ms, 3)}
+
+
+def run_search(name: str, ratio: float, timeout: int, work: Path, extra: list[str]) -> dict:
+    out = work / f"search-{name}"
+    command = ["kdnas", "search", "--teacher", TEACHER, "--corpus", "news", "--budget-ratio", f"{ratio:.4f}",
+               "--timeout", str(timeout), "--out", str(out), "--no-progress", *extra]
+    print(" ".join(command), flush=True)
+    t0 = time.time()
+    done = subprocess.run(command, check=False)
+    seconds = round(time.time() - t0, 1)
+    summary_file = out / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    return {"budget": name, "ratio": ratio, "command": " ".join(command), "exit": done.returncode,
+            "seconds": seconds, "summary": summary, "best": str(out / "best")}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budgets", default="minilm,0.5,0.25")
+    parser.add_argument("--timeout", type=int, default=3600)
+    parser.add_argument("--work", type=Path, default=Path("runs/base-teacher"))
+    parser.add_argument("--search-args", default="", help="more `kdnas search` flags, e.g. \"--trials 30\"")
+    parser.add_argument("--tasks", nargs="+", default=["sentiment", "topic"])
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "base_teacher.json")
+    args = parser.parse_args()
+    result: dict = {"what": __doc__.strip().splitlines()[0], "teacher": TEACHER, "timeout": args.timeout}
+    previous = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    if "minilm" in args.budgets.split(","):  # a rerun keeps the ratio its searches were started with
+        result["minilm_beside_teacher"] = previous.get("minilm_beside_teacher") or minilm_ratio()
+    runs = []
+    for name in args.budgets.split(","):
+        ratio = result["minilm_beside_teacher"]["ratio"] if name == "minilm" else float(name)
+        runs.append(run_search(name, ratio, args.timeout, args.work, args.search_args.split()))
+        result["searches"] = runs
+        _write(args.out, result)
+    shipped = [r["best"] for r in runs if Path(r["best"], "distill.json").is_file()]
+    if shipped:
+        quality = args.work / "student_quality.json"
+        subprocess.run([sys.executable, str(Path(__file__).parent / "student_quality.py"), *shipped, "--teacher", TEACHER,
+                        "--also", FREE, "--work", str(args.work / "baselines"), "--out", str(quality), "--no-latency",
+                        "--tasks", *args.tasks], check=False)
+        if quality.is_file():
+            result["quality"] = json.loads(quality.read_text())
+    _write(args.out, result)
+    return 0
+
+
+def _write(path: Path, result: dict) -> None:
+    result["environment"] = environment()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -440,6 +440,7 @@ def _refused(result: subprocess.CompletedProcess, *words: str) -> None:
         assert word in message, message
 
 
+@pytest.mark.slow  # eleven refused commands, ~115 s on 2 cores; each flag's check is unit-tested in test_cli_search_flags
 def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
@@ -540,6 +541,7 @@ def test_a_search_killed_during_its_final_run_goes_on_from_its_last_save(tmp_pat
     assert record["steps"] == 600 and not state.exists()  # shipped: the save is gone
 
 
+@pytest.mark.slow  # a full search, ~85 s; the time limit's rules are unit-tested in test_time_limit
 def test_a_timeout_stops_the_trials_and_fits_the_final_run(tmp_path):
     out = tmp_path / "run"
     # A limit already spent when the first trial ends: no second trial starts, and the final run
@@ -556,6 +558,7 @@ def test_a_timeout_stops_the_trials_and_fits_the_final_run(tmp_path):
     assert len(load(out).trials) == 1
 
 
+@pytest.mark.slow  # a full search, ~65 s; the step plan is unit-tested in test_time_limit and test_trainer
 def test_a_timeout_with_time_to_spare_trains_past_final_steps_on_more_text(tmp_path):
     out = tmp_path / "run"
     # Minutes for a run of seconds: the final run goes on to --final-max-steps, and its transfer set

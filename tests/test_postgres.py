@@ -165,6 +165,9 @@ def _kill_args(storage: str, out: Path) -> list[str]:
     args[args.index("--study-name") + 1] = "killed"
     args[args.index("--trials") + 1] = "5"
     args[args.index("--layers") + 1] = "1,2"
+    # Eight shapes, so that after the rule's (every new study's first trial) most proposals are new ones that
+    # train, not copies of a shape already scored: a copy ends at once and can end a worker before the kill.
+    args[args.index("--ffn") + 1] = "256,512,768,1024"
     args[args.index("--proxy-steps") + 1] = "40"
     args[args.index("--eval-every") + 1] = "5"
     return [*args, "--proxy", "hs", "--proxy-train", "32", "--proxy-batch-size", "4"]  # its pruner reports show a trial mid-distillation

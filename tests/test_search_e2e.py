@@ -339,7 +339,7 @@ def test_sigkill_mid_trial_resumes_with_every_finished_trial_intact(tmp_path, bu
     out, targets = tmp_path / "killed", tmp_path / "targets"
     args = ["search", "--out", str(out), "--trials", "3", "--layers", "1-2", "--heads", "12", "--hidden", "384",
             "--ffn", "256,512", "--budget-ms", "1000", "--proxy", "hs", "--proxy-train", "32", "--proxy-batch-size", "4",
-            "--proxy-steps", "40", "--eval-every", "5",
+            "--proxy-steps", "40", "--eval-every", "5", "--seed", "2",  # seed 2: the rule's shape, then another one
             "--final-steps", "4", "--cache-dir", str(targets), *TINY]  # hs: its pruner reports show a trial mid-distillation
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     log = tmp_path / "killed.stderr"

@@ -56,10 +56,17 @@ MIN_CONTINUED_STEPS = 100
 
 def finalists(study: optuna.Study, objective: str) -> list[dict[str, Any]]:
     """Every trained candidate for the final phase, best reward first (Pareto: front members only)."""
-    rows = trial_rows(study)
+    rows = [r for r in trial_rows(study) if r["number"] not in _copies(study)]
     pool = pareto_front(rows) if objective == "pareto" else [
         r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
     return sorted(pool, key=lambda r: -r["reward"])
+
+
+def _copies(study: optuna.Study) -> set[int]:
+    """Trials that copied an earlier trial's result (the same shape): one candidate per shape, so a shape
+    refused as shipped is not tried again under its copy's number (a demo whose first trial, the rule's
+    3x12x384x1536, was proposed again as trial 3 measured it twice and trained it 182 steps)."""
+    return {t.number for t in study.get_trials(deepcopy=False) if "duplicate_of" in t.user_attrs}
 
 
 def final_dir(out: Path, rank: int, arch: str) -> Path:

@@ -305,3 +305,15 @@ def test_the_forecast_leaves_out_the_one_time_teacher_work_a_trial_did_first():
              "seconds": {"total": 592.0, "distill": 560.0, "teacher": 480.0}}
     study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs=attrs))
     assert _final_forecast(study, cfg, _minilm_space(cfg))[1] == pytest.approx(112.0)
+
+
+def test_a_shape_scored_twice_is_one_finalist():
+    import optuna
+
+    from kdnas.nas.final import finalists
+
+    study = optuna.create_study(direction="maximize")
+    for number, extra in ((0, {}), (1, {"duplicate_of": 0})):
+        attrs = {"status": "feasible", "arch": "3x12x384x1536", "reward": 0.8, "loss": 0.2, **extra}
+        study.add_trial(optuna.trial.create_trial(value=0.8, user_attrs=attrs))
+    assert [r["number"] for r in finalists(study, "reward")] == [0]

@@ -65,6 +65,7 @@ def export_model(
     int8: bool = False,
     int8_fp32_attention: bool = False,
     int8_fp32_embeddings: bool = False,
+    int8_full_range: bool = False,
     opset: int | None = None,
     optimize: bool = True,
     tokenizer=None,
@@ -77,7 +78,8 @@ def export_model(
     bundled teacher name (minilm-l6, mpnet-base). `tokenizer`: a tokenizer, or a folder/teacher name
     to load one from; by default the model folder's own. `model.onnx` is the optimized (fused)
     graph when `optimize`, since that is what runs fastest and it passes the same parity check.
-    `int8_fp32_attention` / `int8_fp32_embeddings`: see `quantize_int8` (what each keeps fp32, at what cost).
+    `int8_fp32_attention` / `int8_fp32_embeddings` / `int8_full_range`: see `quantize_int8` (what each keeps
+    fp32, at what cost; full-range weights are right only on CPUs with VNNI).
     `normalize` / `pooling`: how the graph's `sentence_embedding` is made, so it equals
     `SentenceTransformer(folder).encode`; None reads them from the model folder's sentence-transformers
     modules (modules.json: a Normalize module -> normalized), else mean pooling, not normalized.
@@ -85,7 +87,9 @@ def export_model(
     """
     started = time.perf_counter()
     out = Path(out_dir).expanduser()
-    _check_arguments(out, opset, int8, int8_fp32_attention, int8_fp32_embeddings, pooling)
+    recipe_options = {"fp32_attention": int8_fp32_attention, "fp32_embeddings": int8_fp32_embeddings,
+                      "full_range": int8_full_range}
+    _check_arguments(out, opset, int8, recipe_options, pooling)
     model, source, tok_source = _load_model(model_or_dir)
     parity_tokens = min(256, _positions(model, source))  # a model with fewer positions is checked at its own
     pooling, normalize = _embedding_pipeline(tok_source, pooling, normalize)
@@ -99,8 +103,7 @@ def export_model(
         parity = _check_parity(graph.path, batches, reference)
         int8_min = int8_mean = recipe = None
         if int8:
-            int8_min, int8_mean, recipe = _quantize(stage, batches, reference, notes, fp32_attention=int8_fp32_attention,
-                                                    fp32_embeddings=int8_fp32_embeddings)
+            int8_min, int8_mean, recipe = _quantize(stage, batches, reference, notes, **recipe_options)
 
         tok.save_pretrained(stage)
         model.config.save_pretrained(stage)
@@ -144,12 +147,11 @@ def _matching_tokenizer(tokenizer_or_source, source: str, model):
     return tok
 
 
-def _check_arguments(out: Path, opset: int | None, int8: bool, fp32_attention: bool, fp32_embeddings: bool,
+def _check_arguments(out: Path, opset: int | None, int8: bool, recipe_options: dict[str, bool],
                      pooling: str | None) -> None:
     check_out_folder(out, "an earlier kdnas export", MANIFEST)  # never clobber a folder we did not write
     _graph.check_opset(opset)
-    given = [flag for flag, on in (("--int8-fp32-attention", fp32_attention), ("--int8-fp32-embeddings", fp32_embeddings))
-             if on]
+    given = ["--int8-" + name.replace("_", "-") for name, on in recipe_options.items() if on]
     if given and not int8:
         raise InputError(f"{given[0]} chooses how model.int8.onnx is quantized: add --int8 to write it")
     if pooling is not None:
@@ -169,7 +171,7 @@ def _check_parity(path: str, batches: list, reference: list) -> "_parity.Parity"
 def _quantize(stage: Path, batches: list, reference: list, notes: list[str], **recipe_options: bool
               ) -> tuple[float, float, str]:
     """model.int8.onnx beside model.onnx, and its embeddings' cosines to the fp32 reference (a note
-    when the mean falls under the quality bar). `recipe_options`: `quantize_int8`'s fp32_* switches."""
+    when the mean falls under the quality bar). `recipe_options`: `quantize_int8`'s switches."""
     _graph.quantize_int8(stage / MODEL_FILE, stage / INT8_FILE, **recipe_options)
     recipe = _graph.int8_recipe(**recipe_options)
     cosines = _embedding_cosines(reference, _parity.run_onnx(str(stage / INT8_FILE), batches))

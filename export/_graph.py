@@ -161,15 +161,16 @@ def count_ops(path: str | os.PathLike) -> dict[str, int]:
 EMBEDDING_OPS = ("EmbedLayerNormalization", "Gather")
 
 
-def int8_recipe(*, fp32_attention: bool = False, fp32_embeddings: bool = False) -> str:
+def int8_recipe(*, fp32_attention: bool = False, fp32_embeddings: bool = False, full_range: bool = False) -> str:
     """What `quantize_int8` does with these options, in words (export.json's `int8_recipe`)."""
-    return ("dynamic, per-channel int8 weights, "
-            + ("fused attention fp32" if fp32_attention else "attention quantized too")
+    return ("dynamic, per-channel int8 weights"
+            + (", full 8-bit range (VNNI CPUs only)" if full_range else " in a 7-bit range")
+            + (", fused attention fp32" if fp32_attention else ", attention quantized too")
             + (", embedding tables fp32" if fp32_embeddings else ", embedding tables int8"))
 
 
 def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attention: bool = False,
-                  fp32_embeddings: bool = False) -> None:
+                  fp32_embeddings: bool = False, full_range: bool = False) -> None:
     """Dynamic INT8 quantization: per-channel int8 weights, activations quantized at run time.
 
     Every weight MatMul is quantized, and a fused `Attention` becomes `QAttention`: on this kind of
@@ -181,6 +182,14 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attent
     fused graph): the file is a third of what it was with them fp32 and a quarter of fp32's, for a mean
     cosine 0.0003-0.0004 lower and the same speed (one-off benchmark, in git history; docs/export.md);
     `fp32_embeddings=True` keeps them fp32.
+
+    Weights use 7 of their 8 bits (onnxruntime's `reduce_range`) unless `full_range`: on an x86 CPU
+    without VNNI (AVX2, or AVX-512 without VNNI) onnxruntime multiplies uint8 activations by int8
+    weights with an instruction that adds pairs of products into int16 and saturates there, so a
+    layer with large inputs returns wrong sums on exactly the CPUs many deploy to. Measured
+    (benchmarks/int8_recipes.py): an MPNet student's INT8 graph fell to mean cosine 0.51 to its fp32
+    graph with full-range weights and reached 0.996 with 7-bit ones, at the same speed. A graph
+    quantized with `full_range=True` is only right on CPUs with VNNI (AVX512-VNNI, AVX-VNNI, AMX).
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -191,7 +200,8 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attent
     try:
         logger_level = _quiet_root_logger()
         quantize_dynamic(
-            str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=ops,
+            str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=not full_range,
+            op_types_to_quantize=ops,
             # A fused graph carries contrib ops without type inference; tell the quantizer they are fp32.
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )

@@ -1,4 +1,4 @@
-"""kdnas.nas — architecture search under a CPU latency budget (KD-NAS, issue #4).
+"""kdnas.nas — architecture search under a CPU latency budget (KD-NAS).
 
 Public API:
     search(config) -> summary            run or resume a search; writes best/, pages, tables

@@ -25,7 +25,7 @@ how a trial runs:
        every --eval-every steps to a median pruner: loss = L_HS;
   4. score: KD-NAS reward (1 - loss) * (lat(S) / (0.6 lat(T)))^-0.06, teacher latency measured once.
   Then the best feasible trial (--final-top-k of them) is distilled for --final-steps, exported
-  (ONNX, fused, INT8, parity-checked) and profiled into OUT/best/.
+  (ONNX fused or plain, the faster here, INT8, parity-checked) and profiled into OUT/best/.
 
 objectives:
   reward   maximize the KD-NAS reward (default; single objective, so the pruner can stop bad trials)
@@ -159,7 +159,7 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
     lat.add_argument("--latency-seq", type=int, default=d.latency_seq, help="default: %(default)s")
     lat.add_argument("--threads", type=int, default=d.threads, help="default: %(default)s")
     lat.add_argument("--runtime", default=d.runtime,
-                     help="onnxruntime (the fused fp32 graph), onnxruntime-int8 (the INT8 graph CPU users deploy: the "
+                     help="onnxruntime (the fp32 graph; trials time the fused one), onnxruntime-int8 (the INT8 graph CPU users deploy: the "
                           "budget, the reward and the teacher are read on it, and it is the graph the budget judges "
                           "when shipping) or torch (default: %(default)s)")
     lat.add_argument("--no-latency-model", action="store_true",

@@ -75,7 +75,8 @@ model = SentenceTransformer("path/to/this/folder", device="cpu")
 embeddings = model.encode(["A sentence to embed."])
 ```
 
-`model.onnx` (fp32, fused) and `model.int8.onnx` (dynamic INT8) take `input_ids`, `attention_mask`
+`model.onnx` (fp32, fused or plain, the faster where it was made; `export.json` says which) and
+`model.int8.onnx` (dynamic INT8) take `input_ids`, `attention_mask`
 (and `token_type_ids` where present) from this folder's tokenizer and return `sentence_embedding`,
 the same vector as `encode`. `export.json`, `distill.json` and `search.json` hold every measured fact.
 """

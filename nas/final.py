@@ -7,7 +7,8 @@ from its start (or, after a wider finalist of its shape was refused as shipped, 
 trained weights narrowed: `_Stage.trained_wider`)
 for `final_steps` on a transfer set of `final_rows` sequences (`final_train`, more
 for a long run) with the proxy's held-out rows (so the losses compare), exported (ONNX + fused +
-INT8, parity-checked by `export`), made a sentence-transformers drop-in for the teacher (the
+INT8, parity-checked by `export`; model.onnx the fused or the plain graph, whichever runs faster
+here: `nas.variant`), made a sentence-transformers drop-in for the teacher (the
 teacher's pooling and normalization, also inside model.onnx's `sentence_embedding`), given a model
 card, and profiled with the same latency settings as the search. Results are kept in the study
 (`final`), so a rerun of a finished search does not redo them.
@@ -36,12 +37,13 @@ from kdnas.core.errors import InputError
 from kdnas.core.files import atomic_write_text, make_shared
 
 from .config import FINAL_MAX_PASSES
-from .measure import beside_teacher, budget_latency, latency_record, measure
+from .measure import beside_teacher, budget_latency, latency_record, measure, measure_pair
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from .records import pareto_front, trial_pace, trial_rows
 from .resume import worker_alive, worker_identity
 from .time_limit import MARGIN, after_training_s, fallback_s, marginal, settled
 from .trial import final_transfer_set
+from .variant import PLAIN, VariantChoice, choose_variant, ship_plain
 
 
 # A finalist over the budget is not shipped; the next one is trained instead, up to this many extra.
@@ -171,7 +173,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
             continue
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results),
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
-                  "train_step_s": trial_pace(study, row["number"]) or 0.0}
+                  "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"])}
         entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing,
                         stage.trained_wider(row))
         if entry["within_budget"]:
@@ -207,6 +209,8 @@ class _Stage:
         self.step_s: dict[str, float] = {}
         # and whether that reading was too close to the budget to count on (nas.time_limit.marginal)
         self.marginal: dict[str, bool] = {}
+        # and which fp32 graph it ships (nas.variant), where the choice was made
+        self.variant: dict[str, VariantChoice | None] = {}
         self.proposed = 0
 
     def refused_trials(self) -> int:
@@ -257,7 +261,8 @@ def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: 
     ctx = stage.ctx
     if row["arch"] not in stage.now:
         t0 = time.perf_counter()
-        before, readings, drift, steps = _shipped_graph_latency(ctx, _spec(ctx, row), pipeline, label)
+        before, readings, drift, steps, stage.variant[row["arch"]] = _shipped_graph_latency(
+            ctx, _spec(ctx, row), pipeline, label)
         stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / steps
         stage.marginal[row["arch"]] = marginal(before, ctx.budget_ms, bool(readings))
         if before > ctx.budget_ms:
@@ -293,31 +298,40 @@ def _spec(ctx: Any, row: dict[str, Any]) -> StudentSpec:
     return StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
 
 
-def _shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any],
-                           label: str) -> tuple[float, list[float], dict[str, Any], int]:
-    """Median latency of the graph `best/model.onnx` will be, built with random weights, as the
-    budget judges it (`_final_latency`) — read twice and averaged when within the margin of the budget
+def _shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any], label: str
+                           ) -> tuple[float, list[float], dict[str, Any], int, VariantChoice | None]:
+    """Median latency of the graph `best/` will ship, built with random weights, as the budget judges it
+    (`_final_latency`) — read twice and averaged when within the margin of the budget
     (`nas.time_limit.settled`); with the readings if an absolute budget's first was over, the
-    teacher's re-reading if any, and how many steps (the export, each reading, a pair) it took."""
+    teacher's re-reading if any, how many steps (each export, reading, pair) it took, and on
+    onnxruntime fp32 the fp32 graph chosen (`nas.variant`: fused or plain, the faster here)."""
     from kdnas.export import export_model
 
     ctx.progress.phase(f"{label}: latency of the shipped graph, before training")
     judged, _ = shipped_graphs(ctx.config.runtime)
     with tempfile.TemporaryDirectory(prefix="kdnas-final-") as tmp:
-        folder = Path(tmp) / spec.arch
-        export_model(spec, folder, tokenizer=ctx.teacher.tokenizer, pooling=pipeline["pooling"],
-                     normalize=pipeline["normalize"], int8=judged == INT8_GRAPH)
-        result, readings, drift = _final_latency(ctx, folder / judged, label)
+        def exported(name: str, **options: Any) -> Path:
+            export_model(spec, Path(tmp) / name, tokenizer=ctx.teacher.tokenizer, pooling=pipeline["pooling"],
+                         normalize=pipeline["normalize"], **options)
+            return Path(tmp) / name / judged
+
+        graph, choice = exported(spec.arch, int8=judged == INT8_GRAPH), None
+        if ctx.config.runtime == "onnxruntime":
+            ctx.progress.phase(f"{label}: fused or plain fp32 graph, timed side by side")
+            choice = choose_variant(graph, exported("plain", optimize=False),
+                                    lambda target, reference: measure_pair(target, reference, ctx.config))
+            graph = graph if choice.shipped != PLAIN else Path(tmp) / "plain" / judged
+        result, readings, drift = _final_latency(ctx, graph, label)
         before, settling = float(result.median_ms), []
         if not readings:
             before, settling = settled(before, ctx.budget_ms,
-                                       lambda: float(_final_latency(ctx, folder / judged, label)[0].median_ms))
-    steps = 1 + max(1, len(readings)) + bool(drift)
+                                       lambda: float(_final_latency(ctx, graph, label)[0].median_ms))
+    steps = 1 + max(1, len(readings)) + bool(drift) + (2 if choice else 0)
     if settling:
         ctx.progress.phase(f"{label}: read again, within {MARGIN:.0%} of the budget: {settling[0]:.2f} and "
                            f"{settling[1]:.2f} ms, {before:.2f} ms counted")
         drift, steps = drift | {"settled_from_ms": settling}, steps + 1 + bool(drift)
-    return before, readings, drift, steps
+    return before, readings, drift, steps, choice
 
 
 def _final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float], dict[str, Any]]:
@@ -388,6 +402,8 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     prepared = baseline_fidelity(ctx, spec, cache)
     baselines_s = time.perf_counter() - t0
     after_s = after_training_s(timing["step_s"], baselines_s)  # what a --timeout leaves for after the run
+    variant = timing.get("variant")
+    after_s += timing["step_s"] if variant is not None and variant.shipped == PLAIN else 0.0  # its second export
     if timing["marginal"]:  # and for the next candidate, should this one read over the budget as shipped
         after_s += fallback_s(after_s, timing["step_s"], baselines_s, timing["proxy_s"],
                               MIN_CONTINUED_STEPS * timing["train_step_s"])
@@ -401,7 +417,7 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     quality = fidelity_table(ctx, spec, student, cache, prepared, passes=round(passes, 2))
     t2 = time.perf_counter()
     ctx.progress.phase(f"{label}: export")
-    shipped = _ship(ctx, student, dest, teacher_dir, pipeline,
+    shipped = _ship(ctx, student, dest, teacher_dir, pipeline, variant,
                      {**res.summary(), "search_trial": row["number"], "teacher": cfg.teacher, "corpus": cfg.corpus,
                       "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
                                        "seq_len": data.seq_len, "unit": cfg.final_unit}})
@@ -549,21 +565,30 @@ def _continued(start: dict[str, Any]) -> dict[str, Any]:
             "narrowed_by": "activation importance (distill.narrowed)"}
 
 
-def _ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any], summary: dict) -> dict:
+def _ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any],
+          variant: VariantChoice | None, summary: dict) -> dict:
     """Write `dest`: ONNX (+ INT8), the HF weights, the sentence-transformers modules, distill.json;
-    returns the export report and the sentence-transformers pipeline written."""
+    returns the export report and the sentence-transformers pipeline written. `variant`: the fp32
+    graph chosen before training (the plain one replaces the fused model.onnx; INT8 stays fused)."""
     from kdnas.export import export_model, write_sentence_transformers
 
     # export_model writes the folder (ONNX, INT8, tokenizer, config, export.json) atomically and
     # refuses to replace anything but an earlier export; the weights and the sentence-transformers
     # modules then complete it, with the graph's sentence_embedding pooled/normalized like them.
-    report = export_model(student, dest, int8=True, tokenizer=ctx.teacher.tokenizer,
-                          pooling=pipeline["pooling"], normalize=pipeline["normalize"])
+    options = {"tokenizer": ctx.teacher.tokenizer, "pooling": pipeline["pooling"], "normalize": pipeline["normalize"]}
+    manifest = export_model(student, dest, int8=True, **options).to_dict()
+    if variant is not None:
+        manifest["fp32_variant"] = variant.to_dict()
+        if variant.shipped == PLAIN:
+            manifest |= ship_plain(student, dest, lambda model, folder: export_model(model, folder, optimize=False,
+                                                                                     **options))
+            manifest["sizes"][FP32_GRAPH] = (dest / FP32_GRAPH).stat().st_size
+        atomic_write_text(dest / "export.json", json.dumps(manifest, indent=2) + "\n")
     student.save_pretrained(dest)
     make_shared(dest / "model.safetensors")  # the safetensors writer makes it private; best/ is for users
     sentence = write_sentence_transformers(dest, teacher_dir, hidden_size=student.config.hidden_size)
     atomic_write_text(dest / "distill.json", json.dumps(summary, indent=2, default=str) + "\n")
-    return {"export": _jsonable(report.to_dict()), "sentence_transformers": _jsonable(sentence)}
+    return {"export": _jsonable(manifest), "sentence_transformers": _jsonable(sentence)}
 
 
 def _jsonable(value: Any) -> Any:

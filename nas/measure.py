@@ -66,6 +66,14 @@ def beside_teacher(target: Any, config: SearchConfig, teacher_then_ms: float, *,
     return pair.on_scale(teacher_then_ms), facts
 
 
+def measure_pair(target: Any, reference: Any, config: SearchConfig) -> Any:
+    """`target` timed in alternation with `reference` on the search's settings (`latency.PairResult`)."""
+    from kdnas.latency import profile_pair
+
+    return profile_pair(target, reference, batch=config.latency_batch, seq=config.latency_seq,
+                        threads=config.threads, runtime=config.runtime)
+
+
 def measure_beside_teacher(target: Any, config: SearchConfig) -> Any:
     """`target` and the search's teacher timed in alternation (`latency.PairResult`)."""
     from kdnas.latency import profile_pair

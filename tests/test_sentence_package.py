@@ -322,7 +322,7 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     # The input this test sets: which shipped graphs fit the budget before training (FFN 256 does not);
     # after training every graph reads the same, within it.
     monkeypatch.setattr(final, "_shipped_graph_latency",
-                        lambda ctx, spec, pipeline, label: (2.0 if spec.ffn > 128 else 1.0, [], {}, 2))
+                        lambda ctx, spec, pipeline, label: (2.0 if spec.ffn > 128 else 1.0, [], {}, 2, None))
     _fixed_readings(monkeypatch)
 
     def run(name, trials, **known):
@@ -377,7 +377,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     data = proxy_transfer_set(config, teacher, news_texts)
     # What this test sets: every graph fits before training, and 1x4x64x256 reads over as shipped.
-    monkeypatch.setattr(final, "_shipped_graph_latency", lambda ctx, spec, pipeline, label: (1.0, [], {}, 2))
+    monkeypatch.setattr(final, "_shipped_graph_latency", lambda ctx, spec, pipeline, label: (1.0, [], {}, 2, None))
     _fixed_readings(monkeypatch)
     from kdnas.distill import inherit
 
@@ -600,17 +600,19 @@ def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(tea
     ratios = iter([0.49, 0.46])  # the first within 5 % of a budget of half the teacher, the second not
     monkeypatch.setattr(final, "beside_teacher", lambda graph, config, then_ms: (
         lambda r: (_reading(r * then_ms), {"ratio_to_teacher": r}))(next(ratios)))
+    monkeypatch.setattr(final, "measure_pair", lambda target, reference, config: _pair(1.0, 5.0))  # plain = fused
     said = []
     ctx = SimpleNamespace(config=SearchConfig(), teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
                           progress=SimpleNamespace(phase=said.append))
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
-    before, readings, facts, steps = final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
-    assert before == pytest.approx(4.75) and readings == [] and steps == 5  # export, graph + teacher, twice
+    before, readings, facts, steps, choice = final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
+    assert choice.shipped == "fused"  # a tie keeps the fused graph
+    assert before == pytest.approx(4.75) and readings == [] and steps == 7  # export, graph + teacher twice, variant
     assert facts == {"ratio_to_teacher": 0.49, "settled_from_ms": [pytest.approx(4.9), pytest.approx(4.6)]}
     assert "read again, within 5% of the budget: 4.90 and 4.60 ms, 4.75 ms counted" in said[-1]
     ratios = iter([0.40])  # well inside: one reading
-    assert final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")[::3] == (pytest.approx(4.0), 3)
+    assert final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")[::3] == (pytest.approx(4.0), 5)
 
 
 def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher, monkeypatch):
@@ -640,3 +642,51 @@ def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher, monkeypat
     assert judged == [("model.int8.onnx", True)]
     assert final.shipped_graphs("onnxruntime-int8") == ("model.int8.onnx", "model.onnx")
     assert final.shipped_graphs("onnxruntime") == ("model.onnx", "model.int8.onnx")
+
+
+@pytest.mark.parametrize("plain_over_fused, shipped", [(0.93, "plain"), (0.999, "fused")])
+def test_the_fp32_graph_shipped_is_the_faster_of_fused_and_plain(plain_over_fused, shipped, teacher, tmp_path,
+                                                                  monkeypatch):
+    """On onnxruntime fp32 a finalist's shape is exported fused and plain and the two are timed side by side
+    (here by a fake judge): the plain graph is read against the budget and shipped as model.onnx only where
+    it is faster in three rounds of four (0.93, quartiles 0.927-0.932); a near tie (0.999, up to 1.001) keeps
+    the fused one. The INT8 graph is quantized from the fused graph either way, and export.json says which."""
+    from types import SimpleNamespace
+
+    import onnx
+
+    import kdnas.nas.final as final
+    from kdnas.core.assets import teacher_path
+    from kdnas.export import read_sentence_pipeline
+    from kdnas.nas import SearchConfig
+
+    judged, timed = [], []
+
+    def fused_ops(graph):
+        return {"SkipLayerNormalization", "Attention"} & {n.op_type for n in onnx.load(str(graph)).graph.node}
+
+    monkeypatch.setattr(final, "beside_teacher", lambda graph, config, then_ms: (
+        judged.append(fused_ops(graph)) or _reading(0.3 * then_ms), {"ratio_to_teacher": 0.3}))
+    monkeypatch.setattr(final, "measure_pair", lambda target, reference, config: (
+        timed.append((fused_ops(target), fused_ops(reference))) or _pair(plain_over_fused, 5.0)))
+    ctx = SimpleNamespace(config=SearchConfig(), teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
+                          progress=SimpleNamespace(phase=lambda _: None))
+    spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
+    pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
+    *_, steps, choice = final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
+    assert timed == [(set(), {"SkipLayerNormalization", "Attention"})]  # the plain graph beside the fused one
+    assert choice.shipped == shipped and choice.plain_over_fused == plain_over_fused and steps == 5
+    assert judged == [set() if shipped == "plain" else {"SkipLayerNormalization", "Attention"}]
+
+    from kdnas.core.spec import build_student
+    dest = tmp_path / "best"
+    facts = final._ship(ctx, build_student(spec, seed=0).eval(), dest, teacher_path("minilm-l6"), pipeline, choice, {})
+    manifest = json.loads((dest / "export.json").read_text())
+    assert manifest == facts["export"] and manifest["fp32_variant"]["shipped"] == shipped
+    assert manifest["optimized"] is (shipped == "fused") and manifest["parity"]["passed"]
+    assert bool(fused_ops(dest / "model.onnx")) is (shipped == "fused")
+    assert manifest["sizes"]["model.onnx"] == (dest / "model.onnx").stat().st_size
+    int8_ops = {n.op_type for n in onnx.load(str(dest / "model.int8.onnx")).graph.node}
+    assert "QAttention" in int8_ops  # quantized from the fused graph
+    st, graph = _st_embeddings(dest), _onnx_embeddings(dest, facts["sentence_transformers"]["max_seq_length"])
+    assert np.abs(st - graph).max() <= 1e-4

@@ -131,14 +131,28 @@ def predicted_latency(spec: Any, config: SearchConfig, budget_ms: float, reading
     when the model's interval lies wholly on one side of the budget: the shape then fits, or does not,
     whatever a measurement would read within the model's error. None — measure — where there is no model
     yet (too few readings) or the interval holds the budget. The final stage measures every finalist."""
-    from kdnas.latency import Shape, fit_latency_model
-
-    model = fit_latency_model(readings, batch=config.latency_batch, seq=config.latency_seq)
-    if model is None:
+    fitted = _prediction(spec, config, readings)
+    if fitted is None or fitted[1].straddles(budget_ms):
         return None
-    guess = model.predict(Shape.of(spec))
-    if guess.straddles(budget_ms):
-        return None
+    model, guess = fitted
     return {"median_ms": guess.ms, "predicted": True, "interval_ms": [round(guess.low, 4), round(guess.high, 4)],
             "model_readings": model.readings, "model_rel_error": round(model.rel_error, 4), "noisy": False,
             "cached": False}
+
+
+def model_check(spec: Any, config: SearchConfig, readings: list[Any]) -> dict[str, Any]:
+    """What the latency model predicted for a shape that was measured anyway (its interval held the
+    budget): kept beside the reading, so the report shows predicted against measured. Empty without a model."""
+    fitted = _prediction(spec, config, readings)
+    if fitted is None:
+        return {}
+    model, guess = fitted
+    return {"model_ms": round(guess.ms, 4), "model_interval_ms": [round(guess.low, 4), round(guess.high, 4)],
+            "model_readings": model.readings}
+
+
+def _prediction(spec: Any, config: SearchConfig, readings: list[Any]) -> tuple[Any, Any] | None:
+    from kdnas.latency import Shape, fit_latency_model
+
+    model = fit_latency_model(readings, batch=config.latency_batch, seq=config.latency_seq)
+    return None if model is None else (model, model.predict(Shape.of(spec)))

@@ -1,4 +1,4 @@
-"""Plotly figures of a study: Pareto plot, optimization history, parameter importances.
+"""Plotly figures of a study: Pareto plot, optimization history, parameter importances, latency model.
 
 Only SVG traces (`go.Scatter`, `go.Bar`), never WebGL, so the pages render in any browser,
 headless ones included.
@@ -15,7 +15,7 @@ from optuna.trial import TrialState, create_trial
 
 from kdnas.core.errors import first_line
 
-from .records import loss_of, pareto_front
+from .records import latency_model_facts, loss_of, model_checked, pareto_front
 from .trial import UNTRAINED_LOSS
 
 _STYLE = {  # status -> (legend name, marker)
@@ -195,3 +195,28 @@ def importance_figure(values: dict[str, float], why_not: str) -> go.Figure:
     return fig
 
 
+
+
+def latency_model_figure(rows: list[dict[str, Any]]) -> go.Figure:
+    """The latency model's prediction against the measurement, for the trials measured although it had a
+    prediction (its interval held the budget), with the interval; the diagonal is a perfect prediction."""
+    fig = go.Figure()
+    checked = model_checked(rows)
+    if checked:
+        measured, predicted = [r["latency_median_ms"] for r in checked], [r["latency_model_ms"] for r in checked]
+        fig.add_trace(go.Scatter(
+            x=measured, y=predicted, mode="markers", name="trial (measured near the budget)",
+            marker=dict(size=9, color="#1f77b4"), text=[f"#{r['number']} {r['arch']}" for r in checked],
+            hoverinfo="text+x+y"))
+        edge = [min(measured + predicted) * 0.9, max(measured + predicted) * 1.1]
+        fig.add_trace(go.Scatter(x=edge, y=edge, mode="lines", name="predicted = measured",
+                                 line=dict(color="#999", dash="dot")))
+    facts = latency_model_facts(rows)
+    words = (f"{facts['predicted']} trials predicted instead of measured; {facts['checked']} measured near the "
+             f"budget with a prediction" + (f", MAPE {facts['mape']:.3f}" if "mape" in facts else "")
+             + (f", Kendall's τ {facts['kendall_tau']:.2f}" if "kendall_tau" in facts else ""))
+    if not checked:
+        words += " (the model needs six measured shapes; a prediction clear of the budget is not measured)"
+    fig.update_layout(title=f"Latency model: {words}", xaxis_title="measured ms", yaxis_title="predicted ms",
+                      template="plotly_white", height=420, title_font_size=13)
+    return fig

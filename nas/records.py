@@ -17,7 +17,7 @@ from .storage import SETTINGS_ATTR
 COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
     "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
-    "latency_scaled_by", "loss", "loss_se", "fidelity", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
+    "latency_scaled_by", "latency_predicted", "latency_model_ms", "loss", "loss_se", "fidelity", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
     "seconds_latency", "seconds_distill", "seconds_teacher", "seconds_total", "datetime_start",
 )
 
@@ -66,6 +66,9 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "latency_cached": latency.get("cached"),
         # nas.measure.trial_latency: set where the reading was judged side by side with the teacher
         "latency_scaled_by": latency.get("latency_scaled_by"),
+        # nas.measure: predicted by the latency model instead of measured; or measured, and what it predicted
+        "latency_predicted": bool(latency.get("predicted")),
+        "latency_model_ms": latency.get("median_ms") if latency.get("predicted") else latency.get("model_ms"),
         "loss": loss,
         "loss_se": attrs.get("loss_se", loss_se),
         "fidelity": attrs.get("fidelity"),
@@ -173,12 +176,35 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "seconds_per_trial": {"latency": mean("seconds_latency"), "distill": mean("seconds_distill"),
                               "total": mean("seconds_total")},
         "best_trial": best,
+        "latency_model": latency_model_facts(rows),
         "pareto_front": [r["number"] for r in pareto_front(rows)],
         "reference": attrs.get("reference"),
         "final": attrs.get("final"),
         "final_over_budget": attrs.get("final_over_budget") or [],
         "final_neighbours": attrs.get("final_neighbours") or [],
     }
+
+
+def model_checked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trials measured in their own run although the latency model had a prediction for them (its interval
+    held the budget): the only trials where predicted and measured stand side by side."""
+    return [r for r in rows if r["latency_model_ms"] is not None and not r["latency_predicted"]
+            and not r["latency_cached"] and r["latency_median_ms"] is not None]
+
+
+def latency_model_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How often the latency model stood in for a measurement, and its error where a trial was measured
+    anyway (those near the budget, so not a random sample: benchmarks/latency_model.py holds one)."""
+    from kdnas.latency import kendall_tau, mape
+
+    checked = model_checked(rows)
+    facts: dict[str, Any] = {"predicted": sum(r["latency_predicted"] for r in rows), "checked": len(checked)}
+    if checked:
+        predicted, measured = [r["latency_model_ms"] for r in checked], [r["latency_median_ms"] for r in checked]
+        facts["mape"] = round(mape(predicted, measured), 4)
+        if len(checked) >= 2:
+            facts["kendall_tau"] = round(kendall_tau(predicted, measured), 4)
+    return facts
 
 
 def _reason(trial: optuna.trial.FrozenTrial, retried_by: int | None) -> str:

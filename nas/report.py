@@ -19,7 +19,7 @@ import plotly.io as pio
 from kdnas.core.files import atomic_write_text
 
 from .neighbours import shape_label
-from .plots import history_figure, importance_figure, importances, pareto_figure
+from .plots import history_figure, importance_figure, importances, latency_model_figure, pareto_figure
 from .records import COLUMNS, loss_of, steps_label, study_facts, trial_rows
 
 _TABLE_COLUMNS = (
@@ -44,7 +44,7 @@ def write_outputs(study: optuna.Study, out: str | Path) -> dict[str, Any]:
                                                        config={"displaylogo": False}))
     values, why_not = importances(study, rows)
     atomic_write_text(out / "report.html", _report_page(facts, rows, [
-        pareto, history_figure(rows), importance_figure(values, why_not)]))
+        pareto, history_figure(rows), importance_figure(values, why_not), latency_model_figure(rows)]))
     return summary
 
 
@@ -119,6 +119,7 @@ ul.facts li {{ margin: 2px 0; }}
 <h2>Pareto plot</h2>{divs[0]}
 <h2>Optimization history</h2>{divs[1]}
 <h2>Parameter importances</h2>{divs[2]}
+<h2>Latency model: predicted against measured</h2>{divs[3]}
 <h2>Trials</h2>
 <table id="trials"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 </body></html>

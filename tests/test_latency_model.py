@@ -81,7 +81,7 @@ class _Trial:
 def test_a_trial_reads_the_model_only_where_its_interval_keeps_clear_of_the_budget():
     from kdnas.core.spec import parse_arch
     from kdnas.nas import SearchConfig
-    from kdnas.nas.measure import predicted_latency, study_readings
+    from kdnas.nas.measure import model_check, predicted_latency, study_readings
 
     shapes = [s for s in dict.fromkeys(_shapes(30)) if s.hidden % s.heads == 0][:10]
     trials = [_Trial(f"{s.layers}x{s.heads}x{s.hidden}x{s.ffn}", {"median_ms": _reading(s).ms}) for s in shapes]
@@ -98,6 +98,32 @@ def test_a_trial_reads_the_model_only_where_its_interval_keeps_clear_of_the_budg
     over = predicted_latency(spec, cfg, truth / 2, readings)
     assert over["median_ms"] > truth / 2 and over["interval_ms"][0] > truth / 2
     assert predicted_latency(spec, cfg, truth * 2, readings[:MIN_READINGS - 1]) is None  # no model yet
+    # A shape measured because the interval held the budget keeps what the model predicted beside its reading.
+    check = model_check(spec, cfg, readings)
+    assert check["model_ms"] == pytest.approx(truth, rel=1e-3) and check["model_readings"] == len(shapes)
+    assert check["model_interval_ms"][0] <= check["model_ms"] <= check["model_interval_ms"][1]
+    assert model_check(spec, cfg, readings[:MIN_READINGS - 1]) == {}
+
+
+def test_the_report_sets_the_models_predictions_beside_the_measurements():
+    from kdnas.nas.plots import latency_model_figure
+    from kdnas.nas.records import latency_model_facts
+
+    def row(n, measured, model, predicted=False, cached=False):
+        return {"number": n, "arch": "1x12x384x512", "latency_median_ms": measured, "latency_model_ms": model,
+                "latency_predicted": predicted, "latency_cached": cached}
+
+    rows = [row(0, 10.0, None), row(1, 12.0, 11.0), row(2, 8.0, 8.8), row(3, 20.0, 19.0),
+            row(4, 30.0, 30.0, predicted=True),  # predicted, not measured: no check
+            row(5, 12.0, 11.0, cached=True)]  # a copy of trial 1's reading
+    facts = latency_model_facts(rows)
+    assert facts == {"predicted": 1, "checked": 3, "mape": pytest.approx((1 / 12 + 0.1 + 0.05) / 3, abs=1e-4),
+                     "kendall_tau": 1.0}
+    fig = latency_model_figure(rows)
+    assert list(fig.data[0].x) == [12.0, 8.0, 20.0] and list(fig.data[0].y) == [11.0, 8.8, 19.0]
+    assert "MAPE 0.078" in fig.layout.title.text and "3 measured near the budget" in fig.layout.title.text
+    empty = latency_model_figure([row(0, 10.0, None)])
+    assert not empty.data and "needs six measured shapes" in empty.layout.title.text
 
 
 def test_a_proposal_predicted_over_the_budget_is_proposed_again_not_counted():

@@ -48,6 +48,7 @@ def search(runtime: str, timeout_s: float, tmp: Path) -> dict:
             "wall_s": round(time.perf_counter() - started, 1), "trials": summary["trials"],
             "budget_ms": round(summary["budget_ms"], 3), "budget_graph": final["budget_graph"],
             "shipped": final["arch"], "steps": final["steps"], "latency_ms": round(final["latency_ms"], 3),
+            "fp32_variant": final["export"].get("fp32_variant"),
             "rho_fp32": quality["fidelity"]["student"]["spearman"], "rho_int8": quality["int8"]["spearman"],
             "rho_int8_se": quality["int8"].get("spearman_se"), "sentences": quality["sentences"],
             "best": str(out / "best")}

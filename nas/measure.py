@@ -140,6 +140,9 @@ def predicted_latency(spec: Any, config: SearchConfig, budget_ms: float, reading
             "cached": False}
 
 
+MODEL_CHECK = ("model_ms", "model_interval_ms", "model_readings")
+
+
 def model_check(spec: Any, config: SearchConfig, readings: list[Any]) -> dict[str, Any]:
     """What the latency model predicted for a shape that was measured anyway (its interval held the
     budget): kept beside the reading, so the report shows predicted against measured. Empty without a model."""
@@ -147,8 +150,7 @@ def model_check(spec: Any, config: SearchConfig, readings: list[Any]) -> dict[st
     if fitted is None:
         return {}
     model, guess = fitted
-    return {"model_ms": round(guess.ms, 4), "model_interval_ms": [round(guess.low, 4), round(guess.high, 4)],
-            "model_readings": model.readings}
+    return dict(zip(MODEL_CHECK, (round(guess.ms, 4), [round(guess.low, 4), round(guess.high, 4)], model.readings)))
 
 
 def _prediction(spec: Any, config: SearchConfig, readings: list[Any]) -> tuple[Any, Any] | None:

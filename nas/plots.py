@@ -195,11 +195,9 @@ def importance_figure(values: dict[str, float], why_not: str) -> go.Figure:
     return fig
 
 
-
-
 def latency_model_figure(rows: list[dict[str, Any]]) -> go.Figure:
     """The latency model's prediction against the measurement, for the trials measured although it had a
-    prediction (its interval held the budget), with the interval; the diagonal is a perfect prediction."""
+    prediction (its interval held the budget); the diagonal is a perfect prediction."""
     fig = go.Figure()
     checked = model_checked(rows)
     if checked:

@@ -24,7 +24,7 @@ from kdnas.core.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig
-from .measure import model_check, predicted_latency, study_readings, trial_latency
+from .measure import MODEL_CHECK, model_check, predicted_latency, study_readings, trial_latency
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
 from .reward import kdnas_reward
@@ -163,7 +163,8 @@ def _stored_latency(trial: optuna.Trial, arch: str) -> dict | None:
         latency = other.user_attrs.get("latency")
         if (other.number != trial.number and other.user_attrs.get("arch") == arch and latency
                 and not latency.get("noisy")):
-            return {**latency, "cached": True, "measured_in_trial": latency.get("measured_in_trial", other.number)}
+            reused = {k: v for k, v in latency.items() if k not in MODEL_CHECK}  # the check is the other trial's
+            return {**reused, "cached": True, "measured_in_trial": latency.get("measured_in_trial", other.number)}
     return None
 
 

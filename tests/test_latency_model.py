@@ -113,9 +113,9 @@ def test_the_report_sets_the_models_predictions_beside_the_measurements():
         return {"number": n, "arch": "1x12x384x512", "latency_median_ms": measured, "latency_model_ms": model,
                 "latency_predicted": predicted, "latency_cached": cached}
 
-    rows = [row(0, 10.0, None), row(1, 12.0, 11.0), row(2, 8.0, 8.8), row(3, 20.0, 19.0),
+    rows = [row(0, 10.0, None), row(1, 12.0, 11.0), row(2, 8.0, 8.8), row(3, 20.0, 19.0, cached=True),
             row(4, 30.0, 30.0, predicted=True),  # predicted, not measured: no check
-            row(5, 12.0, 11.0, cached=True)]  # a copy of trial 1's reading
+            row(5, 12.0, None, cached=True)]  # a copy of trial 1's reading carries no check
     facts = latency_model_facts(rows)
     assert facts == {"predicted": 1, "checked": 3, "mape": pytest.approx((1 / 12 + 0.1 + 0.05) / 3, abs=1e-4),
                      "kendall_tau": 1.0}
@@ -160,3 +160,16 @@ def test_the_objective_resamples_predicted_overruns_up_to_its_cap_then_counts_th
     trial = study.ask()
     objective._over_budget(trial, {"median_ms": 14.0})  # a measured overrun is never resampled
     assert trial.user_attrs["status"] == "infeasible" and "latency 14.00 ms" in trial.user_attrs["reason"]
+
+
+def test_a_reused_reading_leaves_the_other_trials_model_check_behind():
+    """A trial of a shape another trial measured reuses the reading, not the prediction beside it: each check
+    is plotted and counted once."""
+    from types import SimpleNamespace
+
+    from kdnas.nas.trial import _stored_latency
+
+    measured = {"median_ms": 5.0, "model_ms": 4.8, "model_interval_ms": [4.0, 5.6], "model_readings": 7}
+    other = SimpleNamespace(number=3, user_attrs={"arch": "2x12x384x768", "latency": measured})
+    trial = SimpleNamespace(number=9, study=SimpleNamespace(get_trials=lambda deepcopy=False: [other]))
+    assert _stored_latency(trial, "2x12x384x768") == {"median_ms": 5.0, "cached": True, "measured_in_trial": 3}

@@ -58,7 +58,8 @@ MIN_CONTINUED_STEPS = 100
 
 def finalists(study: optuna.Study, objective: str) -> list[dict[str, Any]]:
     """Every trained candidate for the final phase, best reward first (Pareto: front members only)."""
-    rows = [r for r in trial_rows(study) if r["number"] not in _copies(study)]
+    copies = _copies(study)
+    rows = [r for r in trial_rows(study) if r["number"] not in copies]
     pool = pareto_front(rows) if objective == "pareto" else [
         r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
     return sorted(pool, key=lambda r: -r["reward"])

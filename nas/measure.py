@@ -76,10 +76,7 @@ def measure_pair(target: Any, reference: Any, config: SearchConfig) -> Any:
 
 def measure_beside_teacher(target: Any, config: SearchConfig) -> Any:
     """`target` and the search's teacher timed in alternation (`latency.PairResult`)."""
-    from kdnas.latency import profile_pair
-
-    return profile_pair(target, config.teacher, batch=config.latency_batch, seq=config.latency_seq,
-                        threads=config.threads, runtime=config.runtime)
+    return measure_pair(target, config.teacher, config)
 
 
 def trial_latency(target: Any, config: SearchConfig, budget_ms: float, teacher_then_ms: float, *,

@@ -123,12 +123,20 @@ def study_readings(trials: Any) -> list[Any]:
     return out
 
 
-def predicted_latency(spec: Any, config: SearchConfig, budget_ms: float, readings: list[Any]) -> dict[str, Any] | None:
-    """A trial's latency record from the latency model fitted on `readings` (`latency.fit_latency_model`),
-    when the model's interval lies wholly on one side of the budget: the shape then fits, or does not,
-    whatever a measurement would read within the model's error. None — measure — where there is no model
-    yet (too few readings) or the interval holds the budget. The final stage measures every finalist."""
-    fitted = _prediction(spec, config, readings)
+def latency_prediction(spec: Any, config: SearchConfig, readings: list[Any]) -> tuple[Any, Any] | None:
+    """The latency model fitted on `readings` (`latency.fit_latency_model`) and its prediction for `spec`;
+    None where there is no model yet (too few readings). Fitted once per trial, read by both below."""
+    from kdnas.latency import Shape, fit_latency_model
+
+    model = fit_latency_model(readings, batch=config.latency_batch, seq=config.latency_seq)
+    return None if model is None else (model, model.predict(Shape.of(spec)))
+
+
+def predicted_latency(fitted: tuple[Any, Any] | None, budget_ms: float) -> dict[str, Any] | None:
+    """A trial's latency record from the model's prediction (`latency_prediction`), when its interval lies
+    wholly on one side of the budget: the shape then fits, or does not, whatever a measurement would read
+    within the model's error. None — measure — where there is no model yet or the interval holds the
+    budget. The final stage measures every finalist."""
     if fitted is None or fitted[1].straddles(budget_ms):
         return None
     model, guess = fitted
@@ -140,18 +148,10 @@ def predicted_latency(spec: Any, config: SearchConfig, budget_ms: float, reading
 MODEL_CHECK = ("model_ms", "model_interval_ms", "model_readings")
 
 
-def model_check(spec: Any, config: SearchConfig, readings: list[Any]) -> dict[str, Any]:
+def model_check(fitted: tuple[Any, Any] | None) -> dict[str, Any]:
     """What the latency model predicted for a shape that was measured anyway (its interval held the
     budget): kept beside the reading, so the report shows predicted against measured. Empty without a model."""
-    fitted = _prediction(spec, config, readings)
     if fitted is None:
         return {}
     model, guess = fitted
     return dict(zip(MODEL_CHECK, (round(guess.ms, 4), [round(guess.low, 4), round(guess.high, 4)], model.readings)))
-
-
-def _prediction(spec: Any, config: SearchConfig, readings: list[Any]) -> tuple[Any, Any] | None:
-    from kdnas.latency import Shape, fit_latency_model
-
-    model = fit_latency_model(readings, batch=config.latency_batch, seq=config.latency_seq)
-    return None if model is None else (model, model.predict(Shape.of(spec)))

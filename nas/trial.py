@@ -24,7 +24,7 @@ from kdnas.core.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig
-from .measure import MODEL_CHECK, model_check, predicted_latency, study_readings, trial_latency
+from .measure import MODEL_CHECK, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
 from .reward import kdnas_reward
@@ -231,12 +231,12 @@ class Objective:
         self._phase(trial, "latency")
         t0 = time.perf_counter()
         latency = _stored_latency(trial, arch)
-        readings = study_readings(trial.study.get_trials(deepcopy=False)) if latency is None and cfg.latency_model else []
-        if readings:
-            latency = predicted_latency(spec, cfg, ctx.budget_ms, readings)
+        fitted = None
+        if latency is None and cfg.latency_model:
+            fitted = latency_prediction(spec, cfg, study_readings(trial.study.get_trials(deepcopy=False)))
+            latency = predicted_latency(fitted, ctx.budget_ms)
         if latency is None:
-            latency = trial_latency(spec, cfg, ctx.budget_ms, ctx.teacher_latency_ms) | (
-                model_check(spec, cfg, readings) if readings else {})
+            latency = trial_latency(spec, cfg, ctx.budget_ms, ctx.teacher_latency_ms) | model_check(fitted)
         seconds["latency"] = time.perf_counter() - t0
         trial.set_user_attr("latency", latency)
         median = latency["median_ms"]

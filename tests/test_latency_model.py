@@ -81,7 +81,7 @@ class _Trial:
 def test_a_trial_reads_the_model_only_where_its_interval_keeps_clear_of_the_budget():
     from kdnas.core.spec import parse_arch
     from kdnas.nas import SearchConfig
-    from kdnas.nas.measure import model_check, predicted_latency, study_readings
+    from kdnas.nas.measure import latency_prediction, model_check, predicted_latency, study_readings
 
     shapes = [s for s in dict.fromkeys(_shapes(30)) if s.hidden % s.heads == 0][:10]
     trials = [_Trial(f"{s.layers}x{s.heads}x{s.hidden}x{s.ffn}", {"median_ms": _reading(s).ms}) for s in shapes]
@@ -92,17 +92,17 @@ def test_a_trial_reads_the_model_only_where_its_interval_keeps_clear_of_the_budg
     cfg = SearchConfig(teacher="minilm-l6", trials=1)
     spec = parse_arch("4x12x384x1024")
     truth = float(features(Shape.of(spec)) @ TRUE)
-    assert predicted_latency(spec, cfg, truth, readings) is None  # the budget inside the interval: measure
-    fits = predicted_latency(spec, cfg, truth * 2, readings)
+    assert predicted_latency(latency_prediction(spec, cfg, readings), truth) is None  # the budget inside the interval: measure
+    fits = predicted_latency(latency_prediction(spec, cfg, readings), truth * 2)
     assert fits["predicted"] and fits["median_ms"] == pytest.approx(truth, rel=1e-4)
-    over = predicted_latency(spec, cfg, truth / 2, readings)
+    over = predicted_latency(latency_prediction(spec, cfg, readings), truth / 2)
     assert over["median_ms"] > truth / 2 and over["interval_ms"][0] > truth / 2
-    assert predicted_latency(spec, cfg, truth * 2, readings[:MIN_READINGS - 1]) is None  # no model yet
+    assert predicted_latency(latency_prediction(spec, cfg, readings[:MIN_READINGS - 1]), truth * 2) is None  # no model yet
     # A shape measured because the interval held the budget keeps what the model predicted beside its reading.
-    check = model_check(spec, cfg, readings)
+    check = model_check(latency_prediction(spec, cfg, readings))
     assert check["model_ms"] == pytest.approx(truth, rel=1e-3) and check["model_readings"] == len(shapes)
     assert check["model_interval_ms"][0] <= check["model_ms"] <= check["model_interval_ms"][1]
-    assert model_check(spec, cfg, readings[:MIN_READINGS - 1]) == {}
+    assert model_check(latency_prediction(spec, cfg, readings[:MIN_READINGS - 1])) == {}
 
 
 def test_the_report_sets_the_models_predictions_beside_the_measurements():

@@ -16,39 +16,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from _demo import run_demo
+from _env import environment
 
-from _env import environment  # noqa: E402
-
-DEMO = ["search", "--teacher", "minilm-l6", "--corpus", "news"]
 RUNTIMES = ("onnxruntime", "onnxruntime-int8")
 
 
 def search(runtime: str, timeout_s: float, tmp: Path) -> dict:
     out = tmp / runtime
-    command = [*DEMO, "--out", str(out), "--timeout", f"{timeout_s:g}", "--runtime", runtime, "--no-progress"]
-    env = {**os.environ, "KDNAS_CACHE": str(tmp / f"cache-{runtime}")}
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kdnas.cli", *command], cwd=REPO, env=env, capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"kdnas {' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
-    summary = json.loads((out / "summary.json").read_text())
-    final = json.loads((out / "best" / "search.json").read_text())
+    demo = run_demo(out, tmp / f"cache-{runtime}", timeout_s, ["--runtime", runtime])
+    summary, final = demo["summary"], demo["final"]
     quality = final["quality"]
-    return {"runtime": runtime, "command": "kdnas " + " ".join(c for c in command if c != str(out)),
-            "wall_s": round(time.perf_counter() - started, 1), "trials": summary["trials"],
-            "budget_ms": round(summary["budget_ms"], 3), "budget_graph": final["budget_graph"],
-            "shipped": final["arch"], "steps": final["steps"], "latency_ms": round(final["latency_ms"], 3),
-            "fp32_variant": final["export"].get("fp32_variant"),
+    return {"runtime": runtime, "command": demo["command"], "wall_s": round(demo["wall_s"], 1),
+            "trials": summary["trials"], "budget_ms": round(summary["budget_ms"], 3),
+            "budget_graph": final["budget_graph"], "shipped": final["arch"], "steps": final["steps"],
+            "latency_ms": round(final["latency_ms"], 3), "fp32_variant": final["export"].get("fp32_variant"),
             "rho_fp32": quality["fidelity"]["student"]["spearman"], "rho_int8": quality["int8"]["spearman"],
             "rho_int8_se": quality["int8"].get("spearman_se"), "sentences": quality["sentences"],
             "best": str(out / "best")}

@@ -16,39 +16,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from _env import environment  # noqa: E402
-
-DEMO = ["search", "--teacher", "minilm-l6", "--corpus", "news"]
+from _demo import REPO, run_demo
+from _env import environment
 
 
 def run(timeout_s: float, extra: list[str]) -> dict:
     """One demo run with `--timeout timeout_s` in a temporary folder with an empty cache."""
     with tempfile.TemporaryDirectory(prefix="kdnas-timeout-") as tmp:
-        out = Path(tmp) / "demo"
-        command = [*DEMO, "--out", str(out), "--timeout", f"{timeout_s:g}", "--no-progress", *extra]
-        env = {**os.environ, "KDNAS_CACHE": str(Path(tmp) / "cache")}
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "kdnas.cli", *command], cwd=REPO, env=env,
-                              capture_output=True, text=True)
-        wall = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"kdnas {' '.join(command)} failed ({done.returncode}): {done.stderr[-2000:]}")
-        summary = json.loads((out / "summary.json").read_text())
-        final = json.loads((out / "best" / "search.json").read_text())
+        demo = run_demo(Path(tmp) / "demo", Path(tmp) / "cache", timeout_s, extra)
+    summary, final, wall = demo["summary"], demo["final"], demo["wall_s"]
     seconds = final["seconds"]
     after = seconds["quality"] + seconds["export"] + seconds["latency"]
     return {
-        "timeout_s": timeout_s, "command": "kdnas " + " ".join([*DEMO, "--timeout", f"{timeout_s:g}", *extra]),
+        "timeout_s": timeout_s, "command": demo["command"],
         "wall_s": round(wall, 1), "within_limit": wall <= timeout_s,
         "trials": summary["trials"], "teacher_ms": summary["teacher_latency"]["median_ms"],
         "budget_ms": summary["budget_ms"], "shipped": final["arch"], "latency_ms": final["latency_ms"],
@@ -56,7 +39,7 @@ def run(timeout_s: float, extra: list[str]) -> dict:
         "distill_s": seconds["distill"], "set_aside_after_s": seconds["set_aside_after_distill"],
         "after_distill_s": round(after, 1),
         "fidelity_rho": final["quality"]["fidelity"]["student"]["spearman"],
-        "stderr_notes": [line for line in done.stderr.splitlines() if "--timeout" in line],
+        "stderr_notes": [line for line in demo["stderr"].splitlines() if "--timeout" in line],
     }
 
 

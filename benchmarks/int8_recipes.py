@@ -47,25 +47,29 @@ def quantize(recipe: str, src: Path, dst: Path) -> None:
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
 
 
-def quality(fp32, emb, teacher=None) -> dict:
+def rho_to(reference, emb) -> float:
+    """Spearman's ρ of `emb`'s pairwise cosines against `reference`'s (4,000 pairs, seed 0)."""
     import torch
 
     from kdnas.evaluation import embedding_fidelity
 
-    a, b = torch.from_numpy(fp32), torch.from_numpy(emb)
-    cos = torch.nn.functional.cosine_similarity(a, b)
-    rho = embedding_fidelity(a, b, pairs=4000, seed=0)
+    return round(embedding_fidelity(torch.as_tensor(reference), torch.from_numpy(emb), pairs=4000, seed=0)["spearman"], 4)
+
+
+def quality(fp32, emb, teacher=None) -> dict:
+    import torch
+
+    cos = torch.nn.functional.cosine_similarity(torch.from_numpy(fp32), torch.from_numpy(emb))
     out = {"mean_cosine": round(float(cos.mean()), 4), "min_cosine": round(float(cos.min()), 4),
-           "rho_vs_fp32": round(rho["spearman"], 4)}
+           "rho_vs_fp32": rho_to(fp32, emb)}
     if teacher is not None:
-        out["rho_vs_teacher"] = round(embedding_fidelity(teacher, b, pairs=4000, seed=0)["spearman"], 4)
+        out["rho_vs_teacher"] = rho_to(teacher, emb)
     return out
 
 
 def measure(model: str, sentences: list[str], work: Path, teacher=None) -> dict:
     from transformers import AutoTokenizer
 
-    from kdnas.core.assets import teacher_path
     from kdnas.export import export_model, onnx_sentence_embeddings
     from kdnas.latency import profile_pair
 
@@ -77,7 +81,7 @@ def measure(model: str, sentences: list[str], work: Path, teacher=None) -> dict:
     row = {"model": model, "arch": report.arch, "model_type": report.model_type, "fused": report.attention_fused,
            "recipes": {}}
     if teacher is not None:
-        row["fp32_rho_vs_teacher"] = quality(fp32, fp32, teacher)["rho_vs_teacher"]
+        row["fp32_rho_vs_teacher"] = rho_to(teacher, fp32)
     graphs = {r: work / f"{r.replace(' ', '_')}.onnx" for r in RECIPES}
     for recipe, graph in graphs.items():
         quantize(recipe, fp32_graph, graph)

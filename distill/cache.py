@@ -31,6 +31,9 @@ from .teachers import Teacher
 # What a stored entry is (how the teacher pass computes and lays it out); a change there bumps it, so
 # a later version never reads targets an earlier one computed differently. 2: raw values, memory-mapped.
 FORMAT = 2
+# Beside a set's entries of a split: its token ids (int32 `[N, seq]`), by which a set that shares its first
+# rows finds them.
+ROWS_SUFFIX = "-rows.ids"
 
 
 def targets_dir(value: str | os.PathLike | None = None) -> Path | None:
@@ -84,8 +87,11 @@ class TeacherCache:
         self._base: TeacherCache | None = None  # a cache of this set's first rows (`grown`)
 
     def _file(self, split: str, kind: str, layer: int) -> Path:
+        return self._entry_path(self._prefix(split), kind, layer)
+
+    def _entry_path(self, prefix: str, kind: str, layer: int) -> Path:
         assert self.directory is not None
-        return self.directory / f"{self._prefix(split)}-{kind}{layer}.bin"
+        return self.directory / f"{prefix}-{kind}{layer}.bin"
 
     def _prefix(self, split: str) -> str:
         return f"{self.teacher.fingerprint}-{self.data.fingerprint}-s{self.data.seq_len}-v{FORMAT}-{split}"
@@ -104,8 +110,12 @@ class TeacherCache:
                 for kind, layer in list(missing):
                     path = self._file(split, kind, layer)
                     if path.is_file():
-                        self._store[(split, kind, layer)] = self._mapped(path, split)
+                        self._store[(split, kind, layer)] = self._mapped(path, self.data.split(split)[0].shape[0])
                         missing.remove((kind, layer))
+                        self._note_rows(split)  # a folder written before rows were noted: noted now
+                if missing and (donor := self._donor(split, missing)) is not None:
+                    self._from_donor(split, missing, *donor)
+                    missing = []
             if missing:
                 self._compute(split, missing)
 
@@ -150,20 +160,88 @@ class TeacherCache:
         base = self._base
         if base is None or not all((split, *e) in base._store for e in missing):
             return None
-        kept = base.data.split(split)[0].shape[0]
-        if kept == self.data.split(split)[0].shape[0]:  # the held-out rows: the same
-            return {e: base._store[(split, *e)] for e in missing}
+        old = {e: base._store[(split, *e)] for e in missing}
+        if base.data.split(split)[0].shape[0] == self.data.split(split)[0].shape[0]:  # the held-out rows: the same
+            return old
+        return self._extended(split, wanted, old)
+
+    def _extended(self, split: str, wanted: Needs, old: dict[tuple[str, int], torch.Tensor]
+                  ) -> dict[tuple[str, int], torch.Tensor]:
+        """`old`, the entries of this set's first rows, joined with the teacher's on the rows after them."""
+        kept = next(iter(old.values())).shape[0]
         fresh = self._teacher_pass(split, wanted, start=kept)
         self.teacher_passes += 1
         # Joined on the host, where a new pass's targets are: the smaller set's may sit on a GPU
         # (`place`); the trainer places the grown set there again.
         joined = {}
-        for e in missing:
-            old, new = base._store[(split, *e)], fresh[e]
-            joined[e] = self._blank(split, *e, (old.shape[0] + new.shape[0], *new.shape[1:]))
-            joined[e][: old.shape[0]] = old.to(new.device)
-            joined[e][old.shape[0]:] = new
+        for e, first in old.items():
+            new = fresh[e]
+            joined[e] = self._blank(split, *e, (kept + new.shape[0], *new.shape[1:]))
+            joined[e][:kept] = first.to(new.device)
+            joined[e][kept:] = new
         return joined
+
+    def _donor(self, split: str, missing: list[tuple[str, int]]) -> tuple[int, str, int] | None:
+        """The set on disk, of this teacher and row length, whose first rows are the most of this set's
+        first rows and which holds every entry of `missing`: (rows in common, its file prefix, its
+        rows); None if there is none. Held-out rows must be the same rows. A larger set of the same
+        corpus, seed and held-out rows starts with this one's rows (`make_transfer_set`), so a later run
+        reads a slice of a longer run's targets, and a longer run computes only the rows after them."""
+        best = None
+        for common, prefix, rows in self._stored_sets(split):
+            if (split == "train" or rows == common == self.data.split(split)[0].shape[0]) \
+                    and (best is None or common > best[0]) \
+                    and all(self._entry_path(prefix, *e).is_file() for e in missing):
+                best = (common, prefix, rows)
+        return best
+
+    def _stored_sets(self, split: str) -> Iterator[tuple[int, str, int]]:
+        """(rows in common from the first, file prefix, rows) of every other set on disk of this teacher
+        and row length that shares its first row of `split` with this set."""
+        assert self.directory is not None
+        ids = self.data.split(split)[0]
+        pattern = f"{self.teacher.fingerprint}-*-s{self.data.seq_len}-v{FORMAT}-{split}{ROWS_SUFFIX}"
+        with contextlib.suppress(OSError):  # an unreadable folder has no sets to lend
+            for path in self.directory.glob(pattern):
+                prefix = path.name[: -len(ROWS_SUFFIX)]
+                theirs = torch.from_file(str(path), size=path.stat().st_size // 4, dtype=torch.int32)
+                theirs = theirs.view(-1, self.data.seq_len)
+                same = (theirs[: len(ids)] == ids[: len(theirs)]).all(dim=1)
+                common = len(same) if bool(same.all()) else int(same.int().argmin())
+                if prefix != self._prefix(split) and common > 0:
+                    yield common, prefix, theirs.shape[0]
+
+    def stored_rows(self, needs: Needs) -> int:
+        """The most training rows a set on disk holds every entry of `needs` for, where that set starts
+        with all of this set's rows: a run that may grow its set reads that many at no teacher cost."""
+        if self.directory is None:
+            return self.data.num_train
+        entries = _entries(needs)
+        return max([rows for common, prefix, rows in self._stored_sets("train") if common == self.data.num_train
+                    and all(self._entry_path(prefix, *e).is_file() for e in entries)] + [self.data.num_train])
+
+    def _from_donor(self, split: str, missing: list[tuple[str, int]], common: int, prefix: str, rows: int) -> None:
+        """`missing` from a stored set's first `common` rows: all of this set's rows (a view of its files),
+        or the first of them, the teacher running on the rest (kept as this set's own entries)."""
+        old = {e: self._mapped(self._entry_path(prefix, *e), rows)[:common] for e in missing}
+        if common == self.data.split(split)[0].shape[0]:
+            self._store.update({(split, *e): tensor for e, tensor in old.items()})
+            return
+        wanted = Needs(hidden=frozenset(i for k, i in missing if k == "hidden"),
+                       qkv=frozenset(i for k, i in missing if k != "hidden"))
+        for e, tensor in self._extended(split, wanted, old).items():
+            self._store[(split, *e)] = self._kept(split, *e, tensor)
+
+    def _note_rows(self, split: str) -> None:
+        """Write this set's token ids of `split` beside its entries (once), so later sets that share its
+        first rows find them (`_donor`)."""
+        path = self.directory / f"{self._prefix(split)}{ROWS_SUFFIX}"
+        if path.is_file() or not self._writable:
+            return
+        with contextlib.suppress(OSError):  # unnoted, the targets still serve this set
+            partial = path.with_suffix(f".partial-{os.getpid()}-{id(self)}")
+            partial.write_bytes(self.data.split(split)[0].to(torch.int32).numpy().tobytes())
+            os.replace(partial, path)
 
     @contextlib.contextmanager
     def _turn(self, split: str) -> Iterator[None]:
@@ -220,11 +298,13 @@ class TeacherCache:
             os.fsync(file.fileno())  # the mapped pages, written back before the name says the entry is whole
         path = self._file(split, kind, layer)
         os.replace(partial, path)
-        return self._mapped(path, split)
+        self._note_rows(split)
+        return self._mapped(path, self.data.split(split)[0].shape[0])
 
-    def _mapped(self, path: Path, split: str) -> torch.Tensor:
-        """An entry's file, mapped read-only (copy-on-write): rows reach memory as training reads them."""
-        rows, seq = self.data.split(split)[0].shape
+    def _mapped(self, path: Path, rows: int) -> torch.Tensor:
+        """An entry's file of `rows` rows, mapped read-only (copy-on-write): rows reach memory as training
+        reads them."""
+        seq = self.data.seq_len
         numel = path.stat().st_size // self.dtype.itemsize
         if numel % (rows * seq):
             raise ValueError(f"{path} holds {numel} values, not rows x {rows} x {seq}")

@@ -129,9 +129,48 @@ def test_kept_targets_stream_into_a_mapped_file_and_are_read_back_mapped(teacher
     rows, seq = small_data.train_ids.shape
     assert seen == [rows * seq * 384 * 2] * 3  # one file of the whole entry, written in place batch by batch
     entry = tmp_path / f"{cache._prefix('train')}-hidden6.bin"
-    assert sorted(tmp_path.iterdir()) == sorted([entry, *tmp_path.glob("*.lock")])
+    rows_file = tmp_path / f"{cache._prefix('train')}-rows.ids"  # its token ids, for sets that share its rows
+    assert sorted(tmp_path.iterdir()) == sorted([entry, rows_file, *tmp_path.glob("*.lock")])
     assert str(entry) in Path("/proc/self/maps").read_text()
     live = teacher.activations(small_data.train_ids[:3], small_data.train_mask[:3], Needs(hidden=frozenset({6})))
     got = cache.batch("train", torch.arange(3), Needs(hidden=frozenset({6}))).hidden[6]
     real = small_data.train_mask[:3].bool()
     torch.testing.assert_close(got[real].float(), live.hidden[6][real], atol=2e-2, rtol=1e-2)
+
+
+def test_a_set_on_disk_lends_its_first_rows_to_a_smaller_set_and_to_a_larger_one(
+        teacher, news_texts, tmp_path, monkeypatch):
+    """Targets are computed once per corpus: a later run of fewer rows reads a slice of a longer run's
+    files (no teacher pass, no new file), and a run of more rows computes only the rows after them."""
+    needs = Needs(hidden=frozenset({6}))
+    long = TeacherCache(teacher, _sentences(teacher, news_texts, 40), directory=tmp_path)
+    long.ensure("train", needs)
+    long.ensure("eval", needs)
+    files = set(tmp_path.glob("*[!k]"))  # all but the (empty) lock files
+    seen = []
+    real = teacher.activations
+    monkeypatch.setattr(teacher, "activations", lambda ids, mask, wanted: seen.append(len(ids)) or real(ids, mask, wanted))
+
+    short = TeacherCache(teacher, _sentences(teacher, news_texts, 24), directory=tmp_path)
+    assert short.stored_rows(needs) == 40
+    short.ensure("train", needs)
+    short.ensure("eval", needs)  # the same held-out rows
+    assert seen == [] and short.teacher_passes == 0 and set(tmp_path.glob("*[!k]")) == files
+    assert torch.equal(short.batch("train", torch.arange(24), needs).hidden[6],
+                       long.batch("train", torch.arange(24), needs).hidden[6])
+
+    longer = TeacherCache(teacher, _sentences(teacher, news_texts, 56), directory=tmp_path)
+    longer.ensure("train", needs)
+    assert sum(seen) == 16 and longer.teacher_passes == 1  # the 16 rows after the 40 on disk
+    fresh = TeacherCache(teacher, longer.data)
+    fresh.ensure("train", needs)
+    every, real_tokens = torch.arange(56), longer.data.train_mask.bool()
+    torch.testing.assert_close(longer.batch("train", every, needs).hidden[6][real_tokens].float(),
+                               fresh.batch("train", every, needs).hidden[6][real_tokens].float(), atol=2e-2, rtol=1e-2)
+    assert TeacherCache(teacher, _sentences(teacher, news_texts, 24), directory=tmp_path).stored_rows(needs) == 56
+
+    other = TeacherCache(teacher, _sentences(teacher, news_texts, 24, seed=1), directory=tmp_path)
+    assert other.stored_rows(needs) == 24  # another order of the corpus: nothing to lend
+    other.ensure("train", needs)
+    assert other.teacher_passes == 1
+    assert short.stored_rows(Needs(hidden=frozenset({3}))) == 24  # an entry no set holds

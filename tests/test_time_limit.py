@@ -317,3 +317,31 @@ def test_a_shape_scored_twice_is_one_finalist():
         attrs = {"status": "feasible", "arch": "3x12x384x1536", "reward": 0.8, "loss": 0.2, **extra}
         study.add_trial(optuna.trial.create_trial(value=0.8, user_attrs=attrs))
     assert [r["number"] for r in finalists(study, "reward")] == [0]
+
+
+def test_a_final_run_takes_the_rows_whose_targets_are_on_disk_up_to_one_pass(teacher, news_texts, tmp_path):
+    """An earlier, longer run of the same corpus left the teacher's targets of more rows: the final run
+    starts with as many as one pass of its steps reads, and grows into the rest without a teacher pass."""
+    from types import SimpleNamespace
+
+    from kdnas.distill import Needs, TeacherCache
+    from kdnas.nas.final import _grower, _with_stored_rows
+    from kdnas.nas.trial import final_transfer_set
+
+    cfg = SearchConfig(teacher="minilm-l6", final_steps=4, final_train=16, final_batch_size=8, seq_len=32,
+                       proxy_eval=8, final_unit="sentence", timeout=600, final_max_steps=40)
+    ctx = SimpleNamespace(config=cfg, teacher=teacher, texts=news_texts,
+                          progress=SimpleNamespace(phase=lambda text: None))
+    last = Needs(hidden=frozenset({teacher.dims.layers}))
+    TeacherCache(teacher, final_transfer_set(cfg, teacher, news_texts, 48), directory=tmp_path).ensure("train", last)
+    cache = TeacherCache(teacher, final_transfer_set(cfg, teacher, news_texts), directory=tmp_path)
+    assert cache.data.num_train == 16
+    started = _with_stored_rows(ctx, cache)
+    assert started.data.num_train == 32  # 4 steps x 8 rows: one pass, of the 48 on disk
+    grown = _grower(ctx, started, "final")(5)
+    assert grown.data.num_train == 40  # one pass of 5 steps (the rule alone asks for 16 rows: no growth)
+    grown.ensure("train", last)
+    assert grown.teacher_passes == 0  # read from the 48 rows' files
+    assert _grower(ctx, grown, "final")(5) is None
+    bare = TeacherCache(teacher, final_transfer_set(cfg, teacher, news_texts))  # no folder: nothing on disk
+    assert _with_stored_rows(ctx, bare) is bare

@@ -37,7 +37,7 @@ from kdnas.core.errors import InputError
 from kdnas.core.files import atomic_write_text, make_shared
 
 from .config import FINAL_MAX_PASSES
-from .measure import beside_teacher, budget_latency, latency_record, measure, measure_pair
+from .measure import LatencyJudge, beside_teacher, budget_latency, latency_record
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from .records import pareto_front, trial_pace, trial_rows
 from .resume import worker_alive, worker_identity
@@ -320,8 +320,7 @@ def _shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any]
         graph, choice = exported(spec.arch, int8=judged == INT8_GRAPH), None
         if ctx.config.runtime == "onnxruntime":
             ctx.progress.phase(f"{label}: fused or plain fp32 graph, timed side by side")
-            choice = choose_variant(graph, exported("plain", optimize=False),
-                                    lambda target, reference: measure_pair(target, reference, ctx.config))
+            choice = choose_variant(graph, exported("plain", optimize=False), ctx.judge.pair)
             graph = graph if choice.shipped != PLAIN else Path(tmp) / "plain" / judged
         result, readings, drift = _final_latency(ctx, graph, label)
         before, settling = float(result.median_ms), []
@@ -343,11 +342,11 @@ def _final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float],
     `budget_latency`, read again when over. Returns the result, the graph's readings when there were
     two, and the side-by-side facts (empty for an absolute budget)."""
     if ctx.config.budget_ms is None:
-        result, facts = beside_teacher(graph, ctx.config, ctx.teacher_latency_ms)
+        result, facts = beside_teacher(graph, ctx.judge, ctx.teacher_latency_ms)
         ctx.progress.phase(f"{label}: {facts['ratio_to_teacher']:.3f}x the teacher side by side "
                            f"({result.median_ms:.2f} ms against the budget's {ctx.budget_ms:.2f} ms)")
         return result, [], facts
-    result, readings = budget_latency(graph, ctx.config, ctx.budget_ms)
+    result, readings = budget_latency(graph, ctx.judge, ctx.budget_ms)
     _say_readings(ctx, label, readings)
     return result, readings, {}
 
@@ -465,14 +464,14 @@ def _shipped_latencies(ctx: Any, dest: Path, label: str) -> tuple[dict, list[flo
     judged, other = shipped_graphs(ctx.config.runtime)
     shipped, readings, drift = _final_latency(ctx, dest / judged, label)
     latency = latency_record(shipped)
-    return latency, readings, drift, {judged: latency, other: _other_latency(ctx.config, dest / other, drift)}
+    return latency, readings, drift, {judged: latency, other: _other_latency(ctx.judge, dest / other, drift)}
 
 
-def _other_latency(cfg: Any, graph: Path, drift: dict[str, float]) -> dict[str, Any]:
+def _other_latency(judge: LatencyJudge, graph: Path, drift: dict[str, float]) -> dict[str, Any]:
     """The latency record of the shipped graph the budget does not judge, read right after the judged one
     beside the teacher and so scaled by the teacher's drift in that pair (with the reading itself where it
     was scaled)."""
-    other = measure(graph, cfg)
+    other = judge.alone(graph)
     factor = drift.get("latency_scaled_by", 1.0)
     return latency_record(other.scaled(factor)) | ({"read_ms": float(other.median_ms)} if factor != 1.0 else {})
 

@@ -7,7 +7,8 @@ threads, batch and sequence length (docs/methods.md); this is the one place that
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from .config import SearchConfig
 
@@ -19,16 +20,34 @@ from .config import SearchConfig
 DRIFT_BAND = 1.25
 
 
-def measure(target: Any, config: SearchConfig, *, use_cache: bool = True) -> Any:
-    """Profile a StudentSpec (random weights) or a model folder; returns a `latency.LatencyResult`."""
-    from kdnas.latency import profile
+@dataclass(frozen=True)
+class LatencyJudge:
+    """How the search reads latency, on the one set of settings its reward compares (runtime, threads, batch,
+    sequence): a target alone, or two in alternation. A search holds one (`SearchContext.judge`); the rules
+    below and the final stage read latency only through it, so a test gives them a fake judge with these
+    two methods instead of patching the modules under test."""
 
-    return profile(target, batch=config.latency_batch, seq=config.latency_seq, threads=config.threads,
-                   runtime=config.runtime, use_cache=use_cache)
+    config: SearchConfig
+
+    def alone(self, target: Any, *, use_cache: bool = True) -> Any:
+        """Profile a StudentSpec (random weights) or a model folder or graph (`latency.LatencyResult`)."""
+        from kdnas.latency import profile
+
+        cfg = self.config
+        return profile(target, batch=cfg.latency_batch, seq=cfg.latency_seq, threads=cfg.threads,
+                       runtime=cfg.runtime, use_cache=use_cache)
+
+    def pair(self, target: Any, reference: Any) -> Any:
+        """`target` timed in alternation with `reference` (`latency.PairResult`)."""
+        from kdnas.latency import profile_pair
+
+        cfg = self.config
+        return profile_pair(target, reference, batch=cfg.latency_batch, seq=cfg.latency_seq, threads=cfg.threads,
+                            runtime=cfg.runtime)
 
 
-def budget_latency(target: Any, config: SearchConfig, budget_ms: float, *, marginal_only: bool = False,
-                   measure_once: Callable[..., Any] | None = None) -> tuple[Any, list[float]]:
+def budget_latency(target: Any, judge: LatencyJudge, budget_ms: float, *,
+                   marginal_only: bool = False) -> tuple[Any, list[float]]:
     """`target`'s latency as the budget judges it: one measurement, and when its median is over the
     budget, a second fresh one; the lower median stands. Returns it with the medians of both when
     there were two. Why: on a shared machine one busy spell moved the same graph from 6.89 to
@@ -37,16 +56,14 @@ def budget_latency(target: Any, config: SearchConfig, budget_ms: float, *, margi
     readings.
     `marginal_only` (search trials, where most over-budget shapes are far over): measure again only
     when the reading's fastest run was within the budget, i.e. the budget lies inside its spread."""
-    measure_once = measure_once or measure
-    first = measure_once(target, config)
+    first = judge.alone(target)
     if first.median_ms <= budget_ms or (marginal_only and first.min_ms > budget_ms):
         return first, []
-    again = measure_once(target, config, use_cache=False)
+    again = judge.alone(target, use_cache=False)
     return min((first, again), key=lambda r: r.median_ms), [float(first.median_ms), float(again.median_ms)]
 
 
-def beside_teacher(target: Any, config: SearchConfig, teacher_then_ms: float, *,
-                   measure_pair: Callable[..., Any] | None = None) -> tuple[Any, dict[str, Any]]:
+def beside_teacher(target: Any, judge: LatencyJudge, teacher_then_ms: float) -> tuple[Any, dict[str, Any]]:
     """`target` judged against a ratio budget as the budget is meant: timed in alternation with the
     teacher in one process (`latency.profile_pair`), its latency put on the scale of the teacher's
     reading that set the budget (ratio × `teacher_then_ms`), so it fits when the ratio does.
@@ -58,7 +75,7 @@ def beside_teacher(target: Any, config: SearchConfig, teacher_then_ms: float, *,
     (a one-off benchmark, in git history; docs/latency.md). Returns the result and the facts: the ratio and its rounds'
     quartiles, the teacher's and the target's medians in the pair (`teacher_latency_now_ms`,
     `read_ms`) and `latency_scaled_by` (teacher-then / teacher-now, for a graph read alone right after)."""
-    pair = (measure_pair or measure_beside_teacher)(target, config)
+    pair = judge.pair(target, judge.config.teacher)
     facts = {"ratio_to_teacher": round(pair.ratio, 4),
              "ratio_quartiles": [round(pair.ratio_low, 4), round(pair.ratio_high, 4)],
              "teacher_latency_now_ms": float(pair.reference_ms), "read_ms": float(pair.target_ms),
@@ -66,30 +83,15 @@ def beside_teacher(target: Any, config: SearchConfig, teacher_then_ms: float, *,
     return pair.on_scale(teacher_then_ms), facts
 
 
-def measure_pair(target: Any, reference: Any, config: SearchConfig) -> Any:
-    """`target` timed in alternation with `reference` on the search's settings (`latency.PairResult`)."""
-    from kdnas.latency import profile_pair
-
-    return profile_pair(target, reference, batch=config.latency_batch, seq=config.latency_seq,
-                        threads=config.threads, runtime=config.runtime)
-
-
-def measure_beside_teacher(target: Any, config: SearchConfig) -> Any:
-    """`target` and the search's teacher timed in alternation (`latency.PairResult`)."""
-    return measure_pair(target, config.teacher, config)
-
-
-def trial_latency(target: Any, config: SearchConfig, budget_ms: float, teacher_then_ms: float, *,
-                  measure_once: Callable[..., Any] | None = None,
-                  measure_pair: Callable[..., Any] | None = None) -> dict[str, Any]:
+def trial_latency(target: Any, judge: LatencyJudge, budget_ms: float, teacher_then_ms: float) -> dict[str, Any]:
     """A search trial's latency record: `budget_latency` (again only when the budget lies inside the
     reading's spread) and, for a reading still over a ratio budget by up to DRIFT_BAND, `beside_teacher`
     — how the final stage judges finalists, so a slow spell during the trials does not refuse a shape
     that the final stage would ship. A record judged so keeps the ratio and its pair's medians."""
-    result, readings = budget_latency(target, config, budget_ms, marginal_only=True, measure_once=measure_once)
+    result, readings = budget_latency(target, judge, budget_ms, marginal_only=True)
     drift: dict[str, Any] = {}
-    if config.budget_ms is None and budget_ms < result.median_ms <= budget_ms * DRIFT_BAND:
-        result, drift = beside_teacher(target, config, teacher_then_ms, measure_pair=measure_pair)
+    if judge.config.budget_ms is None and budget_ms < result.median_ms <= budget_ms * DRIFT_BAND:
+        result, drift = beside_teacher(target, judge, teacher_then_ms)
     return {**latency_record(result), **({"readings_ms": readings} if readings else {}), **drift}
 
 

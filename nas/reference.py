@@ -12,7 +12,7 @@ from typing import Any
 
 from kdnas.distill import StudentSpec
 
-from .measure import latency_record, measure
+from .measure import latency_record
 
 # name, (layers, heads, hidden, ffn) for the BERT-base teacher, paper CPU latency in ms
 TABLE1 = (
@@ -43,7 +43,7 @@ def evaluate_references(ctx: Any) -> list[dict[str, Any]]:
         spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **ctx.sizes)
         ctx.progress.phase(f"reference {name} {spec.arch}: latency")
         t0 = time.perf_counter()
-        latency = latency_record(measure(spec, ctx.config))
+        latency = latency_record(ctx.judge.alone(spec))
         t1 = time.perf_counter()
         ctx.progress.phase(f"reference {name} {spec.arch}: distill")
         res = ctx.proxy(spec)

@@ -28,7 +28,7 @@ from kdnas.core.files import ensure_writable_dir, undone_if_refused
 from ._progress import Progress
 from .config import SearchConfig
 from .final import claim_final, finalists, is_done, run_final
-from .measure import latency_record, measure
+from .measure import LatencyJudge, latency_record
 from .neighbours import WIDER, ffn_neighbour
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
@@ -296,15 +296,16 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
     """Teacher latency, the fastest shape's latency, and the budget, checked against each other."""
     from kdnas.distill import StudentSpec
 
+    judge = LatencyJudge(cfg)
     progress.phase("measuring teacher latency")
-    teacher_latency = latency_record(measure(cfg.teacher, cfg))
+    teacher_latency = latency_record(judge.alone(cfg.teacher))
     if teacher_latency["noisy"]:
         progress.note(f"the teacher's latency ({teacher_latency['median_ms']:.2f} ms) was NOISY: this machine is busy, "
                       "so the budget may be off; a quiet machine gives a budget you can trust")
     layers, heads, hidden, ffn = space.fastest()
     spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **teacher.student_sizes())
     progress.phase(f"measuring fastest shape {spec.arch}")
-    fastest = {"arch": spec.arch, **latency_record(measure(spec, cfg))}
+    fastest = {"arch": spec.arch, **latency_record(judge.alone(spec))}
     budget_ms = cfg.budget_ms if cfg.budget_ms is not None else cfg.budget_ratio * teacher_latency["median_ms"]
     if budget_ms < fastest["median_ms"]:
         raise InputError(

@@ -24,7 +24,7 @@ from kdnas.core.errors import first_line
 
 from ._progress import Progress
 from .config import SearchConfig
-from .measure import MODEL_CHECK, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
+from .measure import MODEL_CHECK, LatencyJudge, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
 from .reward import kdnas_reward
@@ -84,6 +84,11 @@ class SearchContext:
     budget_ms: float
     progress: Progress
     limit: TimeLimit | None = None  # --timeout (nas.time_limit)
+    judge: LatencyJudge | None = None  # how latency is read: by default, measured on the config's settings
+
+    def __post_init__(self) -> None:
+        if self.judge is None:
+            self.judge = LatencyJudge(self.config)
 
     @cached_property
     def probe(self) -> FidelityProbe:
@@ -236,7 +241,7 @@ class Objective:
             fitted = latency_prediction(spec, cfg, study_readings(trial.study.get_trials(deepcopy=False)))
             latency = predicted_latency(fitted, ctx.budget_ms)
         if latency is None:
-            latency = trial_latency(spec, cfg, ctx.budget_ms, ctx.teacher_latency_ms) | model_check(fitted)
+            latency = trial_latency(spec, ctx.judge, ctx.budget_ms, ctx.teacher_latency_ms) | model_check(fitted)
         seconds["latency"] = time.perf_counter() - t0
         trial.set_user_attr("latency", latency)
         median = latency["median_ms"]

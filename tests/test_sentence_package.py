@@ -292,20 +292,32 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     assert _shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does
 
 
-def _fixed_readings(monkeypatch) -> None:
-    """The final stage's readings after training as one fixed figure: 1 ms read alone, 0.1 of a 10 ms
-    teacher side by side (within these tests' budget of 1.5 ms). What ships and why is under test here,
-    not the measurement (the real worker runs in test_latency.py and the end-to-end searches); real
-    sub-millisecond readings, each beside a freshly exported teacher, made these tests 20-30 s long."""
-    import kdnas.nas.final as final
-    import kdnas.nas.measure as measure
+class _Judge:
+    """A fake latency judge (`nas.measure.LatencyJudge`'s two methods), answering as a test sets: read alone,
+    1 ms; beside the teacher, `ratio(graph)` of a 10 ms teacher (0.1: within these tests' budget of 1.5 ms);
+    two graphs of one shape (fused and plain), a tie. What ships and why is under test here, not the
+    measurement (the real worker runs in test_latency.py and the end-to-end searches); real sub-millisecond
+    readings, each beside a freshly exported teacher, made these tests 20-30 s long. Every call is kept."""
 
-    monkeypatch.setattr(measure, "measure_beside_teacher", lambda target, config: _pair(0.1, 10.0))
-    monkeypatch.setattr(final, "measure", lambda target, config, **_: _reading(1.0))
+    def __init__(self, config, ratio=lambda graph: 0.1, alone=lambda target: _reading(1.0)):
+        self.config, self.ratio, self.read_alone, self.calls = config, ratio, alone, []
+
+    def alone(self, target, *, use_cache=True):
+        self.calls.append(("alone", target, use_cache))
+        return self.read_alone(target)
+
+    def pair(self, target, reference):
+        self.calls.append(("pair", target, reference))
+        return _pair(self.ratio(target), 10.0) if reference == self.config.teacher else _pair(1.0, 5.0)
+
+
+def _ffn(graph) -> int:
+    """The FFN width of an exported graph's model (its folder's config.json)."""
+    return json.loads((Path(graph).parent / "config.json").read_text())["intermediate_size"]
 
 
 def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_by_the_proxy(
-        teacher, news_texts, tmp_path, isolated_cache, monkeypatch):
+        teacher, news_texts, tmp_path, isolated_cache):
 
     import optuna
 
@@ -319,16 +331,13 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     data = proxy_transfer_set(config, teacher, news_texts)
     space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(64, 128, 256))
-    # The input this test sets: which shipped graphs fit the budget before training (FFN 256 does not);
-    # after training every graph reads the same, within it.
-    monkeypatch.setattr(final, "_shipped_graph_latency",
-                        lambda ctx, spec, pipeline, label: (2.0 if spec.ffn > 128 else 1.0, [], {}, 2, None))
-    _fixed_readings(monkeypatch)
+    # The input this test sets: which shipped graphs fit the budget of 1.5 ms (FFN 256 does not: 2 ms).
+    judge = _Judge(config, ratio=lambda graph: 0.2 if _ffn(graph) > 128 else 0.1)
 
     def run(name, trials, **known):
         ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher,
                             texts=news_texts, data=data, cache=TeacherCache(teacher, data), teacher_latency_ms=10.0,
-                            budget_ms=1.5, progress=Progress(1, 0, enabled=False))
+                            budget_ms=1.5, progress=Progress(1, 0, enabled=False), judge=judge)
         pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": r,
                  **known} for n, f, r in trials]
         study = optuna.create_study()
@@ -376,31 +385,25 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     config = SearchConfig(proxy_steps=1, final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     data = proxy_transfer_set(config, teacher, news_texts)
-    # What this test sets: every graph fits before training, and 1x4x64x256 reads over as shipped.
-    monkeypatch.setattr(final, "_shipped_graph_latency", lambda ctx, spec, pipeline, label: (1.0, [], {}, 2, None))
-    _fixed_readings(monkeypatch)
+    # What this test sets: every graph fits before training (the graph exported to be timed, in a
+    # temporary folder), and 1x4x64x256 reads over as shipped.
+    judge = _Judge(config, ratio=lambda graph: 1e4 if _ffn(graph) == 256 and "kdnas-final-" not in str(graph) else 0.1)
     from kdnas.distill import inherit
 
     # narrowed_from (what the final stage calls) reads the wide student back and cuts it with inherit.narrowed
-    real_latency, real_narrowed, narrowed_to = final._final_latency, inherit.narrowed, []
-
-    def as_shipped(ctx, graph, label):
-        result, readings, drift = real_latency(ctx, graph, label)
-        wide = json.loads((Path(graph).parent / "config.json").read_text())["intermediate_size"] == 256
-        return (result.scaled(1e5) if wide else result), readings, drift
+    real_narrowed, narrowed_to = inherit.narrowed, []
 
     def narrowed(model, tokenizer, spec, ids, mask):
         narrowed_to.append((model.config.intermediate_size, spec.arch))
         return real_narrowed(model, tokenizer, spec, ids, mask)
 
-    monkeypatch.setattr(final, "_final_latency", as_shipped)
     monkeypatch.setattr(inherit, "narrowed", narrowed)
     # fewer steps than the least a continued run makes: it ships as narrowed, with no steps of its own
     monkeypatch.setattr(final, "MIN_CONTINUED_STEPS", min_steps)
     ctx = SearchContext(config=config, space=SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128, 256)),
                         sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts, data=data,
                         cache=TeacherCache(teacher, data), teacher_latency_ms=10.0, budget_ms=1.5,
-                        progress=Progress(1, 0, enabled=False))
+                        progress=Progress(1, 0, enabled=False), judge=judge)
     study, out = optuna.create_study(), tmp_path / "run"
     [entry] = final.run_final(study, ctx, out, [{"number": 4, "arch": "1x4x64x256", "layers": 1, "heads": 4,
                                                  "hidden": 64, "ffn": 256, "reward": 9.0}])
@@ -448,26 +451,26 @@ def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():
     def readings(*medians):
         calls = []
 
-        def measure_once(target, config, use_cache=True):
+        def alone(target, use_cache=True):
             calls.append(use_cache)
             median = medians[len(calls) - 1]
             return SimpleNamespace(median_ms=median, min_ms=median - 0.5)
-        return measure_once, calls
+        return SimpleNamespace(alone=alone), calls  # a fake judge: nas.measure.LatencyJudge's reading alone
 
     once, calls = readings(7.9)
-    result, seen = budget_latency("m.onnx", None, 8.0, measure_once=once)
+    result, seen = budget_latency("m.onnx", once, 8.0)
     assert (result.median_ms, seen, calls) == (7.9, [], [True]), "within the budget: one reading"
     once, calls = readings(8.6, 6.9)  # a busy spell, then a quiet reading: ships
-    result, seen = budget_latency("m.onnx", None, 8.0, measure_once=once)
+    result, seen = budget_latency("m.onnx", once, 8.0)
     assert (result.median_ms, seen, calls) == (6.9, [8.6, 6.9], [True, False]), "the second reading is fresh"
     once, calls = readings(8.6, 8.7)  # over on both: over
-    result, seen = budget_latency("m.onnx", None, 8.0, measure_once=once)
+    result, seen = budget_latency("m.onnx", once, 8.0)
     assert (result.median_ms, seen) == (8.6, [8.6, 8.7])
     # A search trial measures again only when the budget lies inside the reading's spread.
     once, calls = readings(8.3, 7.9)  # fastest run 7.8 <= 8.0
-    assert budget_latency("m.onnx", None, 8.0, marginal_only=True, measure_once=once)[1] == [8.3, 7.9]
+    assert budget_latency("m.onnx", once, 8.0, marginal_only=True)[1] == [8.3, 7.9]
     once, calls = readings(9.5)  # fastest run 9.0 > 8.0: far over, one reading
-    assert budget_latency("m.onnx", None, 8.0, marginal_only=True, measure_once=once)[1] == [] and calls == [True]
+    assert budget_latency("m.onnx", once, 8.0, marginal_only=True)[1] == [] and calls == [True]
 
 
 def _reading(ms):
@@ -495,40 +498,40 @@ def _pair(ratio, teacher_ms):
     (0.459, 17.0, True),  # ... or sped up: the same
     (0.506, 24.0, False),  # over half the teacher side by side: over, however fast each reads alone
 ])
-def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(monkeypatch, ratio, teacher_now, fits):
+def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(ratio, teacher_now, fits):
     from types import SimpleNamespace
 
     import kdnas.nas.final as final
-    import kdnas.nas.measure as measure
     from kdnas.nas import SearchConfig
 
-    monkeypatch.setattr(final, "budget_latency", lambda *a, **k: pytest.fail("a ratio budget is not read alone"))
-    pairs = []
-    monkeypatch.setattr(measure, "measure_beside_teacher", lambda target, cfg: pairs.append(target)
-                        or _pair(ratio, teacher_now))
-    ctx = SimpleNamespace(config=SearchConfig(budget_ratio=0.5), budget_ms=10.0, teacher_latency_ms=20.0,
-                          progress=Progress(1, 0, enabled=False))
+    config = SearchConfig(budget_ratio=0.5)
+    judge = _Judge(config, alone=lambda target: pytest.fail("a ratio budget is not read alone"))
+    judge.pair = lambda target, reference: judge.calls.append((target, reference)) or _pair(ratio, teacher_now)
+    ctx = SimpleNamespace(config=config, budget_ms=10.0, teacher_latency_ms=20.0,
+                          progress=Progress(1, 0, enabled=False), judge=judge)
     shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
-    assert pairs == [Path("model.onnx")] and readings == []
+    assert judge.calls == [(Path("model.onnx"), config.teacher)] and readings == []
     assert shipped.median_ms == pytest.approx(ratio * 20.0) and (shipped.median_ms <= ctx.budget_ms) == fits
     assert facts["ratio_to_teacher"] == ratio and facts["teacher_latency_now_ms"] == teacher_now
     assert facts["latency_scaled_by"] == pytest.approx(20.0 / teacher_now, abs=1e-4)  # for the INT8 read alone
     assert facts["read_ms"] == pytest.approx(ratio * teacher_now)
 
 
-def test_a_finalist_under_an_absolute_budget_is_read_alone(monkeypatch):
+def test_a_finalist_under_an_absolute_budget_is_read_alone():
     from types import SimpleNamespace
 
     import kdnas.nas.final as final
-    import kdnas.nas.measure as measure
     from kdnas.nas import SearchConfig
 
-    monkeypatch.setattr(final, "budget_latency", lambda graph, cfg, budget: (_reading(5.5), [5.5, 5.6]))
-    monkeypatch.setattr(measure, "measure_beside_teacher", lambda *a: pytest.fail("--budget-ms has no teacher"))
-    ctx = SimpleNamespace(config=SearchConfig(budget_ms=5.0), budget_ms=5.0, teacher_latency_ms=10.0,
-                          progress=Progress(1, 0, enabled=False))
+    config = SearchConfig(budget_ms=5.0)
+    readings_ms = iter([5.6, 5.5])  # over: read again, and the lower stands
+    judge = _Judge(config, alone=lambda target: _reading(next(readings_ms)))
+    judge.pair = lambda *a: pytest.fail("--budget-ms has no teacher")
+    ctx = SimpleNamespace(config=config, budget_ms=5.0, teacher_latency_ms=10.0,
+                          progress=Progress(1, 0, enabled=False), judge=judge)
     shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
-    assert (shipped.median_ms, readings, facts) == (5.5, [5.5, 5.6], {})
+    assert (shipped.median_ms, readings, facts) == (5.5, [5.6, 5.5], {})
+    assert [call[2] for call in judge.calls] == [True, False]  # the second reading is fresh
 
 
 def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teacher_reading(capsys, tmp_path):
@@ -574,12 +577,10 @@ def test_a_trial_over_a_ratio_budget_is_timed_side_by_side_with_the_teacher(shap
     from kdnas.nas import SearchConfig
     from kdnas.nas.measure import trial_latency
 
-    pairs = []
-    cfg = SearchConfig(budget_ms=budget_ms, budget_ratio=0.5)
-    record = trial_latency(SimpleNamespace(arch="3x12x384x1536"), cfg, 10.0, 20.0,
-                           measure_once=lambda target, cfg, use_cache=True: _reading(shape_ms),
-                           measure_pair=lambda target, cfg: pairs.append(target) or _pair(ratio, 22.0))
-    assert record["median_ms"] == pytest.approx(expect_ms) and bool(pairs) == paired
+    judge = _Judge(SearchConfig(budget_ms=budget_ms, budget_ratio=0.5), alone=lambda target: _reading(shape_ms))
+    judge.pair = lambda target, reference: judge.calls.append("pair") or _pair(ratio, 22.0)
+    record = trial_latency(SimpleNamespace(arch="3x12x384x1536"), judge, 10.0, 20.0)
+    assert record["median_ms"] == pytest.approx(expect_ms) and ("pair" in judge.calls) == paired
     if paired:
         assert record["ratio_to_teacher"] == ratio and record["read_ms"] == pytest.approx(ratio * 22.0)
         assert record["latency_scaled_by"] == pytest.approx(20.0 / 22.0, abs=1e-4)
@@ -587,7 +588,7 @@ def test_a_trial_over_a_ratio_budget_is_timed_side_by_side_with_the_teacher(shap
         assert "read_ms" not in record and "ratio_to_teacher" not in record
 
 
-def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(teacher, monkeypatch):
+def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(teacher):
     """The shipped graph's pre-training reading, once more when within 5 % of the budget (nas.time_limit.settled):
     the mean is what the run counts, both readings are kept, and the extra pair counts as steps of the reading."""
     from types import SimpleNamespace
@@ -598,24 +599,22 @@ def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(tea
     from kdnas.nas import SearchConfig
 
     ratios = iter([0.49, 0.46])  # the first within 5 % of a budget of half the teacher, the second not
-    monkeypatch.setattr(final, "beside_teacher", lambda graph, config, then_ms: (
-        lambda r: (_reading(r * then_ms), {"ratio_to_teacher": r}))(next(ratios)))
-    monkeypatch.setattr(final, "measure_pair", lambda target, reference, config: _pair(1.0, 5.0))  # plain = fused
-    said = []
-    ctx = SimpleNamespace(config=SearchConfig(), teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
-                          progress=SimpleNamespace(phase=said.append))
+    said, config = [], SearchConfig()
+    ctx = SimpleNamespace(config=config, teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
+                          progress=SimpleNamespace(phase=said.append),
+                          judge=_Judge(config, ratio=lambda graph: next(ratios)))  # plain and fused: a tie
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
     before, readings, facts, steps, choice = final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
     assert choice.shipped == "fused"  # a tie keeps the fused graph
     assert before == pytest.approx(4.75) and readings == [] and steps == 7  # export, graph + teacher twice, variant
-    assert facts == {"ratio_to_teacher": 0.49, "settled_from_ms": [pytest.approx(4.9), pytest.approx(4.6)]}
+    assert facts["ratio_to_teacher"] == 0.49 and facts["settled_from_ms"] == [pytest.approx(4.9), pytest.approx(4.6)]
     assert "read again, within 5% of the budget: 4.90 and 4.60 ms, 4.75 ms counted" in said[-1]
     ratios = iter([0.40])  # well inside: one reading
     assert final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")[::3] == (pytest.approx(4.0), 5)
 
 
-def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher, monkeypatch):
+def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher):
     """--runtime onnxruntime-int8: a finalist's pre-training reading is of the INT8 graph it will ship,
     quantized by the export's recipe, and a shipped folder's INT8 graph is the one judged."""
     from types import SimpleNamespace
@@ -629,14 +628,14 @@ def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher, monkeypat
 
     judged = []
 
-    def beside(graph, config, then_ms):
+    def beside(graph):
         judged.append((graph.name, any("Integer" in n.op_type or "Quantize" in n.op_type
                                        for n in onnx.load(str(graph)).graph.node)))
-        return _reading(0.3 * then_ms), {"ratio_to_teacher": 0.3}
+        return 0.3
 
-    monkeypatch.setattr(final, "beside_teacher", beside)
-    ctx = SimpleNamespace(config=SearchConfig(runtime="onnxruntime-int8"), teacher=teacher, teacher_latency_ms=10.0,
-                          budget_ms=5.0, progress=SimpleNamespace(phase=lambda _: None))
+    config = SearchConfig(runtime="onnxruntime-int8")
+    ctx = SimpleNamespace(config=config, teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
+                          progress=SimpleNamespace(phase=lambda _: None), judge=_Judge(config, ratio=beside))
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
     final._shipped_graph_latency(ctx, spec, read_sentence_pipeline(teacher_path("minilm-l6")), "final 1/1")
     assert judged == [("model.int8.onnx", True)]
@@ -645,8 +644,7 @@ def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher, monkeypat
 
 
 @pytest.mark.parametrize("plain_over_fused, shipped", [(0.93, "plain"), (0.999, "fused")])
-def test_the_fp32_graph_shipped_is_the_faster_of_fused_and_plain(plain_over_fused, shipped, teacher, tmp_path,
-                                                                  monkeypatch):
+def test_the_fp32_graph_shipped_is_the_faster_of_fused_and_plain(plain_over_fused, shipped, teacher, tmp_path):
     """On onnxruntime fp32 a finalist's shape is exported fused and plain and the two are timed side by side
     (here by a fake judge): the plain graph is read against the budget and shipped as model.onnx only where
     it is faster in three rounds of four (0.93, quartiles 0.927-0.932); a near tie (0.999, up to 1.001) keeps
@@ -665,12 +663,13 @@ def test_the_fp32_graph_shipped_is_the_faster_of_fused_and_plain(plain_over_fuse
     def fused_ops(graph):
         return {"SkipLayerNormalization", "Attention"} & {n.op_type for n in onnx.load(str(graph)).graph.node}
 
-    monkeypatch.setattr(final, "beside_teacher", lambda graph, config, then_ms: (
-        judged.append(fused_ops(graph)) or _reading(0.3 * then_ms), {"ratio_to_teacher": 0.3}))
-    monkeypatch.setattr(final, "measure_pair", lambda target, reference, config: (
-        timed.append((fused_ops(target), fused_ops(reference))) or _pair(plain_over_fused, 5.0)))
-    ctx = SimpleNamespace(config=SearchConfig(), teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
-                          progress=SimpleNamespace(phase=lambda _: None))
+    config = SearchConfig()
+    judge = _Judge(config, ratio=lambda graph: judged.append(fused_ops(graph)) or 0.3)
+    judge.pair = lambda target, reference: (
+        _Judge.pair(judge, target, reference) if reference == config.teacher
+        else timed.append((fused_ops(target), fused_ops(reference))) or _pair(plain_over_fused, 5.0))
+    ctx = SimpleNamespace(config=config, teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
+                          progress=SimpleNamespace(phase=lambda _: None), judge=judge)
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
     *_, steps, choice = final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")

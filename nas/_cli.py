@@ -63,13 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--teacher", default=DEFAULT_TEACHER, help="bundled name, local model folder or hub name (default: %(default)s)")
     p.add_argument("--corpus", default=DEFAULT_CORPUS, help="bundled name or a local text file/folder (default: %(default)s)")
     p.add_argument("--out", default=d.out, help="output folder (default: %(default)s)")
-    p.add_argument("--trials", type=int, default=d.trials,
-                   help="total finished trials the study should have; a rerun continues up to it (default: %(default)s)")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="wall-clock limit for the whole command: trials start only in its first half and, after the "
-                        "first five, only while --final-steps still fit after them at the trials' pace; the final run "
-                        "trains as many steps as fit before the limit: fewer than --final-steps on a slow host, more "
-                        "(up to --final-max-steps) on a fast one (default: none, the same work on every host)")
+    _length_flags(p, d)
     p.add_argument("--budget-ms", type=float, default=None,
                    help="hard CPU latency budget in ms (default: --budget-ratio x the teacher's measured latency)")
     p.add_argument("--budget-ratio", type=float, default=d.budget_ratio,
@@ -210,6 +204,23 @@ def _final_flags(p: argparse.ArgumentParser, d) -> None:
                      help="also finish the next best (best/ then finalists/RANK-ARCH/) (default: %(default)s)")
     fin.add_argument("--reference", action="store_true",
                      help="also measure and proxy-distill the paper's Table 1 shapes scaled to the teacher, as plot references")
+
+
+def _length_flags(p: argparse.ArgumentParser, d: SearchConfig) -> None:
+    """How long a search runs: its trials and its time limit."""
+    from .config import DEFAULT_TRIALS
+    from .time_limit import TIMED_TRIAL_SHARE
+
+    p.add_argument("--trials", type=int, default=d.trials,
+                   help="total finished trials the study should have; a rerun continues up to it (default: "
+                        f"{DEFAULT_TRIALS}; with --timeout, as many as start within {TIMED_TRIAL_SHARE * 100:.0f}%% of it, the "
+                        f"teacher's one-time targets left out, at least {DEFAULT_TRIALS})")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock limit for the whole command: trials start only in its first half and, after the "
+                        "first five, only while --final-steps still fit after them at the trials' pace; the final run "
+                        "trains as many steps as fit before the limit: fewer than --final-steps on a slow host, more "
+                        "(up to --final-max-steps) on a fast one (default: none, the same work on every host)")
+
 
 def _search(args: argparse.Namespace) -> int:
     from kdnas.core.errors import InputError

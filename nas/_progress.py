@@ -13,9 +13,10 @@ TICK_S = 1.0
 
 
 class Progress:
-    def __init__(self, total: int, done: int, enabled: bool) -> None:
-        self._bar = tqdm(total=total, initial=min(done, total), desc="kdnas search", unit="trial",
-                         disable=not enabled, dynamic_ncols=True, file=sys.stderr)
+    def __init__(self, total: int | None, done: int, enabled: bool) -> None:
+        """`total`: the trials to run, or None where the time decides how many."""
+        self._bar = tqdm(total=total, initial=done if total is None else min(done, total), desc="kdnas search",
+                         unit="trial", disable=not enabled, dynamic_ncols=True, file=sys.stderr)
         self._best = "-"
         self._phase = "starting"
 
@@ -53,7 +54,11 @@ class Progress:
 
     def set_done(self, done: int) -> None:
         # Counted from the storage: other workers' trials and retries move it too.
-        self._bar.n = min(done, self._bar.total)
+        self._bar.n = done if self._bar.total is None else min(done, self._bar.total)
+        self._bar.refresh()
+
+    def set_total(self, total: int) -> None:
+        self._bar.total = total
         self._bar.refresh()
 
     def close(self) -> None:

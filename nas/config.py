@@ -44,6 +44,13 @@ HS_PROXY_ONLY = ("proxy_method", "proxy_train", "proxy_batch_size", "proxy_lr")
 # 1,200 of a 3,000-step run: 0.883 after 9.4 passes over 4,096 sentences, 0.903 over 32,768; at
 # 4.7 passes, 600 steps, 4,096 and 16,384 sentences score alike: 0.883 and 0.878).
 FINAL_MAX_PASSES = 5
+# 8: 5 random start-up trials, then 3 guided by TPE. With the fidelity proxy a trial costs about
+# 15 s of latency measurement and 10 s of distillation on 2 cores; the demo took 5.8 min with 6
+# trials and 7.5 min with 10 on a quiet machine, and a busy one adds half again.
+DEFAULT_TRIALS = 8
+# Under a `timeout` without a trial count the time decides how many trials run (nas.time_limit's
+# TIMED_TRIAL_SHARE); this count, asked of the study, is never reached.
+TIMED_TRIALS_CAP = 10_000
 # Under a --timeout the final run may train up to this many times `final_steps` when the time allows
 # (`SearchConfig.final_most`), on a set grown to keep FINAL_MAX_PASSES: the demo's student in bf16,
 # 2,400 steps on 15,360 sentences reach rho 0.919 against 0.904 for 1,200 on 7,680, and 0.908 for
@@ -70,10 +77,8 @@ class SearchConfig:
     teacher: str = "minilm-l6"
     corpus: str = "news"
     out: str = "runs/search"
-    # 8: 5 random start-up trials, then 3 guided by TPE. With the fidelity proxy a trial costs about
-    # 15 s of latency measurement and 10 s of distillation on 2 cores; the demo took 5.8 min with 6
-    # trials and 7.5 min with 10 on a quiet machine, and a busy one adds half again.
-    trials: int = 8
+    # None: DEFAULT_TRIALS, or under a `timeout` as many as its time allows (`trials_follow_time`).
+    trials: int | None = None
     # Hard latency budget; None means `budget_ratio` x the teacher's measured latency.
     budget_ms: float | None = None
     budget_ratio: float = 0.5
@@ -190,7 +195,8 @@ class SearchConfig:
     def __post_init__(self) -> None:
         overrides = dict(self.space_overrides or ())
         object.__setattr__(self, "space_overrides", tuple(sorted(overrides.items())))
-        _positive_int(self, "trials", "must be at least 1")
+        if self.trials is not None:
+            _positive_int(self, "trials", "must be at least 1")
         check_choice("proxy", self.proxy, PROXIES)
         few = isinstance(self.proxy_sentences, int) and self.proxy_sentences < MIN_PROXY_SENTENCES
         if self.proxy == "fidelity" and few:
@@ -273,6 +279,19 @@ class SearchConfig:
         every = self.final_save_every
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise InputError(f"final save every {every!r} steps is invalid: a whole number >= 0 (0: never)")
+
+    @property
+    def trials_follow_time(self) -> bool:
+        """Whether the trials run while the time allows (a `timeout` and no trial count) rather than to a count."""
+        return self.trials is None and self.timeout is not None
+
+    @property
+    def trial_count(self) -> int:
+        """The counted trials the study is run up to: `trials`, DEFAULT_TRIALS, or, while they follow the
+        time, TIMED_TRIALS_CAP (the time stops them first)."""
+        if self.trials is not None:
+            return self.trials
+        return TIMED_TRIALS_CAP if self.timeout is not None else DEFAULT_TRIALS
 
     @property
     def final_rows(self) -> int:

@@ -26,7 +26,7 @@ from kdnas.distill.trainer import resolve_device
 from kdnas.core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
-from .config import SearchConfig
+from .config import DEFAULT_TRIALS, SearchConfig
 from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, latency_record
 from .neighbours import WIDER, ffn_neighbour
@@ -39,7 +39,7 @@ from .resume import counted_trials, recover, repeated_failure, slots_taken
 from .space import SearchSpace, rule_params
 from .storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_study, holds_studies, open_storage,
                       storage_file, write_pointer)
-from .time_limit import FIRST_TRIALS, TRIAL_SHARE, TimeLimit, final_run_s, pace_of
+from .time_limit import FIRST_TRIALS, TIMED_TRIAL_SHARE, TRIAL_SHARE, TimeLimit, final_run_s, pace_of
 from .trial import Objective, SearchContext, proxy_transfer_set
 
 TPE_STARTUP_TRIALS = FIRST_TRIALS  # under --timeout these start whatever the final run needs
@@ -48,7 +48,9 @@ PRUNER_MIN_TRAINED = 3
 # This many finished trials in a row failing with one error is a broken set-up (a full disk, a bad
 # driver), not a bad shape: stop with that error instead of spending the budget on it.
 SAME_ERROR_STOPS = 3
-WAIT_S = 2.0  # how often a worker with nothing left to start looks at the others' last trials
+WAIT_S = 2.0
+# The trials that a run whose trials followed the time (no --trials, a --timeout) had when they stopped.
+TRIALS_REACHED = "trials_reached"  # how often a worker with nothing left to start looks at the others' last trials
 
 
 def search(config: SearchConfig) -> dict[str, Any]:
@@ -68,7 +70,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
     limit = None if cfg.timeout is None else TimeLimit(time.monotonic(), float(cfg.timeout))
     resolved = resolve_device(cfg.device)  # `--device cuda` without CUDA: one line, before anything
     device, dtype = resolved.type, resolve_precision(cfg.precision, resolved)
-    progress = Progress(cfg.trials, 0, cfg.progress)
+    progress = Progress(None if cfg.trials_follow_time else cfg.trial_count, 0, cfg.progress)
     try:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
@@ -99,6 +101,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
             if family != "bert":  # studies made before students kept their teacher's family had BERT students only
                 settings["student_family"] = family
             study, facts = _open_study(cfg, storage, url, settings, lambda: _new_facts(cfg, space, teacher, progress))
+        cfg = _trials_reached(study, cfg, progress)
         write_pointer(out, url, cfg.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
@@ -111,6 +114,16 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         return write_outputs(study, out)
     finally:
         progress.close()
+
+
+def _trials_reached(study: optuna.Study, cfg: SearchConfig, progress: Progress) -> SearchConfig:
+    """`cfg` with the trial count that trials which followed the time reached in an earlier run of this study
+    (TRIALS_REACHED): a rerun resumes the study as it stands instead of running trials again on its own clock."""
+    reached = study.user_attrs.get(TRIALS_REACHED)
+    if not cfg.trials_follow_time or reached is None:
+        return cfg
+    progress.set_total(reached)
+    return cfg.replace(trials=reached)
 
 
 def _check_methods(cfg: SearchConfig, space, teacher_dims) -> None:
@@ -164,11 +177,13 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
     while True:
         recover(study, cfg.stale_after_s)
         done = counted_trials(study)
-        if done >= cfg.trials:
+        if done >= cfg.trial_count:
             return
-        if limit is not None and not _trial_fits(study, cfg, objective.ctx.space, limit, done, progress):
+        if limit is not None and not _trial_fits(study, objective.ctx, limit, done):
+            if cfg.trials_follow_time:
+                study.set_user_attr(TRIALS_REACHED, done)  # a rerun resumes this study as it is
             return
-        if slots_taken(study) >= cfg.trials:
+        if slots_taken(study) >= cfg.trial_count:
             progress.phase("waiting for other workers' last trials")
             time.sleep(WAIT_S)
             continue
@@ -182,10 +197,17 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
         _show(study, out, progress)
 
 
-def _trial_fits(study: optuna.Study, cfg: SearchConfig, space: SearchSpace, limit: TimeLimit, done: int,
-                progress: Progress) -> bool:
+def _trial_fits(study: optuna.Study, ctx: SearchContext, limit: TimeLimit, done: int) -> bool:
     """Whether `limit` lets another trial start; when not, the summary says why."""
-    rest = f"{done} of {cfg.trials} done; a rerun with a longer --timeout, or none, adds the rest"
+    cfg, space, progress = ctx.config, ctx.space, ctx.progress
+    if cfg.trials_follow_time:
+        rest = f"{done} done; --trials N asks for more"
+        if done >= DEFAULT_TRIALS and not limit.timed_trials_may_start(ctx.cache.pass_seconds if ctx.cache else 0.0):
+            progress.note(f"--timeout {limit.seconds:g} s: {TIMED_TRIAL_SHARE:.0%} of it (less the teacher's one-time "
+                          f"targets) is spent on trials, so no further trial starts ({rest})")
+            return False
+    else:
+        rest = f"{done} of {cfg.trials} done; a rerun with a longer --timeout, or none, adds the rest"
     if not limit.trials_may_start(done):
         progress.note(f"--timeout {limit.seconds:g} s: {TRIAL_SHARE:.0%} of it is spent, so no further trial starts ({rest})")
         return False
@@ -338,7 +360,7 @@ def _sampler(cfg: SearchConfig, offset: int) -> optuna.samplers.BaseSampler:
     if cfg.sampler == "nsga2":
         # A population larger than the trial count would leave NSGA-II a random search; aim at
         # three generations or more, never below 4 parents.
-        population = max(4, min(NSGA2_POPULATION, cfg.trials // 3))
+        population = max(4, min(NSGA2_POPULATION, cfg.trial_count // 3))
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=population)
     return optuna.samplers.RandomSampler(seed=seed)
 

@@ -5,7 +5,8 @@ command ends in time on a slow or busy host and says what it gave up, and on a f
 the time it has on a longer final run. The time is split in two:
 
 - **trials** start only while less than TRIAL_SHARE of it is spent (at least one always runs): the
-  final run usually costs more than all trials together, and it is what ships. After the sampler's
+  final run usually costs more than all trials together, and it is what ships. Without a trial count
+  their number follows the time: they go on while less than TIMED_TRIAL_SHARE of it is spent. After the sampler's
   random start (FIRST_TRIALS), a trial starts only while the final run's planned steps, at the pace
   the trials measured, still fit after it (`final_run_s`): on a slow host the last trials give way
   to the student that ships;
@@ -26,6 +27,12 @@ from dataclasses import dataclass
 from kdnas.core.spec import parse_arch
 
 TRIAL_SHARE = 0.5
+# Without a trial count (`--trials`), trials go on while less than this share of the time is spent, the
+# one-time teacher work left out — and at least the default count (nas.config.DEFAULT_TRIALS, 8) run:
+# a 10-minute demo (8 trials take about 3 of its minutes) keeps its 8 and its final run's time, and an
+# hour-long MPNet search (a trial about 19 s) gets past TPE's random start-up with about 45 trials and
+# still trains its student for most of the hour.
+TIMED_TRIAL_SHARE = 0.25
 # Trials that start whatever the final run's forecast says: the sampler's random start (TPE's startup
 # trials, nas.search.TPE_STARTUP_TRIALS); before them a proposal is not informed by any result.
 FIRST_TRIALS = 5
@@ -63,6 +70,12 @@ class TimeLimit:
         """Whether another trial may start, `done` being the finished ones."""
         now = time.monotonic() if now is None else now
         return done < 1 or now - self.started < TRIAL_SHARE * self.seconds
+
+    def timed_trials_may_start(self, one_time_s: float, now: float | None = None) -> bool:
+        """Whether trials that follow the time may go on: less than TIMED_TRIAL_SHARE of it spent, less
+        `one_time_s` of one-time work (the teacher's targets, which a first trial happened to make)."""
+        now = time.monotonic() if now is None else now
+        return now - self.started - one_time_s < TIMED_TRIAL_SHARE * self.seconds
 
     def keeps_final_run(self, final_s: float, trial_s: float, now: float | None = None) -> bool:
         """Whether one more trial of about `trial_s` still leaves the final run its forecast `final_s`."""

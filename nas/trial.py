@@ -183,7 +183,7 @@ class Objective:
         seconds = {"latency": 0.0, "distill": 0.0}
         start = time.perf_counter()
         trial.set_user_attr("worker", worker_identity())
-        if is_surplus(trial.study, trial.number, self.ctx.config.trials):
+        if is_surplus(trial.study, trial.number, self.ctx.config.trial_count):
             trial.set_user_attr("status", "surplus")
             trial.set_user_attr("reason", "surplus: another worker started the last trial at the same moment; not run")
             raise optuna.TrialPruned()
@@ -319,7 +319,7 @@ class Objective:
         proposed again: it does not count towards `--trials` (up to RESAMPLES x `--trials` of them), so the
         trials a study counts are shapes within or near the budget."""
         median, budget = float(latency["median_ms"]), self.ctx.budget_ms
-        if latency.get("predicted") and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trials:
+        if latency.get("predicted") and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
             trial.set_user_attr("status", "resampled")
             trial.set_user_attr("reason", f"predicted {median:.2f} ms > budget {budget:.2f} ms; not measured, "
                                           "proposed again (not counted)")

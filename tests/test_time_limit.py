@@ -133,17 +133,59 @@ def _demo_like_study(best_step_s: float, trials: int = FIRST_TRIALS):
     (290.0, FIRST_TRIALS, "hs", False),           # past TRIAL_SHARE: no trial whatever the proxy
 ])
 def test_a_trial_starts_only_while_the_final_run_keeps_its_planned_steps(spent, done, proxy, starts, capsys):
+    from types import SimpleNamespace
+
     from kdnas.nas._progress import Progress
     from kdnas.nas.search import _trial_fits
 
     cfg = SearchConfig(timeout=570, proxy=proxy, final_steps=1200, trials=8)
     limit = TimeLimit(started=time.monotonic() - spent, seconds=570.0)
     space = _minilm_space(cfg)
-    assert _trial_fits(_demo_like_study(best_step_s=0.265), cfg, space, limit, done, Progress(8, 0, False)) is starts
+    ctx = SimpleNamespace(config=cfg, space=space, progress=Progress(8, 0, False), cache=None)
+    assert _trial_fits(_demo_like_study(best_step_s=0.265), ctx, limit, done) is starts
     said = capsys.readouterr().err
     if not starts and proxy == "fidelity":  # 1200 steps at the wider neighbour's pace (1.138 x 0.265 s) + 3 x 25 s
         assert f"so that the final run keeps its 1200 steps (about 437 s at the trials' pace; {done} of 8 done" in said
     assert bool(said) is not starts
+
+
+@pytest.mark.parametrize("spent, teacher_s, done, starts", [
+    (800.0, 0.0, 12, True),     # under a quarter of the hour
+    (1000.0, 0.0, 12, False),   # over it
+    (1000.0, 480.0, 12, True),  # over it only with the teacher's one-time targets, which do not count
+    (1000.0, 0.0, 5, True),     # fewer than the default 8 trials: they run whatever the time
+])
+def test_without_a_trial_count_the_trials_follow_the_time(spent, teacher_s, done, starts, capsys):
+    """`--timeout` without `--trials`: trials go on while less than a quarter of the time is spent, the
+    teacher's one-time targets left out, and at least the default eight run."""
+    from types import SimpleNamespace
+
+    from kdnas.nas._progress import Progress
+    from kdnas.nas.config import DEFAULT_TRIALS, TIMED_TRIALS_CAP
+    from kdnas.nas.search import _trial_fits
+
+    cfg = SearchConfig(timeout=3600)
+    assert cfg.trials_follow_time and cfg.trial_count == TIMED_TRIALS_CAP
+    assert SearchConfig().trial_count == DEFAULT_TRIALS and not SearchConfig(timeout=3600, trials=8).trials_follow_time
+    limit = TimeLimit(started=time.monotonic() - spent, seconds=3600.0)
+    ctx = SimpleNamespace(config=cfg, space=_minilm_space(cfg), progress=Progress(None, 0, False),
+                          cache=SimpleNamespace(pass_seconds=teacher_s))
+    assert _trial_fits(_demo_like_study(best_step_s=0.265), ctx, limit, done) is starts
+    said = capsys.readouterr().err
+    assert ("25% of it (less the teacher's one-time targets) is spent on trials" in said) is not starts
+
+
+def test_a_rerun_of_a_study_whose_trials_followed_the_time_resumes_it_at_the_count_they_reached():
+    import optuna
+
+    from kdnas.nas._progress import Progress
+    from kdnas.nas.search import TRIALS_REACHED, _trials_reached
+
+    study, cfg = optuna.create_study(), SearchConfig(timeout=3600)
+    assert _trials_reached(study, cfg, Progress(None, 0, False)) is cfg  # a first run: the time decides
+    study.set_user_attr(TRIALS_REACHED, 37)
+    assert _trials_reached(study, cfg, Progress(None, 0, False)).trials == 37
+    assert _trials_reached(study, cfg.replace(trials=50), Progress(None, 0, False)).trials == 50  # asked for more
 
 
 def _minilm_space(cfg: SearchConfig, **overrides):

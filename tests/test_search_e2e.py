@@ -566,10 +566,11 @@ def test_a_timeout_stops_the_trials_and_fits_the_final_run(tmp_path):
 def test_a_timeout_with_time_to_spare_trains_past_final_steps_on_more_text(tmp_path):
     out = tmp_path / "run"
     # Minutes for a run of seconds: the final run goes on to --final-max-steps, and its transfer set
-    # grows so that no sentence is seen more than five times (48 sentences cover 30 steps of 8).
+    # grows so that no sentence is seen more than five times (48 sentences cover 30 steps of 8). Its own
+    # targets folder: another run's targets of more sentences would be taken up to one pass (nas.final).
     result = kdnas("search", "--out", str(out), "--trials", "1", "--layers", "1", "--heads", "12", "--hidden", "384",
                    "--ffn", "256", "--budget-ms", "1000", "--proxy-steps", "4", "--final-steps", "30",
-                   "--final-max-steps", "60", "--timeout", "300", *TINY)
+                   "--final-max-steps", "60", "--timeout", "300", "--cache-dir", str(tmp_path / "targets"), *TINY)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "after 60 steps (30 planned, more in the time --timeout 300 s left) of embed" in result.stdout
     shipped = json.loads((out / "best" / "search.json").read_text())

@@ -95,9 +95,13 @@ def main() -> int:
     if args.targets:
         result["targets"] = precompute_targets(args.targets)
         _write(args.out, result)
-    if "minilm" in args.budgets.split(","):  # a rerun keeps the ratio its searches were started with
+    # A rerun keeps the ratio its searches were started with
+    if "minilm" in args.budgets.split(",") or "minilm_beside_teacher" in previous:
         result["minilm_beside_teacher"] = previous.get("minilm_beside_teacher") or minilm_ratio()
-    runs = []
+    # A run of some budgets keeps the searches of the others from an earlier run (one session need not hold all)
+    runs = [r for r in previous.get("searches", []) if r["budget"] not in args.budgets.split(",")]
+    if "targets" in previous and "targets" not in result:
+        result["targets"] = previous["targets"]
     for name in args.budgets.split(","):
         ratio = result["minilm_beside_teacher"]["ratio"] if name == "minilm" else float(name)
         runs.append(run_search(name, ratio, args.timeout, args.work, args.search_args.split()))

@@ -49,13 +49,14 @@ def precompute_targets(rows: int) -> dict:
     """MPNet's targets of the first `rows` sentences of a default search's transfer set, and the seconds
     they took (nothing to do where a longer set's are on disk already)."""
     from kdnas.distill import Needs, TeacherCache, load_corpus, load_teacher, targets_dir
+    from kdnas.export import LastLayerGraph
     from kdnas.nas import SearchConfig
     from kdnas.nas.trial import final_transfer_set
 
     cfg = SearchConfig(teacher=TEACHER)
     teacher = load_teacher(TEACHER)
     data = final_transfer_set(cfg, teacher, load_corpus(cfg.corpus), rows)
-    cache = TeacherCache(teacher, data, directory=targets_dir())
+    cache = TeacherCache(teacher, data, directory=targets_dir(), last_layer=LastLayerGraph(teacher.model))
     t0 = time.time()
     for split in ("train", "eval"):
         cache.ensure(split, Needs(hidden=frozenset({teacher.dims.layers})))

@@ -34,6 +34,10 @@ FORMAT = 2
 # Beside a set's entries of a split: its token ids (int32 `[N, seq]`), by which a set that shares its first
 # rows finds them.
 ROWS_SUFFIX = "-rows.ids"
+# A pass of at least this many rows that needs the teacher's last layer only runs on `last_layer` (another
+# runtime's forward pass, e.g. export.LastLayerGraph) where one is given: its export costs about what
+# PyTorch spends on a few hundred sentences, so short passes (tests, a grown set's few new rows) skip it.
+GRAPH_MIN_ROWS = 1024
 
 
 def targets_dir(value: str | os.PathLike | None = None) -> Path | None:
@@ -69,9 +73,12 @@ class TeacherCache:
         dtype: torch.dtype = torch.float16,
         batch_size: int = 32,
         on_rows: Callable[[int, int], None] | None = None,
+        last_layer: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
-        """`on_rows(done, total)`: called after each batch of a teacher pass (a caller's progress display)."""
-        self.teacher = teacher
+        """`on_rows(done, total)`: called after each batch of a teacher pass (a caller's progress display).
+        `last_layer(ids, mask)`: the teacher's last token states by a faster runtime, for CPU passes of
+        GRAPH_MIN_ROWS rows or more that need nothing else."""
+        self.teacher, self.last_layer = teacher, last_layer
         self.on_rows = on_rows
         self.data = data
         self.directory = Path(directory) if directory is not None else None
@@ -131,7 +138,7 @@ class TeacherCache:
                 or not torch.equal(data.eval_ids, self.data.eval_ids):
             raise ValueError("a grown transfer set must start with this cache's rows")
         cache = TeacherCache(self.teacher, data, directory=self.directory, dtype=self.dtype, batch_size=self.batch_size,
-                             on_rows=self.on_rows)
+                             on_rows=self.on_rows, last_layer=self.last_layer)
         cache._base, cache._writable = self, self._writable
         cache._importance = dict(self._importance)  # measured on the first rows, which are the same
         return cache
@@ -326,12 +333,16 @@ class TeacherCache:
         lengths = mask.sum(1)
         order = torch.argsort(lengths, descending=True, stable=True)
         device = next(self.teacher.model.parameters()).device
+        graph = self._graph_for(wanted, ids.shape[0], device)
         out: dict[tuple[str, int], torch.Tensor] = {}
         for first in range(0, ids.shape[0], self.batch_size):
             wait_while_measuring()  # a latency measurement on cores this pass shares (core.quiet)
             rows = order[first : first + self.batch_size]
             width = int(lengths[rows].max())
-            acts = self.teacher.activations(ids[rows, :width].to(device), mask[rows, :width].to(device), wanted)
+            if graph is not None:
+                acts = Activations(hidden={self.teacher.dims.layers: graph(ids[rows, :width], mask[rows, :width])})
+            else:
+                acts = self.teacher.activations(ids[rows, :width].to(device), mask[rows, :width].to(device), wanted)
             for kind, layer in _entries(wanted):
                 value = getattr(acts, kind)[layer]
                 if (kind, layer) not in out:  # a whole split's entry, or the new rows of a grown set (joined later)
@@ -342,6 +353,13 @@ class TeacherCache:
             if self.on_rows is not None:
                 self.on_rows(first + len(rows), ids.shape[0])
         return out
+
+    def _graph_for(self, wanted: Needs, rows: int, device: torch.device) -> Callable | None:
+        """`last_layer` where this pass may run on it: a CPU pass of GRAPH_MIN_ROWS rows or more that needs
+        the teacher's last token states and nothing else."""
+        only_last = wanted.hidden == {self.teacher.dims.layers} and not wanted.qkv and not wanted.logits
+        usable = self.last_layer is not None and only_last and rows >= GRAPH_MIN_ROWS and device.type == "cpu"
+        return self.last_layer if usable else None
 
     def batch(self, split: str, index: torch.Tensor, needs: Needs, width: int | None = None) -> Activations:
         """Teacher activations of the rows `index` of `split`, cut to the first `width` positions."""

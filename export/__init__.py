@@ -12,8 +12,9 @@ from kdnas.core.sentence import read_sentence_pipeline, write_sentence_transform
 
 from ._export import ExportReport, export_model
 from ._graph import GraphInfo, check_pooling, export_onnx, int8_recipe, quantize_int8
+from ._last_layer import LastLayerGraph
 from ._parity import Parity, onnx_sentence_embeddings
 
 __all__ = ["export_model", "ExportReport", "Parity", "export_onnx", "quantize_int8", "int8_recipe", "GraphInfo", "check_pooling",
            "read_sentence_pipeline", "write_sentence_transformers",
-           "onnx_sentence_embeddings"]
+           "onnx_sentence_embeddings", "LastLayerGraph"]

@@ -159,7 +159,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         ctx.progress.phase(f"final: transfer set of {cfg.final_rows} {cfg.final_unit}s, teacher targets")
         data = final_transfer_set(cfg, ctx.teacher, ctx.texts)
         cache = TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.cache_dir),
-                             on_rows=ctx.progress.counter("final: teacher targets", "rows"))
+                             on_rows=ctx.progress.counter("final: teacher targets", "rows"),
+                             last_layer=getattr(ctx.cache, "last_layer", None))
     cache = _with_stored_rows(ctx, cache)
     stage = _Stage(study, ctx, pool)
     # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first

@@ -23,6 +23,7 @@ from kdnas.distill.activations import ModelDims
 from kdnas.distill.loop import resolve_precision
 from kdnas.distill.methods import build_method
 from kdnas.distill.trainer import resolve_device
+from kdnas.export import LastLayerGraph
 from kdnas.core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
@@ -87,7 +88,8 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         if cfg.proxy == "fidelity":
             probe_sentences(cfg, texts)  # a corpus too small for the probe
         data = proxy_transfer_set(cfg, teacher, texts)
-        cache = TeacherCache(teacher, data, directory=targets, on_rows=progress.counter("teacher targets", "rows"))
+        cache = TeacherCache(teacher, data, directory=targets, on_rows=progress.counter("teacher targets", "rows"),
+                             last_layer=LastLayerGraph(teacher.model))
         # Refusals found once --out and its study.db are made (a --storage that cannot be opened, a
         # budget under the fastest shape) remove the folder and the storage file they made: nothing left
         # behind — unless a study is in that file by then (another worker's: it stays).

@@ -174,3 +174,31 @@ def test_a_set_on_disk_lends_its_first_rows_to_a_smaller_set_and_to_a_larger_one
     other.ensure("train", needs)
     assert other.teacher_passes == 1
     assert short.stored_rows(Needs(hidden=frozenset({3}))) == 24  # an entry no set holds
+
+
+def test_a_pass_that_needs_the_last_layer_only_runs_on_the_teachers_onnxruntime_graph(teacher, small_data, monkeypatch):
+    """`last_layer` (export.LastLayerGraph): a long CPU pass that needs the teacher's last token states and
+    nothing else runs on its plain onnxruntime graph, with the same states as PyTorch's (stored as fp16);
+    a short pass, or one that needs another layer, runs PyTorch; the teacher itself is left as it was."""
+    from kdnas.distill import cache as cache_module
+    from kdnas.export import LastLayerGraph
+
+    attention = teacher.model.config._attn_implementation
+    graph, calls = LastLayerGraph(teacher.model), []
+    last = Needs(hidden=frozenset({teacher.dims.layers}))
+    short = TeacherCache(teacher, small_data, last_layer=lambda ids, mask: calls.append(len(ids)))
+    short.ensure("eval", last)  # fewer rows than GRAPH_MIN_ROWS: PyTorch
+    assert calls == []
+    monkeypatch.setattr(cache_module, "GRAPH_MIN_ROWS", 0)
+    fast = TeacherCache(teacher, small_data, last_layer=lambda ids, mask: calls.append(len(ids)) or graph(ids, mask))
+    fast.ensure("train", last)
+    assert sum(calls) == small_data.num_train
+    plain = TeacherCache(teacher, small_data)
+    plain.ensure("train", last)
+    every, real = torch.arange(small_data.num_train), small_data.train_mask.bool()
+    torch.testing.assert_close(fast.batch("train", every, last).hidden[teacher.dims.layers][real].float(),
+                               plain.batch("train", every, last).hidden[teacher.dims.layers][real].float(),
+                               atol=4e-3, rtol=2e-3)  # one fp16 rounding apart at most
+    calls.clear()
+    fast.ensure("train", Needs(hidden=frozenset({2})))  # another layer: PyTorch
+    assert calls == [] and teacher.model.config._attn_implementation == attention

@@ -49,9 +49,9 @@ PRUNER_MIN_TRAINED = 3
 # This many finished trials in a row failing with one error is a broken set-up (a full disk, a bad
 # driver), not a bad shape: stop with that error instead of spending the budget on it.
 SAME_ERROR_STOPS = 3
-WAIT_S = 2.0
+WAIT_S = 2.0  # how often a worker with nothing left to start looks at the others' last trials
 # The trials that a run whose trials followed the time (no --trials, a --timeout) had when they stopped.
-TRIALS_REACHED = "trials_reached"  # how often a worker with nothing left to start looks at the others' last trials
+TRIALS_REACHED = "trials_reached"
 
 
 def search(config: SearchConfig) -> dict[str, Any]:

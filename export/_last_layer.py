@@ -1,9 +1,9 @@
 """A teacher's last-layer token states from onnxruntime: the pass that labels a transfer set, on a CPU.
 
-That pass is compute-bound and is what a base-size teacher's first search waits on: MPNet on 2 CPU cores
-labels a news sentence in 62 ms in fp32 PyTorch and in 49 ms from its plain (unfused) onnxruntime graph,
-1.27x faster, the token states within 3.5e-6 (max-abs) of PyTorch's; the fused graph was slower (52 ms;
-docs/design/base-teacher.md). The graph holds the last layer's states only, which is what the final
+That pass is compute-bound and is what a base-size teacher's first search waits on: in the cache's own
+batches on 2 CPU cores MPNet labels a news sentence in 53.8 ms in fp32 PyTorch and in 43.7 ms from its plain
+(unfused) onnxruntime graph (benchmarks/results/teacher_pass.json), the token states within 3.5e-6 (max-abs)
+of PyTorch's; the fused graph was slower (docs/design/base-teacher.md). The graph holds the last layer's states only, which is what the final
 recipe and the fidelity proxy distil; a pass that needs other layers, Q/K/V or logits runs PyTorch.
 """
 

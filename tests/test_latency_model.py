@@ -149,7 +149,7 @@ def test_the_objective_resamples_predicted_overruns_up_to_its_cap_then_counts_th
     from kdnas.nas.resume import RESAMPLES
     from kdnas.nas.trial import Objective
 
-    ctx = SimpleNamespace(budget_ms=10.0, config=SimpleNamespace(trials=1, objective="pareto"))
+    ctx = SimpleNamespace(budget_ms=10.0, config=SimpleNamespace(trial_count=1, objective="pareto"))
     objective, study = Objective(ctx), optuna.create_study(directions=["minimize", "minimize"])
     statuses = []
     for _ in range(RESAMPLES + 1):

@@ -50,6 +50,12 @@ def targets_dir(value: str | os.PathLike | None = None) -> Path | None:
     return None if str(value).lower() == "none" else Path(value)
 
 
+def _needs_of(entries: list[tuple[str, int]]) -> Needs:
+    """The `Needs` of a list of entries (`_entries`' inverse): Q/K/V of a layer come together."""
+    return Needs(hidden=frozenset(i for k, i in entries if k == "hidden"),
+                 qkv=frozenset(i for k, i in entries if k != "hidden"))
+
+
 def _entries(needs: Needs) -> list[tuple[str, int]]:
     entries = [("hidden", i) for i in sorted(needs.hidden)]
     for kind in ("query", "key", "value"):
@@ -144,10 +150,7 @@ class TeacherCache:
         return cache
 
     def _compute(self, split: str, missing: list[tuple[str, int]]) -> None:
-        wanted = Needs(
-            hidden=frozenset(i for k, i in missing if k == "hidden"),
-            qkv=frozenset(i for k, i in missing if k != "hidden"),
-        )
+        wanted = _needs_of(missing)
         computed = self._from_base(split, wanted, missing)
         if computed is None:
             computed = self._teacher_pass(split, wanted)
@@ -198,7 +201,7 @@ class TeacherCache:
         for common, prefix, rows in self._stored_sets(split):
             if (split == "train" or rows == common == self.data.split(split)[0].shape[0]) \
                     and (best is None or common > best[0]) \
-                    and all(self._entry_path(prefix, *e).is_file() for e in missing):
+                    and self._holds(prefix, missing):
                 best = (common, prefix, rows)
         return best
 
@@ -218,6 +221,10 @@ class TeacherCache:
                 if prefix != self._prefix(split) and common > 0:
                     yield common, prefix, theirs.shape[0]
 
+    def _holds(self, prefix: str, entries: list[tuple[str, int]]) -> bool:
+        """Whether the stored set `prefix` has a file of every entry."""
+        return all(self._entry_path(prefix, *e).is_file() for e in entries)
+
     def stored_rows(self, needs: Needs) -> int:
         """The most training rows a set on disk holds every entry of `needs` for, where that set starts
         with all of this set's rows: a run that may grow its set reads that many at no teacher cost."""
@@ -225,7 +232,7 @@ class TeacherCache:
             return self.data.num_train
         entries = _entries(needs)
         return max([rows for common, prefix, rows in self._stored_sets("train") if common == self.data.num_train
-                    and all(self._entry_path(prefix, *e).is_file() for e in entries)] + [self.data.num_train])
+                    and self._holds(prefix, entries)] + [self.data.num_train])
 
     def _from_donor(self, split: str, missing: list[tuple[str, int]], common: int, prefix: str, rows: int) -> None:
         """`missing` from a stored set's first `common` rows: all of this set's rows (a view of its files),
@@ -234,9 +241,7 @@ class TeacherCache:
         if common == self.data.split(split)[0].shape[0]:
             self._store.update({(split, *e): tensor for e, tensor in old.items()})
             return
-        wanted = Needs(hidden=frozenset(i for k, i in missing if k == "hidden"),
-                       qkv=frozenset(i for k, i in missing if k != "hidden"))
-        for e, tensor in self._extended(split, wanted, old).items():
+        for e, tensor in self._extended(split, _needs_of(missing), old).items():
             self._store[(split, *e)] = self._kept(split, *e, tensor)
 
     def _note_rows(self, split: str) -> None:

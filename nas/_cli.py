@@ -47,6 +47,26 @@ examples:
 """
 
 
+def budget_list(text: str) -> float | tuple[float, ...]:
+    """`--budget-ms` / `--budget-ratio`: one number, or several separated by commas (each checked by SearchConfig)."""
+    parts = [part.strip() for part in text.split(",")]
+    try:
+        values = tuple(float(part) for part in parts)
+    except ValueError:
+        bad = next(part for part in parts if not _is_number(part))
+        raise argparse.ArgumentTypeError(f"{text!r}: {bad!r} is not a number; give one budget or several "
+                                         "separated by commas, e.g. 0.5,0.25") from None
+    return values[0] if len(values) == 1 else values
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     from kdnas.core.assets import DEFAULT_CORPUS, DEFAULT_TEACHER
     from kdnas.core.families import families_help
@@ -64,10 +84,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", default=DEFAULT_CORPUS, help="bundled name or a local text file/folder (default: %(default)s)")
     p.add_argument("--out", default=d.out, help="output folder (default: %(default)s)")
     _length_flags(p, d)
-    p.add_argument("--budget-ms", type=float, default=None,
-                   help="hard CPU latency budget in ms (default: --budget-ratio x the teacher's measured latency)")
-    p.add_argument("--budget-ratio", type=float, default=d.budget_ratio,
-                   help="budget as a fraction of the teacher's latency when --budget-ms is not given (default: %(default)s)")
+    p.add_argument("--budget-ms", type=budget_list, default=None, metavar="MS[,MS...]",
+                   help="hard CPU latency budget in ms (default: --budget-ratio x the teacher's measured latency); "
+                        "several, comma-separated (8,4,2), are searched in one study and a student is shipped for "
+                        "each, in OUT/best-8ms/ ...")
+    p.add_argument("--budget-ratio", type=budget_list, default=d.budget_ratio, metavar="RATIO[,RATIO...]",
+                   help="budget as a fraction of the teacher's latency when --budget-ms is not given (default: "
+                        "%(default)s); several, comma-separated (0.5,0.25), ship a student each, in OUT/best-0.5x/ ...")
     p.add_argument("--objective", choices=OBJECTIVES, default=d.objective,
                    help="reward (pruned) or pareto (loss and latency, no pruning) (default: %(default)s)")
     p.add_argument("--sampler", choices=SAMPLERS, default=d.sampler, help="default: %(default)s")
@@ -339,7 +362,10 @@ def _print_summary(summary: dict, out: Path) -> None:
 
     best = summary.get("best_trial")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
-    print(f"trials: {summary['trials']} ({counts}); budget {summary['budget_ms']:.2f} ms, "
+    budgets = summary.get("budgets") or []
+    budget = ", ".join(b["label"] if b["label"].endswith("ms") else f"{b['label']} {b['budget_ms']:.2f} ms"
+                       for b in budgets) or f"{summary['budget_ms']:.2f} ms"
+    print(f"trials: {summary['trials']} ({counts}); budget{'s' if budgets else ''} {budget}, "
           f"teacher {summary['teacher_latency']['median_ms']:.2f} ms")
     if best:
         print(f"best trial #{best['number']}: {best['arch']}  reward {best['reward']:.4f}  "
@@ -362,7 +388,8 @@ def _print_summary(summary: dict, out: Path) -> None:
               f"proxy reward {n['reward']:.4f}")
     for f in summary.get("final") or []:
         method = (f.get("recipe") or {}).get("method", "")
-        print(f"final {f['dir']}: {shape_label(f)} after {steps_label(f)} of {method}: {f['latency_ms']:.2f} ms; "
+        within = f" (the {f['budget']} budget, {f['budget_ms']:.2f} ms)" if f.get("budget") else ""
+        print(f"final {f['dir']}{within}: {shape_label(f)} after {steps_label(f)} of {method}: {f['latency_ms']:.2f} ms; "
               f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
               + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
         quality = f.get("quality") or {}
@@ -379,8 +406,11 @@ def _print_summary(summary: dict, out: Path) -> None:
                 print(f"  {fit}")
             if int8 and f.get("budget_graph") != "model.int8.onnx":
                 print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
+    for b in budgets:
+        if not b["final"]:
+            print(f"budget {b['label']}: {len(b['trials_within'])} trained trials within it, nothing shipped yet")
     if summary.get("final"):
-        print(f"probes (minutes on a CPU): kdnas evaluate {shlex.quote(str(out / 'best'))} --baselines --measures "
+        print(f"probes (minutes on a CPU): kdnas evaluate {shlex.quote(summary['final'][0]['dir'])} --baselines --measures "
               "fidelity,probe --card adds their table, beside the untrained baselines, to its model card (without "
               "--measures, fine-tuning too: an hour or more on a CPU)")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")

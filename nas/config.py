@@ -79,9 +79,10 @@ class SearchConfig:
     out: str = "runs/search"
     # None: DEFAULT_TRIALS, or under a `timeout` as many as its time allows (`trials_follow_time`).
     trials: int | None = None
-    # Hard latency budget; None means `budget_ratio` x the teacher's measured latency.
-    budget_ms: float | None = None
-    budget_ratio: float = 0.5
+    # Hard latency budget; None means `budget_ratio` x the teacher's measured latency. Several budgets
+    # (a tuple, largest first: `budgets`) are searched in one study, a student shipped for each.
+    budget_ms: float | tuple[float, ...] | None = None
+    budget_ratio: float | tuple[float, ...] = 0.5
     objective: str = "reward"
     sampler: str = "tpe"
     seed: int = 0
@@ -209,12 +210,9 @@ class SearchConfig:
                      "latency_batch", "latency_seq", "threads", "final_top_k", "final_batch_size"):
             _positive_int(self, name, "must be a positive integer")
         self._check_final()
-        if self.budget_ms is not None and not (math.isfinite(self.budget_ms) and self.budget_ms > 0):
-            raise InputError(f"budget {self.budget_ms!r} ms must be a positive number of milliseconds")
+        self._check_budgets()
         if self.timeout is not None and not (_number(self.timeout) and math.isfinite(self.timeout) and self.timeout > 0):
             raise InputError(f"timeout {self.timeout!r} s must be a positive number of seconds")
-        if not (math.isfinite(self.budget_ratio) and self.budget_ratio > 0):
-            raise InputError(f"budget ratio {self.budget_ratio!r} must be a positive number")
         if self.objective not in OBJECTIVES:
             raise InputError(f"objective {self.objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
         if self.sampler not in SAMPLERS:
@@ -242,6 +240,33 @@ class SearchConfig:
         if not self.study_name or not str(self.study_name).strip():
             raise InputError("study name must not be empty")
         self._check_late_refusals()
+
+    def _check_budgets(self) -> None:
+        """One budget stays a number; several become a tuple, largest first, each positive and none twice."""
+        for name, unit in (("budget_ms", " ms"), ("budget_ratio", "")):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            values = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+            label = name.replace("_", " ").replace(" ms", "")
+            for v in values:
+                if not (_number(v) and math.isfinite(v) and v > 0):
+                    what = "milliseconds" if unit else "a share of the teacher's latency"
+                    raise InputError(f"{label} {v!r}{unit} must be a positive number ({what})")
+            if len(set(values)) < len(values):
+                raise InputError(f"{label}s {', '.join(map(str, values))}: a budget is given twice")
+            ordered = tuple(sorted((float(v) for v in values), reverse=True))
+            object.__setattr__(self, name, ordered if len(ordered) > 1 else ordered[0])
+
+    @property
+    def budgets(self) -> tuple[float, ...]:
+        """The budgets asked for, largest first: milliseconds with `budget_ms`, else ratios of the teacher."""
+        value = self.budget_ms if self.budget_ms is not None else self.budget_ratio
+        return value if isinstance(value, tuple) else (value,)
+
+    @property
+    def several_budgets(self) -> bool:
+        return len(self.budgets) > 1
 
     def _check_late_refusals(self) -> None:
         """Values refused otherwise only once the study is made (the seed: by the sampler; the latency

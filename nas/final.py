@@ -36,6 +36,7 @@ from kdnas.distill.trainer import resolve_device
 from kdnas.core.errors import InputError
 from kdnas.core.files import atomic_write_text, make_shared
 
+from .budgets import Budget, within
 from .config import FINAL_MAX_PASSES
 from .measure import LatencyJudge, beside_teacher, budget_latency, latency_record
 from .neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
@@ -56,10 +57,12 @@ MAX_OVER_BUDGET = 2
 MIN_CONTINUED_STEPS = 100
 
 
-def finalists(study: optuna.Study, objective: str) -> list[dict[str, Any]]:
-    """Every trained candidate for the final phase, best reward first (Pareto: front members only)."""
+def finalists(study: optuna.Study, objective: str, budget: Budget | None = None) -> list[dict[str, Any]]:
+    """Every trained candidate for the final phase, best reward first (Pareto: front members only); with
+    `budget`, of the trials within it (one of several budgets: `nas.budgets`)."""
     copies = _copies(study)
     rows = [r for r in trial_rows(study) if r["number"] not in copies]
+    rows = rows if budget is None else within(rows, budget)
     pool = pareto_front(rows) if objective == "pareto" else [
         r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
     return sorted(pool, key=lambda r: -r["reward"])
@@ -72,8 +75,11 @@ def _copies(study: optuna.Study) -> set[int]:
     return {t.number for t in study.get_trials(deepcopy=False) if "duplicate_of" in t.user_attrs}
 
 
-def final_dir(out: Path, rank: int, arch: str) -> Path:
-    return out / "best" if rank == 1 else out / "finalists" / f"{rank}-{arch}"
+def final_dir(out: Path, rank: int, arch: str, label: str | None = None) -> Path:
+    """`best/` and `finalists/RANK-ARCH/`; for one of several budgets `best-LABEL/` and `finalists/LABEL/RANK-ARCH/`."""
+    if rank == 1:
+        return out / Budget(0.0, label).best
+    return out / "finalists" / (f"{rank}-{arch}" if label is None else f"{label}/{rank}-{arch}")
 
 
 def state_file(dest: Path) -> Path:
@@ -81,27 +87,35 @@ def state_file(dest: Path) -> Path:
     return dest.parent / f".{dest.name}.state.pt"
 
 
-def _recipe(cfg: Any) -> dict[str, Any]:
-    """What decides a final run besides the trial: a rerun with another recipe trains again."""
-    return {"steps": cfg.final_steps, "train": cfg.final_rows, "unit": cfg.final_unit, "method": cfg.final_method,
+def _recipe(cfg: Any, label: str | None = None) -> dict[str, Any]:
+    """What decides a final run besides the trial: a rerun with another recipe trains again. One of several
+    budgets (`label`) keeps its own finalists, refusals and neighbours."""
+    return {**({} if label is None else {"budget": label}),"steps": cfg.final_steps, "train": cfg.final_rows, "unit": cfg.final_unit, "method": cfg.final_method,
             "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule,
             # only when set: a study resumed from before the option keeps its finalists
             **({} if cfg.final_augment is None else {"augment": cfg.final_augment}),
             **({} if cfg.final_embed_terms is None else {"embed_terms": cfg.final_embed_terms})}
 
 
-def _over_budget(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
+def _over_budget(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
     """Finalists already trained with this recipe whose shipped model missed the budget."""
-    return [s for s in study.user_attrs.get("final_over_budget") or [] if s.get("recipe") == _recipe(cfg)]
+    return [s for s in study.user_attrs.get("final_over_budget") or [] if s.get("recipe") == _recipe(cfg, label)]
 
 
-def _neighbours(study: optuna.Study, cfg: Any) -> list[dict[str, Any]]:
+def _neighbours(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
     """FFN neighbours of finalists scored with this recipe (nas.neighbours)."""
-    return [n for n in study.user_attrs.get("final_neighbours") or [] if n.get("recipe") == _recipe(cfg)]
+    return [n for n in study.user_attrs.get("final_neighbours") or [] if n.get("recipe") == _recipe(cfg, label)]
 
 
-def _shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
-    return candidates(pool, _over_budget(study, cfg), _neighbours(study, cfg))[:cfg.final_top_k]
+def _shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any,
+               label: str | None = None) -> list[dict[str, Any]]:
+    return candidates(pool, _over_budget(study, cfg, label), _neighbours(study, cfg, label))[:cfg.final_top_k]
+
+
+def _of_other_budgets(records: list[dict[str, Any]], label: str | None) -> list[dict[str, Any]]:
+    """The records of a study's other budgets, kept when one budget's are written (none for a single budget,
+    whose records of an earlier recipe are replaced, as they always were)."""
+    return [r for r in records if (r.get("recipe") or {}).get("budget") != label]
 
 
 def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
@@ -131,18 +145,22 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
     return "the final stage was claimed by another worker a moment ago"
 
 
-def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], cfg: Any) -> bool:
-    done = study.user_attrs.get("final") or []
-    want = [(r["number"], _recipe(cfg), str(final_dir(out, i, r["arch"])))
-            for i, r in enumerate(_shippable(study, pool, cfg), 1)]
+def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], ctx: Any) -> bool:
+    """Whether the final stage of `ctx`'s budget has shipped `pool`'s candidates with this recipe already."""
+    cfg, label = ctx.config, ctx.budget_label
+    done = [f for f in study.user_attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == label]
+    want = [(r["number"], _recipe(cfg, label), str(final_dir(out, i, r["arch"], label)))
+            for i, r in enumerate(_shippable(study, pool, cfg, label), 1)]
     have = [(f["trial"], f.get("recipe"), f["dir"]) for f in done]
     return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
 
 
-def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any]], later: int = 0
+              ) -> list[dict[str, Any]]:
     """Distill, ship and profile the best `final_top_k` candidates whose shipped model.onnx is within
-    the budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
-    A finalist over the budget is moved to `over-budget/` and the next candidate is tried."""
+    `ctx`'s budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
+    A finalist over the budget is moved to `over-budget/` and the next candidate is tried. `later`:
+    the finalists of the search's other budgets still to train after these (a --timeout shares the time)."""
     from kdnas.distill import TeacherCache, targets_dir
     from kdnas.core.assets import teacher_path
     from kdnas.export import read_sentence_pipeline
@@ -171,25 +189,27 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     while stage.queue and len(results) < cfg.final_top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
         row = stage.queue.pop(0)
         rank = len(results) + 1
-        label = f"final {rank}/{cfg.final_top_k} {row['arch']}"
+        label = f"final {rank}/{cfg.final_top_k} {row['arch']}" + (
+            "" if ctx.budget_label is None else f" ({ctx.budget_label})")
         if not _ready(stage, row, pipeline, label):
             continue
-        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results),
+        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results) + later,
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
                   "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"])}
-        entry = _finish(ctx, cache, final_dir(out, rank, row["arch"]), row, label, teacher_dir, pipeline, timing,
-                        stage.trained_wider(row))
+        entry = _finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
+                        pipeline, timing, stage.trained_wider(row))
         if entry["within_budget"]:
             results.append(entry | {"rank": rank})
             continue
-        stage.refuse(_over_record(row, cfg, _set_aside(out, entry), entry["latency_ms"], ctx.budget_ms,
+        stage.refuse(_over_record(row, ctx, _set_aside(out, entry, ctx.budget_label), entry["latency_ms"],
                                   entry["latency_readings_ms"]) | _drift_of(entry)
                      | {"steps": entry["steps"], "distill_s": entry["seconds"]["distill"]})
         stage.propose(row, NARROWER)
-    study.set_user_attr("final", _jsonable(results))
+    study.set_user_attr("final", _of_other_budgets(study.user_attrs.get("final") or [], ctx.budget_label)
+                        + _jsonable(results))
     if not results:
         tried = ", ".join(f"{s['arch']} {s['latency_ms']:.2f} ms" for s in stage.over)
-        raise InputError(f"no finalist fits the budget of {ctx.budget_ms:.2f} ms as shipped ({tried}); "
+        raise InputError(f"no finalist fits {ctx.budget_named} as shipped ({tried}); "
                          f"raise --budget-ms or search again")
     return results
 
@@ -200,8 +220,8 @@ class _Stage:
 
     def __init__(self, study: optuna.Study, ctx: Any, pool: list[dict[str, Any]]) -> None:
         self.study, self.ctx = study, ctx
-        self.over = _over_budget(study, ctx.config)
-        self.neighbours = _neighbours(study, ctx.config)
+        self.over = _over_budget(study, ctx.config, ctx.budget_label)
+        self.neighbours = _neighbours(study, ctx.config, ctx.budget_label)
         self.queue = candidates(pool, self.over, self.neighbours)
         self.tried = {r["arch"] for r in trial_rows(study) + pool}
         # Each shape's shipped-graph reading in this run; a shape over the budget never returns to
@@ -251,8 +271,9 @@ class _Stage:
         return min(wider, key=lambda pair: pair[0])[1] if wider else None
 
     def save(self) -> None:
-        self.study.set_user_attr("final_over_budget", _jsonable(self.over))
-        self.study.set_user_attr("final_neighbours", _jsonable(self.neighbours))
+        label, attrs = self.ctx.budget_label, self.study.user_attrs
+        for key, records in (("final_over_budget", self.over), ("final_neighbours", self.neighbours)):
+            self.study.set_user_attr(key, _of_other_budgets(attrs.get(key) or [], label) + _jsonable(records))
 
 
 def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: str) -> bool:
@@ -269,7 +290,7 @@ def _ready(stage: _Stage, row: dict[str, Any], pipeline: dict[str, Any], label: 
         stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / steps
         stage.marginal[row["arch"]] = marginal(before, ctx.budget_ms, bool(readings))
         if before > ctx.budget_ms:
-            stage.refuse(_over_record(row, ctx.config, None, before, ctx.budget_ms, readings) | drift)
+            stage.refuse(_over_record(row, ctx, None, before, readings) | drift)
             stage.propose(row, NARROWER)
             return False
         if row["reward"] is None:
@@ -293,7 +314,7 @@ def _score_neighbour(ctx: Any, row: dict[str, Any], read_ms: float, parent_now_m
     spec = _spec(ctx, row)
     latency_ms, factor = on_trial_scale(read_ms, row.get("parent_latency_ms"), parent_now_ms)
     scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms})
-    return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config),
+    return {"reward": scored.reward, "proxy": _jsonable(scored.record()), "recipe": _recipe(ctx.config, ctx.budget_label),
             "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
 
 
@@ -365,11 +386,11 @@ def _say_readings(ctx: Any, label: str, readings: list[float]) -> None:
                            f"measured again: {readings[1]:.2f} ms")
 
 
-def _over_record(row: dict[str, Any], cfg: Any, moved_to: Path | None, latency_ms: float,
-                 budget_ms: float, readings: list[float]) -> dict[str, Any]:
-    return {"trial": row["number"], "arch": row["arch"], "recipe": _recipe(cfg),
+def _over_record(row: dict[str, Any], ctx: Any, moved_to: Path | None, latency_ms: float,
+                 readings: list[float]) -> dict[str, Any]:
+    return {"trial": row["number"], "arch": row["arch"], "recipe": _recipe(ctx.config, ctx.budget_label),
             "stage": "before training" if moved_to is None else "as shipped",
-            "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms, "budget_ms": budget_ms,
+            "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms, "budget_ms": ctx.budget_ms,
             "latency_readings_ms": readings, **_origin_of(row)}
 
 
@@ -377,9 +398,9 @@ def _origin_of(row: dict[str, Any]) -> dict[str, str]:
     return {"neighbour_of": row["neighbour_of"]} if "neighbour_of" in row else {}
 
 
-def _set_aside(out: Path, entry: dict[str, Any]) -> Path:
+def _set_aside(out: Path, entry: dict[str, Any], label: str | None = None) -> Path:
     """Move an over-budget finalist out of `best/` (kept for inspection); returns where it went."""
-    dest = out / "over-budget" / f"{entry['trial']}-{entry['arch']}"
+    dest = out / "over-budget" / ("" if label is None else label) / f"{entry['trial']}-{entry['arch']}"
     if dest.exists():
         shutil.rmtree(dest)  # an earlier run's copy of the same finalist
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -431,8 +452,8 @@ def _finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, t
     judged = shipped_graphs(cfg.runtime)[0]
     entry = {
         "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
-        "recipe": _recipe(cfg), "steps": res.steps, "steps_planned": cfg.final_steps, "steps_most": cfg.final_most,
-        "timeout_s": cfg.timeout,
+        "recipe": _recipe(cfg, ctx.budget_label), "steps": res.steps, "steps_planned": cfg.final_steps,
+        "steps_most": cfg.final_most, "timeout_s": cfg.timeout, "budget_ms": ctx.budget_ms, "budget": ctx.budget_label,
         "train": cfg.final_rows, "train_rows": res.rows or data.num_train,
         "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
         "embed_terms": res.config.embed_terms if res.steps else None,

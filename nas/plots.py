@@ -86,9 +86,7 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
             hovertext=[f"teacher {facts['settings'].get('teacher')}: {teacher['median_ms']:.2f} ms"],
             hoverinfo="text",
         ))
-    if facts.get("budget_ms"):
-        fig.add_vline(x=facts["budget_ms"], line=dict(color="#d62728", dash="dash", width=2),
-                      annotation_text=f"budget {facts['budget_ms']:.2f} ms", annotation_position="top")
+    _add_budgets(fig, facts)
     _add_references(fig, facts)
     _add_finals(fig, facts)
     fig.update_layout(
@@ -99,6 +97,71 @@ def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figur
     )
     return fig
 
+
+
+def _add_budgets(fig: go.Figure, facts: dict[str, Any]) -> None:
+    """A dashed line at each budget: the study's one, or each of several (nas.budgets), labelled."""
+    budgets = [(b["budget_ms"], f"{b['label']} budget {b['budget_ms']:.2f} ms") for b in facts.get("budgets") or []]
+    if not budgets and facts.get("budget_ms"):
+        budgets = [(facts["budget_ms"], f"budget {facts['budget_ms']:.2f} ms")]
+    for ms, text in budgets:
+        fig.add_vline(x=ms, line=dict(color="#d62728", dash="dash", width=2), annotation_text=text,
+                      annotation_position="top")
+
+
+def students_figure(facts: dict[str, Any]) -> go.Figure:
+    """The models a user picks from, after the final stage: each shipped student as model.onnx (fp32) and
+    model.int8.onnx, its two untrained baselines, and the teacher, by latency and embedding fidelity ρ to
+    the teacher on held-out sentences (the final stage's, not the proxy's)."""
+    fig = go.Figure()
+    teacher = (facts.get("teacher_latency") or {}).get("median_ms")
+    if teacher:
+        fig.add_trace(go.Scatter(x=[teacher], y=[1.0], mode="markers+text", name="teacher, fp32 (ρ 1 by definition)",
+                                 marker=dict(symbol="star", size=14, color="#9467bd"), text=["teacher"],
+                                 textposition="bottom left", hoverinfo="name"))
+    styles = {"fp32": dict(symbol="star-diamond", size=14, color="#e377c2"),
+              "int8": dict(symbol="diamond", size=11, color="#8c564b"),
+              "baseline": dict(symbol="circle-open", size=11, color="#7f7f7f", line=dict(width=2))}
+    points: dict[str, list[tuple[float, float, str]]] = {kind: [] for kind in styles}
+    for f in facts.get("final") or []:
+        for kind, x, y, text in _student_points(f):
+            points[kind].append((x, y, text))
+    names = {"fp32": "shipped student, model.onnx", "int8": "shipped student, model.int8.onnx",
+             "baseline": "its untrained baselines (at the student's fp32 latency)"}
+    for kind, group in points.items():
+        if group:
+            fig.add_trace(go.Scatter(x=[p[0] for p in group], y=[p[1] for p in group], mode="markers",
+                                     name=f"{names[kind]} ({len(group)})", marker=styles[kind],
+                                     hovertext=[p[2] for p in group], hoverinfo="text"))
+    _add_budgets(fig, facts)
+    if not any(points.values()):
+        fig.add_annotation(text="no student shipped yet (the final stage writes them)", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(title="Shipped students beside the teacher and their untrained baselines (upper-left is better)",
+                      xaxis_title=f"CPU latency, median ms ({_latency_setting(facts)})",
+                      yaxis_title="embedding fidelity ρ to the teacher, held-out sentences", hovermode="closest",
+                      legend=dict(orientation="h", y=-0.25), height=560, template="plotly_white")
+    return fig
+
+
+def _student_points(final: dict[str, Any]) -> list[tuple[str, float, float, str]]:
+    """(kind, latency ms, ρ, hover text) of one shipped student: fp32, INT8 and its baselines, where measured."""
+    quality = final.get("quality") or {}
+    rows = quality.get("fidelity") or {}
+    fp32 = (final.get("latency_fp32_onnx") or {}).get("median_ms", final.get("latency_ms"))
+    int8 = (final.get("latency_int8_onnx") or {}).get("median_ms")
+    where = f"{final['arch']}" + (f" ({final['budget']} budget)" if final.get("budget") else "") + f", {final['dir']}"
+    points = []
+    if "student" in rows and fp32 is not None:
+        points.append(("fp32", fp32, rows["student"]["spearman"], f"{where}<br>model.onnx {fp32:.2f} ms, "
+                       f"ρ {rows['student']['spearman']:.3f}"))
+    if quality.get("int8") and int8 is not None:
+        points.append(("int8", int8, quality["int8"]["spearman"], f"{where}<br>model.int8.onnx {int8:.2f} ms, "
+                       f"ρ {quality['int8']['spearman']:.3f}"))
+    for name, row in rows.items():
+        if name != "student" and fp32 is not None:
+            points.append(("baseline", fp32, row["spearman"], f"{name} of {where}: ρ {row['spearman']:.3f}"))
+    return points
 
 
 def _add_references(fig: go.Figure, facts: dict[str, Any]) -> None:

@@ -182,7 +182,24 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "final": attrs.get("final"),
         "final_over_budget": attrs.get("final_over_budget") or [],
         "final_neighbours": attrs.get("final_neighbours") or [],
+        **({"budgets": budget_table(attrs, rows)} if attrs.get("budgets") else {}),
     }
+
+
+def budget_table(attrs: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A study of several budgets, one row each, largest first: the trials it holds (every trial is scored
+    for every budget it fits), the best of them, and the student shipped for it (nas.budgets)."""
+    from .budgets import study_budgets, within
+
+    table = []
+    for budget in study_budgets(attrs):
+        fits = [r for r in within(rows, budget) if r["status"] == "feasible"]
+        shipped = [f for f in attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == budget.label]
+        best = best_row(fits)
+        table.append({"label": budget.label, "budget_ms": budget.ms, "folder": budget.best,
+                      "trials_within": [r["number"] for r in fits], "best_trial": None if best is None else best["number"],
+                      "final": shipped})
+    return table
 
 
 def model_checked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

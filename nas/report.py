@@ -19,7 +19,8 @@ import plotly.io as pio
 from kdnas.core.files import atomic_write_text
 
 from .neighbours import shape_label
-from .plots import history_figure, importance_figure, importances, latency_model_figure, pareto_figure
+from .plots import (history_figure, importance_figure, importances, latency_model_figure, pareto_figure,
+                    students_figure)
 from .records import COLUMNS, loss_of, steps_label, study_facts, trial_rows
 
 _TABLE_COLUMNS = (
@@ -39,13 +40,25 @@ def write_outputs(study: optuna.Study, out: str | Path) -> dict[str, Any]:
     summary = {**facts, "trials_table": rows}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     atomic_write_text(out / "trials.csv", _csv(rows))
-    pareto = pareto_figure(rows, facts)
-    atomic_write_text(out / "pareto.html", pio.to_html(pareto, include_plotlyjs=True, full_html=True,
-                                                       config={"displaylogo": False}))
+    pareto, students = pareto_figure(rows, facts), students_figure(facts)
+    atomic_write_text(out / "pareto.html", _pareto_page(facts, pareto, students))
     values, why_not = importances(study, rows)
     atomic_write_text(out / "report.html", _report_page(facts, rows, [
-        pareto, history_figure(rows), importance_figure(values, why_not), latency_model_figure(rows)]))
+        students, pareto, history_figure(rows), importance_figure(values, why_not), latency_model_figure(rows)]))
     return summary
+
+
+def _pareto_page(facts: dict[str, Any], pareto: Any, students: Any) -> str:
+    """pareto.html: the trials by proxy score, then the students the final stage shipped (the models to pick)."""
+    divs = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False})
+            for i, fig in enumerate((students, pareto))]  # plotly.js comes with the first figure on the page
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>kdnas Pareto: {html.escape(facts['study_name'])}</title>
+<style>body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}</style></head><body>
+<h2>Shipped students</h2>{divs[0]}
+<h2>Trials: latency against the proxy's loss</h2>{divs[1]}
+</body></html>
+"""
 
 
 def _csv(rows: list[dict[str, Any]]) -> str:
@@ -87,7 +100,7 @@ def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: lis
     lines = [
         f"teacher <b>{html.escape(str(s.get('teacher')))}</b>, corpus {html.escape(str(s.get('corpus')))}, "
         f"objective {s.get('objective')}, sampler {s.get('sampler')}, {html.escape(_proxy(s))}",
-        f"budget <b>{_cell('latency', facts.get('budget_ms'))} ms</b>; teacher latency "
+        f"{_budgets_line(facts)}; teacher latency "
         f"{_cell('latency', teacher.get('median_ms'))} ms ({html.escape(_setting(s))})",
         f"trials {facts['trials']}: {html.escape(counts)}; rejected before training: "
         f"{facts['rejected_before_training']}",
@@ -116,14 +129,24 @@ ul.facts li {{ margin: 2px 0; }}
 </style></head><body>
 <h1>kdnas search: {html.escape(facts['study_name'])}</h1>
 <ul class="facts">{''.join(f'<li>{line}</li>' for line in lines)}</ul>
-<h2>Pareto plot</h2>{divs[0]}
-<h2>Optimization history</h2>{divs[1]}
-<h2>Parameter importances</h2>{divs[2]}
-<h2>Latency model: predicted against measured</h2>{divs[3]}
+<h2>Shipped students</h2>{divs[0]}
+<h2>Pareto plot</h2>{divs[1]}
+<h2>Optimization history</h2>{divs[2]}
+<h2>Parameter importances</h2>{divs[3]}
+<h2>Latency model: predicted against measured</h2>{divs[4]}
 <h2>Trials</h2>
 <table id="trials"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 </body></html>
 """
+
+
+def _budgets_line(facts: dict[str, Any]) -> str:
+    several = facts.get("budgets") or []
+    if not several:
+        return f"budget <b>{_cell('latency', facts.get('budget_ms'))} ms</b>"
+    return "budgets " + ", ".join(f"<b>{html.escape(b['label'])} {_cell('latency', b['budget_ms'])} ms</b> "
+                                  f"({len(b['trials_within'])} trained trials within, shipped in "
+                                  f"{html.escape(b['folder'])}/)" for b in several)
 
 
 def _setting(s: dict[str, Any]) -> str:

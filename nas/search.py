@@ -27,6 +27,7 @@ from kdnas.export import LastLayerGraph
 from kdnas.core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
+from .budgets import budget_facts, study_budgets
 from .config import DEFAULT_TRIALS, SearchConfig
 from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, latency_record
@@ -142,11 +143,15 @@ def _check_methods(cfg: SearchConfig, space, teacher_dims) -> None:
 
 
 def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> dict[str, Any]:
-    """A new study's facts: the teacher's latency, the fastest shape and the budget (measured)."""
-    teacher_latency, fastest, budget_ms = _latency_facts(cfg, space, teacher, progress)
-    rule = rule_params(space, teacher.dims.layers, budget_ms / teacher_latency["median_ms"])
-    return {"teacher_latency": teacher_latency, "budget_ms": budget_ms, "fastest": fastest, "space_size": space.size,
-            "rule": rule}
+    """A new study's facts: the teacher's latency, the fastest shape and the budget (measured); with several
+    budgets, `budget_ms` is the largest (the trials' gate) and `budgets` holds them all, largest first."""
+    teacher_latency, fastest, budgets_ms = _latency_facts(cfg, space, teacher, progress)
+    rules = [rule_params(space, teacher.dims.layers, ms / teacher_latency["median_ms"]) for ms in budgets_ms]
+    facts = {"teacher_latency": teacher_latency, "budget_ms": budgets_ms[0], "fastest": fastest,
+             "space_size": space.size, "rule": rules[0]}
+    if several := budget_facts(cfg, budgets_ms):
+        facts |= {"budgets": several, "rules": rules}
+    return facts
 
 
 def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
@@ -242,7 +247,7 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
     if wider is not None:
         step_s = pace_of(step_s, best["arch"], wider["arch"], cfg.seq_len)
     trial_s = statistics.median(trained)
-    return cfg.final_top_k * final_run_s(cfg.final_steps, step_s, trial_s), trial_s
+    return cfg.final_top_k * len(cfg.budgets) * final_run_s(cfg.final_steps, step_s, trial_s), trial_s
 
 
 def _one_trial(study: optuna.Study, objective: Objective, progress: Progress) -> None:
@@ -263,21 +268,27 @@ def _show(study: optuna.Study, out: Path, progress: Progress) -> None:
 
 
 def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progress) -> None:
-    """The final stage, once across workers: distill, ship and profile the winner (or say why not)."""
+    """The final stage, once across workers: distill, ship and profile the winner of each budget, largest
+    budget first (or say why not)."""
     cfg = ctx.config
-    chosen = finalists(study, cfg.objective)
-    if not chosen:
+    stages = [(ctx.for_budget(budget), finalists(study, cfg.objective, budget))
+              for budget in study_budgets(study.user_attrs)]
+    empty = [stage.budget_named for stage, chosen in stages if not chosen]
+    if empty:
         write_outputs(study, out)
         raise InputError(
-            f"no trial was trained within the budget of {ctx.budget_ms:.2f} ms after {counted_trials(study)} trials; "
+            f"no trial was trained within {' or '.join(empty)} after {counted_trials(study)} trials; "
             f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
         )
-    if cfg.final_steps > 0 and not is_done(study, out, chosen, cfg):
-        held = claim_final(study, cfg.stale_after_s)
-        if held is None:
-            run_final(study, ctx, out, chosen)
-        else:
-            progress.note(held)
+    todo = [(stage, chosen) for stage, chosen in stages if not is_done(study, out, chosen, stage)]
+    if cfg.final_steps <= 0 or not todo:
+        return
+    held = claim_final(study, cfg.stale_after_s)
+    if held is not None:
+        progress.note(held)
+        return
+    for i, (stage, chosen) in enumerate(todo):
+        run_final(study, stage, out, chosen, later=cfg.final_top_k * (len(todo) - 1 - i))
 
 
 def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.Study | None:
@@ -287,12 +298,17 @@ def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.S
                                     sampler=_sampler(cfg, 0), pruner=_pruner(cfg))
     except optuna.exceptions.DuplicatedStudyError:
         return None
-    if attrs.get("rule"):  # the first trial: the shape the one-line rule gives (`_new_facts`)
-        study.enqueue_trial(attrs["rule"], user_attrs={"origin": "rule"})
+    # the first trials: the shape the one-line rule gives for each budget (`_new_facts`)
+    for rule in _distinct([rule for rule in attrs.get("rules") or [attrs.get("rule")] if rule]):
+        study.enqueue_trial(rule, user_attrs={"origin": "rule"})
     # Settings last: a study without them is not a kdnas study (see check_settings).
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     return study
+
+
+def _distinct(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [rule for i, rule in enumerate(rules) if rule not in rules[:i]]
 
 
 def _found_study(storage, name: str) -> optuna.Study | None:
@@ -316,8 +332,9 @@ def _settled_study(storage, name: str, wait_s: float = 60.0) -> optuna.Study:
         time.sleep(0.5)
 
 
-def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tuple[dict, dict, float]:
-    """Teacher latency, the fastest shape's latency, and the budget, checked against each other."""
+def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tuple[dict, dict, tuple[float, ...]]:
+    """Teacher latency, the fastest shape's latency, and the budgets in ms (largest first), the smallest
+    checked against the fastest shape."""
     from kdnas.distill import StudentSpec
 
     judge = LatencyJudge(cfg)
@@ -330,14 +347,16 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
     spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **teacher.student_sizes())
     progress.phase(f"measuring fastest shape {spec.arch}")
     fastest = {"arch": spec.arch, **latency_record(judge.alone(spec))}
-    budget_ms = cfg.budget_ms if cfg.budget_ms is not None else cfg.budget_ratio * teacher_latency["median_ms"]
-    if budget_ms < fastest["median_ms"]:
+    scale = 1.0 if cfg.budget_ms is not None else teacher_latency["median_ms"]
+    budgets_ms = tuple(float(value * scale) for value in cfg.budgets)
+    if budgets_ms[-1] < fastest["median_ms"]:
+        given = "" if cfg.budget_ms is not None else f" ({cfg.budgets[-1]:g} x the teacher's {scale:.2f} ms)"
         raise InputError(
-            f"budget {budget_ms:.2f} ms is below the fastest student in the space ({spec.arch}: "
+            f"budget {budgets_ms[-1]:.2f} ms{given} is below the fastest student in the space ({spec.arch}: "
             f"{fastest['median_ms']:.2f} ms median at batch {cfg.latency_batch}, seq {cfg.latency_seq}, "
             f"{cfg.threads} threads); raise --budget-ms or allow smaller shapes"
         )
-    return teacher_latency, fastest, float(budget_ms)
+    return teacher_latency, fastest, budgets_ms
 
 
 def latency_machine(runtime: str) -> dict[str, str]:

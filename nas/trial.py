@@ -11,6 +11,7 @@ the storage alone (`kdnas report`).
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -23,6 +24,7 @@ from kdnas.distill import distill as run_distill
 from kdnas.core.errors import first_line
 
 from ._progress import Progress
+from .budgets import Budget
 from .config import SearchConfig
 from .measure import MODEL_CHECK, LatencyJudge, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
@@ -85,10 +87,27 @@ class SearchContext:
     progress: Progress
     limit: TimeLimit | None = None  # --timeout (nas.time_limit)
     judge: LatencyJudge | None = None  # how latency is read: by default, measured on the config's settings
+    # The final stage's budget when the search has several (`for_budget`); None: its only one, `budget_ms`.
+    budget_label: str | None = None
 
     def __post_init__(self) -> None:
         if self.judge is None:
             self.judge = LatencyJudge(self.config)
+
+    def for_budget(self, budget: Budget) -> "SearchContext":
+        """This context for the final stage of one of the search's budgets (the trials' gate, `budget_ms`, is the
+        largest); a shallow copy, so what it loaded once (the probe's teacher embeddings) is shared."""
+        other = copy.copy(self)
+        other.budget_ms, other.budget_label = budget.ms, budget.label
+        return other
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.budget_ms, self.budget_label)
+
+    @property
+    def budget_named(self) -> str:
+        return self.budget.named
 
     @cached_property
     def probe(self) -> FidelityProbe:

@@ -302,7 +302,8 @@ def test_report_page_renders_in_headless_chromium(search_run):
     assert error is None, f"JavaScript error on the page: {error and error.group(1)}"
     assert "<html" in html and "</html>" in html, "no DOM was dumped"
     assert "Uncaught" not in dom.stderr, [l for l in dom.stderr.splitlines() if "Uncaught" in l]
-    assert html.count('class="main-svg"') >= 6, "plotly did not draw the three figures"
+    assert html.count('class="main-svg"') >= 10, "plotly did not draw the five figures"
+    assert "shipped student, model.int8.onnx (1)" in html, "the shipped students were not drawn"
     # Trace points: one <path class="point"> per plotted marker; bars for the importances.
     study = load(out)
     plotted = sum(1 for t in study.trials if t.user_attrs.get("latency"))
@@ -442,6 +443,54 @@ def _refused(result: subprocess.CompletedProcess, *words: str) -> None:
     assert "\n" not in message and "Traceback" not in message, message
     for word in words:
         assert word in message, message
+
+
+@pytest.mark.slow  # a whole search with two budgets, about 3 min on 2 cores; its parts are unit-tested in test_budgets
+def test_several_budgets_ship_a_student_each_within_its_budget_and_a_rerun_resumes(tmp_path):
+    from kdnas.latency import profile
+
+    cheap = profile("1x4x384x256", batch=1, seq=128, threads=2).median_ms
+    dear = profile("6x4x384x1536", batch=1, seq=128, threads=2).median_ms
+    large, small = round(1.5 * dear, 2), round(math.sqrt(cheap * dear), 2)  # every shape fits; one-layer ones only
+    out = tmp_path / "run"
+    args = ["search", "--out", str(out), "--trials", "5", "--sampler", "random", "--seed", "2", "--layers", "1,6",
+            "--heads", "4", "--hidden", "384", "--ffn", "256,1536", "--budget-ms", f"{small},{large}",
+            "--proxy-steps", "4", "--eval-every", "2", "--final-steps", "4", *TINY]
+    done = kdnas(*args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    budgets = summary["budgets"]
+    assert [(b["label"], b["budget_ms"], b["folder"]) for b in budgets] == [
+        (f"{large:g}ms", large, f"best-{large:g}ms"), (f"{small:g}ms", small, f"best-{small:g}ms")]
+    assert summary["budget_ms"] == large  # the trials' gate: the largest budget
+    for b in budgets:
+        [final] = b["final"]
+        assert final["within_budget"] and final["latency_ms"] <= b["budget_ms"] == final["budget_ms"], final
+        assert final["budget"] == b["label"] and final["dir"] == str(out / b["folder"])
+        assert (out / b["folder"] / "model.onnx").is_file() and (out / b["folder"] / "modules.json").is_file()
+        assert f"final {out / b['folder']} (the {b['label']} budget" in done.stdout
+    assert budgets[1]["final"][0]["arch"].startswith("1x") and not (out / "best").exists()
+    # every trained trial within the small budget is a candidate for both budgets
+    assert set(budgets[1]["trials_within"]) <= set(budgets[0]["trials_within"])
+    # the one-line rule's shape of each budget is among the study's trials
+    rules = [t.params for t in load(out).trials if t.user_attrs.get("origin") == "rule"]
+    assert rules and rules[0]["layers"] == 6
+    # the Pareto page shows both shipped students with their INT8 graphs and baselines
+    page = (out / "pareto.html").read_text()
+    assert "shipped student, model.onnx (2)" in page and "shipped student, model.int8.onnx (2)" in page
+    assert "its untrained baselines" in page and f"{small:g}ms budget" in page
+
+    before = {b["folder"]: digest(out / b["folder"] / "model.safetensors") for b in budgets}
+    trials = [(t.number, t.state, t.values) for t in load(out).trials]
+    again = kdnas(*args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {f: digest(out / f / "model.safetensors") for f in before} == before  # resumed: nothing trained again
+    assert [(t.number, t.state, t.values) for t in load(out).trials] == trials
+
+    fresh = tmp_path / "under"
+    refused = kdnas("search", "--out", str(fresh), "--budget-ms", f"{large},{cheap / 10:.4f}", *args[3:17], *TINY)
+    assert refused.returncode == 2 and "is below the fastest student in the space" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not fresh.exists()
 
 
 @pytest.mark.slow  # eleven refused commands, ~115 s on 2 cores; each flag's check is unit-tested in test_cli_search_flags

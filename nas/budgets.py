@@ -1,0 +1,60 @@
+"""Several budgets in one study: `--budget-ratio 0.5,0.25` or `--budget-ms 8,4,2`.
+
+The trials do not depend on the budget but for one thing: a shape over it is not trained. The reward
+(`nas.reward`) is the teacher-relative KD-NAS reward, the same number under every budget, so one study
+serves them all: every shape within the largest budget is trained and scored once, each budget's
+finalists are the scored trials within it, best reward first, and a student is shipped for each budget
+into a folder named by it. Each budget's rule shape (`nas.space.rule_params`) is one of the study's first
+trials, so every budget has the one-line rule's student among its candidates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One budget of a search: its milliseconds (for a ratio, of the teacher's latency as measured when the
+    study was made) and its label (`0.25x`, `8ms`), None for a search of one budget (folders as before)."""
+
+    ms: float
+    label: str | None = None
+
+    @property
+    def best(self) -> str:
+        """The shipped student's folder in OUT: `best`, or `best-0.25x` for one of several budgets."""
+        return "best" if self.label is None else f"best-{self.label}"
+
+    @property
+    def named(self) -> str:
+        """How messages name it: `the budget of 4.12 ms`, `the 0.25x budget (4.12 ms)`."""
+        return f"the budget of {self.ms:.2f} ms" if self.label is None else f"the {self.label} budget ({self.ms:.2f} ms)"
+
+
+def label_of(value: float, ratio: bool) -> str:
+    """`0.25x` for a ratio of the teacher's latency, `8ms` for milliseconds."""
+    return f"{value:g}x" if ratio else f"{value:g}ms"
+
+
+def study_budgets(facts: dict[str, Any]) -> list[Budget]:
+    """The budgets of a study, largest first, from its facts: `budgets` where several were asked for (a
+    study of one budget, and one made before several were possible, holds `budget_ms` only)."""
+    several = facts.get("budgets")
+    if not several:
+        return [Budget(float(facts["budget_ms"]))]
+    return [Budget(float(b["ms"]), b["label"]) for b in several]
+
+
+def budget_facts(cfg: Any, budgets_ms: tuple[float, ...]) -> list[dict[str, Any]]:
+    """A new study's record of several budgets (none for one): each one's label and milliseconds."""
+    if len(budgets_ms) < 2:
+        return []
+    ratio = cfg.budget_ms is None
+    return [{"label": label_of(value, ratio), "ms": ms} for value, ms in zip(cfg.budgets, budgets_ms)]
+
+
+def within(rows: list[dict[str, Any]], budget: Budget) -> list[dict[str, Any]]:
+    """The trial rows whose reading fits `budget` (a trial is scored for every budget it fits)."""
+    return [r for r in rows if r.get("latency_median_ms") is not None and r["latency_median_ms"] <= budget.ms]

@@ -1,0 +1,138 @@
+"""Several budgets in one study (`--budget-ratio 0.5,0.25`, `--budget-ms 8,4`): the flag, the config, each
+budget's candidates, folders and records, and the page that shows the students shipped for them. The whole
+search with two budgets runs in tests/test_search_e2e.py (slow)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from kdnas.core.errors import InputError
+from kdnas.nas import SearchConfig
+from kdnas.nas._cli import budget_list
+from kdnas.nas.budgets import Budget, budget_facts, study_budgets, within
+from kdnas.nas.final import _of_other_budgets, _recipe, final_dir, finalists
+from kdnas.nas.plots import students_figure
+from kdnas.nas.records import budget_table, trial_rows
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_flag_takes_one_budget_or_a_comma_separated_list():
+    assert budget_list("0.5") == 0.5
+    assert budget_list("0.5, 0.25,0.125") == (0.5, 0.25, 0.125)
+    for bad in ("0.5,abc", "", "0.5,", "8ms"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a number"):
+            budget_list(bad)
+
+
+def test_several_budgets_are_kept_largest_first_and_a_bad_one_is_refused():
+    cfg = SearchConfig(budget_ratio=(0.25, 0.5))
+    assert cfg.budget_ratio == (0.5, 0.25) and cfg.budgets == (0.5, 0.25) and cfg.several_budgets
+    one = SearchConfig(budget_ratio=(0.5,))
+    assert one.budget_ratio == 0.5 and one.budgets == (0.5,) and not one.several_budgets  # one stays a number
+    assert SearchConfig(budget_ms=(2, 8, 4)).budgets == (8.0, 4.0, 2.0)
+    for bad, match in (((0.5, 0.0), "budget ratio 0.0 must be a positive"), ((0.5, 0.5), "given twice"),
+                       ((0.5, float("nan")), "budget ratio nan"), ((0.5, True), "budget ratio True")):
+        with pytest.raises(InputError, match=match):
+            SearchConfig(budget_ratio=bad)
+    with pytest.raises(InputError, match="budget -4 ms must be a positive"):
+        SearchConfig(budget_ms=(8, -4))
+
+
+def test_the_budgets_are_study_settings_so_a_resume_with_another_list_is_refused():
+    from kdnas.nas.space import default_space
+
+    space = default_space(6, 12, 384, 1536, keep_head_size=True)
+    two = SearchConfig(budget_ratio=(0.5, 0.25)).study_settings(space, "fp")
+    assert two["budget_ratio"] == (0.5, 0.25)
+    assert two != SearchConfig(budget_ratio=(0.5, 0.125)).study_settings(space, "fp")
+    assert SearchConfig(budget_ratio=0.5).study_settings(space, "fp")["budget_ratio"] == 0.5  # as before
+
+
+def test_each_budget_is_labelled_by_what_was_asked_and_a_single_budget_keeps_its_folders():
+    ratios = budget_facts(SearchConfig(budget_ratio=(0.5, 0.25)), (10.0, 5.0))
+    assert ratios == [{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}]
+    assert budget_facts(SearchConfig(budget_ms=(8, 4)), (8.0, 4.0))[1] == {"label": "4ms", "ms": 4.0}
+    assert budget_facts(SearchConfig(), (10.0,)) == []  # one budget: the study's facts as before
+    budgets = study_budgets({"budget_ms": 10.0, "budgets": ratios})
+    assert budgets == [Budget(10.0, "0.5x"), Budget(5.0, "0.25x")]
+    assert study_budgets({"budget_ms": 10.0}) == [Budget(10.0)]
+    assert [b.best for b in budgets] == ["best-0.5x", "best-0.25x"] and Budget(10.0).best == "best"
+    out = Path("runs/x")
+    assert final_dir(out, 1, "3x12x384x1536") == out / "best"
+    assert final_dir(out, 1, "3x12x384x1536", "0.25x") == out / "best-0.25x"
+    assert final_dir(out, 2, "3x12x384x1536", "0.25x") == out / "finalists" / "0.25x" / "2-3x12x384x1536"
+
+
+def _study(trials: list[tuple[float, float, str]]) -> optuna.Study:
+    study = optuna.create_study(direction="maximize")
+    for number, (reward, ms, status) in enumerate(trials):
+        study.add_trial(create_trial(
+            state=TrialState.COMPLETE, value=reward, params={"layers": number + 1},
+            distributions={"layers": IntDistribution(1, 6)},
+            user_attrs={"arch": f"{number + 1}x12x384x1536", "status": status, "loss": 1 - reward, "reward": reward,
+                        "latency": {"median_ms": ms}}))
+    return study
+
+
+def test_every_trial_is_a_candidate_for_every_budget_it_fits():
+    # (reward, latency ms, status): the best trial fits only the larger budget; trial 3 fits neither
+    study = _study([(0.80, 9.0, "feasible"), (0.70, 4.0, "feasible"), (0.75, 5.5, "feasible"), (0.0, 12.0, "infeasible")])
+    large, small = Budget(10.0, "0.5x"), Budget(5.0, "0.25x")
+    assert [r["number"] for r in finalists(study, "reward", large)] == [0, 2, 1]
+    assert [r["number"] for r in finalists(study, "reward", small)] == [1]
+    assert [r["number"] for r in finalists(study, "reward")] == [0, 2, 1]  # one budget: every trained trial
+    assert [r["number"] for r in within(trial_rows(study), small)] == [1]
+    table = budget_table({"budget_ms": 10.0, "budgets": [{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}],
+                          "final": [{"recipe": {"budget": "0.25x"}, "arch": "2x12x384x1536"}]}, trial_rows(study))
+    assert [(t["label"], t["trials_within"], t["best_trial"], len(t["final"])) for t in table] == [
+        ("0.5x", [0, 1, 2], 0, 0), ("0.25x", [1], 1, 1)]
+
+
+def test_each_budget_keeps_its_own_records_and_a_single_budget_replaces_an_old_recipes():
+    cfg = SearchConfig()
+    assert "budget" not in _recipe(cfg) and _recipe(cfg, "0.25x")["budget"] == "0.25x"
+    records = [{"arch": "a", "recipe": _recipe(cfg, "0.5x")}, {"arch": "b", "recipe": _recipe(cfg, "0.25x")}]
+    assert [r["arch"] for r in _of_other_budgets(records, "0.25x")] == ["a"]
+    old = [{"arch": "c", "recipe": _recipe(cfg.replace(final_steps=7))}]
+    assert _of_other_budgets(old, None) == []  # a single budget's records are all its own
+
+
+def test_the_students_figure_draws_each_shipped_student_its_int8_graph_its_baselines_and_the_teacher():
+    final = {"arch": "2x12x384x1536", "budget": "0.25x", "dir": "runs/x/best-0.25x", "latency_ms": 4.1,
+             "latency_fp32_onnx": {"median_ms": 4.1}, "latency_int8_onnx": {"median_ms": 2.2},
+             "quality": {"fidelity": {"student": {"spearman": 0.85}, "first 2 layers (untrained)": {"spearman": 0.4},
+                                      "inherited, untrained": {"spearman": 0.5}}, "int8": {"spearman": 0.84}}}
+    facts = {"teacher_latency": {"median_ms": 16.0}, "final": [final], "settings": {},
+             "budgets": [{"label": "0.5x", "budget_ms": 8.0}, {"label": "0.25x", "budget_ms": 4.0}]}
+    fig = students_figure(facts)
+    points = {trace.name.split(" (")[0]: list(zip(trace.x, trace.y)) for trace in fig.data}
+    assert points["teacher, fp32"] == [(16.0, 1.0)]
+    assert points["shipped student, model.onnx"] == [(4.1, 0.85)]
+    assert points["shipped student, model.int8.onnx"] == [(2.2, 0.84)]
+    assert sorted(points["its untrained baselines"]) == [(4.1, 0.4), (4.1, 0.5)]
+    assert len(fig.layout.shapes) == 2  # a line at each budget
+    empty = students_figure({"teacher_latency": {"median_ms": 16.0}, "settings": {}, "budget_ms": 8.0})
+    assert "no student shipped yet" in empty.layout.annotations[-1].text
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--budget-ratio", "0.5,abc", "'abc' is not a number"),
+    ("--budget-ratio", "0", "budget ratio 0.0 must be a positive number"),
+    ("--budget-ms", "8,8", "a budget is given twice"),
+])
+def test_a_bad_budget_list_is_one_line_exit_2_and_nothing_written(tmp_path, flag, value, says):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "kdnas.cli", "search", flag, value, "--out", str(out)], cwd=REPO,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -356,9 +356,7 @@ def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
 
 
 def _print_summary(summary: dict, out: Path) -> None:
-    from .baselines import fit_line
-    from .neighbours import origin, shape_label
-    from .records import loss_of, steps_label
+    from .neighbours import origin
 
     best = summary.get("best_trial")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
@@ -373,7 +371,7 @@ def _print_summary(summary: dict, out: Path) -> None:
     for s in summary.get("final_over_budget") or []:
         twice = " twice (" + " and ".join(f"{r:.2f}" for r in s["latency_readings_ms"]) + " ms)" \
             if len(s.get("latency_readings_ms") or []) == 2 else ""
-        if "ratio_to_teacher" in s:  # nas.final._final_latency: timed side by side with the teacher
+        if "ratio_to_teacher" in s:  # nas.final._latency.final_latency: timed side by side with the teacher
             twice += (f": {s['ratio_to_teacher']:.3f}x the teacher side by side (the teacher "
                       f"{s['teacher_latency_now_ms']:.2f} ms, it {s['read_ms']:.2f} ms)")
         elif s.get("latency_scaled_by", 1.0) < 1.0:  # a study of an earlier version: one fresh teacher reading
@@ -387,25 +385,10 @@ def _print_summary(summary: dict, out: Path) -> None:
         print(f"FFN neighbour {n['arch']} of {n['neighbour_of']}: {read:.2f} ms as shipped{scaled}, "
               f"proxy reward {n['reward']:.4f}")
     for f in summary.get("final") or []:
-        method = (f.get("recipe") or {}).get("method", "")
-        within = f" (the {f['budget']} budget, {f['budget_ms']:.2f} ms)" if f.get("budget") else ""
-        print(f"final {f['dir']}{within}: {shape_label(f)} after {steps_label(f)} of {method}: {f['latency_ms']:.2f} ms; "
-              f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
-              + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
-        quality = f.get("quality") or {}
-        if "fidelity" in quality:
-            rows = ", ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
-            verdict = "beats both untrained baselines on fidelity" if quality["beats_baselines"] else \
-                "does NOT beat the untrained baselines on fidelity: this recipe failed"
-            int8 = quality.get("int8")
-            if int8 and f.get("budget_graph") == "model.int8.onnx":  # the graph the budget judged leads
-                print(f"  model.int8.onnx, the graph the budget judged: embedding fidelity rho {int8['spearman']:.3f} "
-                      f"({quality['sentences']} held-out sentences)")
-            print(f"  embedding fidelity rho ({quality['sentences']} held-out sentences): {rows}; {verdict}")
-            if fit := fit_line(quality, f.get("train_rows")):
-                print(f"  {fit}")
-            if int8 and f.get("budget_graph") != "model.int8.onnx":
-                print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
+        _print_final(f)
+    if int8 := summary.get("teacher_int8"):
+        print(f"the teacher as INT8 (no training): {int8['latency']['median_ms']:.2f} ms, embedding fidelity rho "
+              f"{int8['fidelity']['spearman']:.3f} on the same sentences")
     for b in budgets:
         if not b["final"]:
             print(f"budget {b['label']}: {len(b['trials_within'])} trained trials within it, nothing shipped yet")
@@ -414,6 +397,34 @@ def _print_summary(summary: dict, out: Path) -> None:
               "fidelity,probe --card adds their table, beside the untrained baselines, to its model card (without "
               "--measures, fine-tuning too: an hour or more on a CPU)")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
+
+
+def _print_final(f: dict) -> None:
+    """A shipped student's lines: shape, steps and latency; its fidelity beside the untrained baselines, on its
+    own training rows, and as INT8 (first where the budget judged the INT8 graph)."""
+    from .baselines import fit_line
+    from .neighbours import shape_label
+    from .records import loss_of, steps_label
+
+    method = (f.get("recipe") or {}).get("method", "")
+    within = f" (the {f['budget']} budget, {f['budget_ms']:.2f} ms)" if f.get("budget") else ""
+    print(f"final {f['dir']}{within}: {shape_label(f)} after {steps_label(f)} of {method}: {f['latency_ms']:.2f} ms; "
+          f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
+          + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
+    quality = f.get("quality") or {}
+    if "fidelity" in quality:
+        rows = ", ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
+        verdict = "beats both untrained baselines on fidelity" if quality["beats_baselines"] else \
+            "does NOT beat the untrained baselines on fidelity: this recipe failed"
+        int8 = quality.get("int8")
+        if int8 and f.get("budget_graph") == "model.int8.onnx":  # the graph the budget judged leads
+            print(f"  model.int8.onnx, the graph the budget judged: embedding fidelity rho {int8['spearman']:.3f} "
+                  f"({quality['sentences']} held-out sentences)")
+        print(f"  embedding fidelity rho ({quality['sentences']} held-out sentences): {rows}; {verdict}")
+        if fit := fit_line(quality, f.get("train_rows")):
+            print(f"  {fit}")
+        if int8 and f.get("budget_graph") != "model.int8.onnx":
+            print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
 
 
 def _report(args: argparse.Namespace) -> int:

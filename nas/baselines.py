@@ -56,6 +56,37 @@ def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any]
     return {"sentences": sentences, "reference": reference, "rows": rows, "trained_on": _training_rows(ctx, cache)}
 
 
+def teacher_int8(ctx: Any, pipeline: dict[str, Any]) -> dict[str, Any] | None:
+    """The alternative a user has for free, beside the students: the teacher itself as INT8 (the recipe of
+    `kdnas export --int8`), its latency read on the search's settings and its fidelity on the held-out
+    sentences the students are scored on (None when fidelity is not asked for)."""
+    import tempfile
+
+    from kdnas.distill.data import heldout_sentences
+    from kdnas.evaluation import embedding_fidelity, sentence_embeddings
+    from kdnas.export import export_model, onnx_sentence_embeddings
+
+    from .measure import latency_record
+
+    cfg = ctx.config
+    if cfg.quality_sentences <= 0:
+        return None
+    try:
+        sentences = heldout_sentences(ctx.texts, cfg.quality_sentences, seed=cfg.seed)
+    except KdnasError:
+        return None  # the students' table says why (baseline_fidelity)
+    reference = sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency_seq)
+    with tempfile.TemporaryDirectory(prefix="kdnas-teacher-int8-") as tmp:
+        folder = Path(tmp) / "teacher"
+        export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
+                     pooling=pipeline["pooling"], normalize=pipeline["normalize"])
+        graph = folder / "model.int8.onnx"
+        latency = latency_record(ctx.judge.alone(graph))
+        emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, sentences, max_len=cfg.latency_seq)
+    fidelity = embedding_fidelity(reference, torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
+    return {"latency": latency, "fidelity": fidelity, "sentences": len(sentences)}
+
+
 def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:
     """As many rows of the transfer set as held-out sentences, decoded to text, with the teacher's embeddings."""
     from kdnas.distill.data import training_texts

@@ -119,6 +119,13 @@ def students_figure(facts: dict[str, Any]) -> go.Figure:
         fig.add_trace(go.Scatter(x=[teacher], y=[1.0], mode="markers+text", name="teacher, fp32 (ρ 1 by definition)",
                                  marker=dict(symbol="star", size=14, color="#9467bd"), text=["teacher"],
                                  textposition="bottom left", hoverinfo="name"))
+    int8 = facts.get("teacher_int8") or {}
+    if int8.get("latency") and int8.get("fidelity"):
+        ms, rho = int8["latency"]["median_ms"], int8["fidelity"]["spearman"]
+        fig.add_trace(go.Scatter(x=[ms], y=[rho], mode="markers+text", name="teacher, INT8 (free: no training)",
+                                 marker=dict(symbol="star-open", size=14, color="#9467bd", line=dict(width=2)),
+                                 text=["teacher INT8"], textposition="bottom left",
+                                 hovertext=[f"the teacher as INT8: {ms:.2f} ms, ρ {rho:.3f}"], hoverinfo="text"))
     styles = {"fp32": dict(symbol="star-diamond", size=14, color="#e377c2"),
               "int8": dict(symbol="diamond", size=11, color="#8c564b"),
               "baseline": dict(symbol="circle-open", size=11, color="#7f7f7f", line=dict(width=2))}

@@ -180,6 +180,7 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "pareto_front": [r["number"] for r in pareto_front(rows)],
         "reference": attrs.get("reference"),
         "final": attrs.get("final"),
+        "teacher_int8": attrs.get("teacher_int8"),
         "final_over_budget": attrs.get("final_over_budget") or [],
         "final_neighbours": attrs.get("final_neighbours") or [],
         **({"budgets": budget_table(attrs, rows)} if attrs.get("budgets") else {}),

@@ -44,7 +44,7 @@ FINAL_OVERHEAD_TRIALS = 3
 # (the two timed in alternation; for an absolute budget, read twice when over), the INT8 graph.
 # Each of these steps costs about what one step of the same graph's pre-training export-and-read
 # cost (an export, one to three readings). Where the plain fp32 graph ships (nas.variant), its
-# export is one step more (nas.final._finish adds it).
+# export is one step more (nas.final._shipping.finish adds it).
 STEPS_AFTER = 5
 # A finalist whose shipped graph reads within this share of the budget before its training (or fits
 # only on a second reading) may well read over it once trained: two readings of one graph on a

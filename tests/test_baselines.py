@@ -61,6 +61,29 @@ def test_int8_fidelity_scores_the_shipped_graph_on_the_same_sentences(teacher, n
     assert int8_fidelity(ctx, None, tmp_path / "graphs" / "model.int8.onnx") is None  # fidelity not asked for
 
 
+def test_the_teacher_as_int8_is_measured_beside_the_students_on_the_same_sentences(teacher, news_texts):
+    from kdnas.core.assets import teacher_path
+    from kdnas.export import read_sentence_pipeline
+    from kdnas.nas.baselines import teacher_int8
+    from kdnas.nas.config import SearchConfig
+
+    timed = []
+
+    def alone(graph):  # the search's judge reads the graph; here a fixed reading, the graph's name kept
+        timed.append(graph.name)
+        return SimpleNamespace(median_ms=7.5, p90_ms=8.0, min_ms=7.0, cv=0.02, noisy=False, cached=False, cores=(0,),
+                               window=(0.0, 1.0))
+
+    ctx = SimpleNamespace(config=SearchConfig(quality_sentences=60, latency_seq=64), teacher=teacher,
+                          texts=news_texts, judge=SimpleNamespace(alone=alone))
+    pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
+    found = teacher_int8(ctx, pipeline)
+    assert timed == ["model.int8.onnx"] and found["latency"]["median_ms"] == 7.5 and found["sentences"] == 60
+    assert 0.95 < found["fidelity"]["spearman"] < 1.0  # INT8 loses a little of the teacher
+    ctx.config = SearchConfig(quality_sentences=0)
+    assert teacher_int8(ctx, pipeline) is None and timed == ["model.int8.onnx"]  # fidelity not asked for
+
+
 def _quality(own_rho: float, held_rho: float, passes: float | None = 4.0, se: float = 0.003) -> dict:
     return {"fidelity": {"student": {"spearman": held_rho, "spearman_se": se}},
             "trained_on": {"sentences": 1000, "passes": passes, "spearman": own_rho, "spearman_se": se}}

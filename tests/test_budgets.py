@@ -19,7 +19,8 @@ from kdnas.core.errors import InputError
 from kdnas.nas import SearchConfig
 from kdnas.nas._cli import budget_list
 from kdnas.nas.budgets import Budget, budget_facts, study_budgets, within
-from kdnas.nas.final import _of_other_budgets, _recipe, final_dir, finalists
+from kdnas.nas.final import final_dir, finalists
+from kdnas.nas.final._records import of_other_budgets, recipe_of
 from kdnas.nas.plots import students_figure
 from kdnas.nas.records import budget_table, trial_rows
 
@@ -100,23 +101,24 @@ def test_every_trial_is_a_candidate_for_every_budget_it_fits():
 
 def test_each_budget_keeps_its_own_records_and_a_single_budget_replaces_an_old_recipes():
     cfg = SearchConfig()
-    assert "budget" not in _recipe(cfg) and _recipe(cfg, "0.25x")["budget"] == "0.25x"
-    records = [{"arch": "a", "recipe": _recipe(cfg, "0.5x")}, {"arch": "b", "recipe": _recipe(cfg, "0.25x")}]
-    assert [r["arch"] for r in _of_other_budgets(records, "0.25x")] == ["a"]
-    old = [{"arch": "c", "recipe": _recipe(cfg.replace(final_steps=7))}]
-    assert _of_other_budgets(old, None) == []  # a single budget's records are all its own
+    assert "budget" not in recipe_of(cfg) and recipe_of(cfg, "0.25x")["budget"] == "0.25x"
+    records = [{"arch": "a", "recipe": recipe_of(cfg, "0.5x")}, {"arch": "b", "recipe": recipe_of(cfg, "0.25x")}]
+    assert [r["arch"] for r in of_other_budgets(records, "0.25x")] == ["a"]
+    old = [{"arch": "c", "recipe": recipe_of(cfg.replace(final_steps=7))}]
+    assert of_other_budgets(old, None) == []  # a single budget's records are all its own
 
 
-def test_the_students_figure_draws_each_shipped_student_its_int8_graph_its_baselines_and_the_teacher():
+def test_the_students_figure_draws_each_shipped_student_its_int8_graph_its_baselines_and_the_teacher_both_ways():
     final = {"arch": "2x12x384x1536", "budget": "0.25x", "dir": "runs/x/best-0.25x", "latency_ms": 4.1,
              "latency_fp32_onnx": {"median_ms": 4.1}, "latency_int8_onnx": {"median_ms": 2.2},
              "quality": {"fidelity": {"student": {"spearman": 0.85}, "first 2 layers (untrained)": {"spearman": 0.4},
                                       "inherited, untrained": {"spearman": 0.5}}, "int8": {"spearman": 0.84}}}
     facts = {"teacher_latency": {"median_ms": 16.0}, "final": [final], "settings": {},
+             "teacher_int8": {"latency": {"median_ms": 11.0}, "fidelity": {"spearman": 0.99}, "sentences": 1000},
              "budgets": [{"label": "0.5x", "budget_ms": 8.0}, {"label": "0.25x", "budget_ms": 4.0}]}
     fig = students_figure(facts)
     points = {trace.name.split(" (")[0]: list(zip(trace.x, trace.y)) for trace in fig.data}
-    assert points["teacher, fp32"] == [(16.0, 1.0)]
+    assert points["teacher, fp32"] == [(16.0, 1.0)] and points["teacher, INT8"] == [(11.0, 0.99)]
     assert points["shipped student, model.onnx"] == [(4.1, 0.85)]
     assert points["shipped student, model.int8.onnx"] == [(2.2, 0.84)]
     assert sorted(points["its untrained baselines"]) == [(4.1, 0.4), (4.1, 0.5)]

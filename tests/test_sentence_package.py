@@ -261,7 +261,8 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
 
     from kdnas.core.errors import KdnasError
     from kdnas.nas import SearchConfig
-    from kdnas.nas.final import _shippable, run_final
+    from kdnas.nas.final import run_final
+    from kdnas.nas.final._records import shippable
     from kdnas.nas.space import SearchSpace
     from kdnas.nas.trial import SearchContext
 
@@ -288,8 +289,8 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     assert all(s["latency_readings_ms"] == [] and 0 < s["ratio_to_teacher"] < 1 for s in over)
     # (the ratio is kept to 4 places)
     assert all(s["latency_ms"] == pytest.approx(s["ratio_to_teacher"] * 10.0, abs=1e-3) for s in over)
-    assert _shippable(study, pool, config) == []  # a rerun with the same recipe does not retrain them
-    assert _shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does
+    assert shippable(study, pool, config) == []  # a rerun with the same recipe does not retrain them
+    assert shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does
 
 
 class _Judge:
@@ -352,7 +353,7 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 4, "1x4x64x256")
     assert entry["proxy_reward"] == neighbour["reward"] and "loss" in neighbour["proxy"]
     assert "FFN neighbour of trial #4's 1x4x64x256" in (Path(entry["dir"]) / "README.md").read_text()
-    assert final._shippable(study, pool, config) == [neighbour]  # a rerun replays the same choice
+    assert final._records.shippable(study, pool, config) == [neighbour]  # a rerun replays the same choice
     # When the proxy ranks the neighbour below the next trial, the trial ships.
     entry, study, _ = run("ranked-below", [(4, 256, 9.0), (7, 64, 5.0)])
     assert study.user_attrs["final_neighbours"][0]["arch"] == "1x4x64x128"
@@ -399,7 +400,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
 
     monkeypatch.setattr(inherit, "narrowed", narrowed)
     # fewer steps than the least a continued run makes: it ships as narrowed, with no steps of its own
-    monkeypatch.setattr(final, "MIN_CONTINUED_STEPS", min_steps)
+    monkeypatch.setattr(final._train, "MIN_CONTINUED_STEPS", min_steps)
     ctx = SearchContext(config=config, space=SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128, 256)),
                         sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts, data=data,
                         cache=TeacherCache(teacher, data), teacher_latency_ms=10.0, budget_ms=1.5,
@@ -509,7 +510,7 @@ def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(
     judge.pair = lambda target, reference: judge.calls.append((target, reference)) or _pair(ratio, teacher_now)
     ctx = SimpleNamespace(config=config, budget_ms=10.0, teacher_latency_ms=20.0,
                           progress=Progress(1, 0, enabled=False), judge=judge)
-    shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
+    shipped, readings, facts = final._latency.final_latency(ctx, Path("model.onnx"), "final 1/1")
     assert judge.calls == [(Path("model.onnx"), config.teacher)] and readings == []
     assert shipped.median_ms == pytest.approx(ratio * 20.0) and (shipped.median_ms <= ctx.budget_ms) == fits
     assert facts["ratio_to_teacher"] == ratio and facts["teacher_latency_now_ms"] == teacher_now
@@ -529,7 +530,7 @@ def test_a_finalist_under_an_absolute_budget_is_read_alone():
     judge.pair = lambda *a: pytest.fail("--budget-ms has no teacher")
     ctx = SimpleNamespace(config=config, budget_ms=5.0, teacher_latency_ms=10.0,
                           progress=Progress(1, 0, enabled=False), judge=judge)
-    shipped, readings, facts = final._final_latency(ctx, Path("model.onnx"), "final 1/1")
+    shipped, readings, facts = final._latency.final_latency(ctx, Path("model.onnx"), "final 1/1")
     assert (shipped.median_ms, readings, facts) == (5.5, [5.6, 5.5], {})
     assert [call[2] for call in judge.calls] == [True, False]  # the second reading is fresh
 
@@ -605,13 +606,13 @@ def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(tea
                           judge=_Judge(config, ratio=lambda graph: next(ratios)))  # plain and fused: a tie
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
-    before, readings, facts, steps, choice = final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
+    before, readings, facts, steps, choice = final._latency.shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
     assert choice.shipped == "fused"  # a tie keeps the fused graph
     assert before == pytest.approx(4.75) and readings == [] and steps == 7  # export, graph + teacher twice, variant
     assert facts["ratio_to_teacher"] == 0.49 and facts["settled_from_ms"] == [pytest.approx(4.9), pytest.approx(4.6)]
     assert "read again, within 5% of the budget: 4.90 and 4.60 ms, 4.75 ms counted" in said[-1]
     ratios = iter([0.40])  # well inside: one reading
-    assert final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")[::3] == (pytest.approx(4.0), 5)
+    assert final._latency.shipped_graph_latency(ctx, spec, pipeline, "final 1/1")[::3] == (pytest.approx(4.0), 5)
 
 
 def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher):
@@ -637,7 +638,7 @@ def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher):
     ctx = SimpleNamespace(config=config, teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
                           progress=SimpleNamespace(phase=lambda _: None), judge=_Judge(config, ratio=beside))
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
-    final._shipped_graph_latency(ctx, spec, read_sentence_pipeline(teacher_path("minilm-l6")), "final 1/1")
+    final._latency.shipped_graph_latency(ctx, spec, read_sentence_pipeline(teacher_path("minilm-l6")), "final 1/1")
     assert judged == [("model.int8.onnx", True)]
     assert final.shipped_graphs("onnxruntime-int8") == ("model.int8.onnx", "model.onnx")
     assert final.shipped_graphs("onnxruntime") == ("model.onnx", "model.int8.onnx")
@@ -672,14 +673,14 @@ def test_the_fp32_graph_shipped_is_the_faster_of_fused_and_plain(plain_over_fuse
                           progress=SimpleNamespace(phase=lambda _: None), judge=judge)
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
-    *_, steps, choice = final._shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
+    *_, steps, choice = final._latency.shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
     assert timed == [(set(), {"SkipLayerNormalization", "Attention"})]  # the plain graph beside the fused one
     assert choice.shipped == shipped and choice.plain_over_fused == plain_over_fused and steps == 5
     assert judged == [set() if shipped == "plain" else {"SkipLayerNormalization", "Attention"}]
 
     from kdnas.core.spec import build_student
     dest = tmp_path / "best"
-    facts = final._ship(ctx, build_student(spec, seed=0).eval(), dest, teacher_path("minilm-l6"), pipeline, choice, {})
+    facts = final._shipping.ship(ctx, build_student(spec, seed=0).eval(), dest, teacher_path("minilm-l6"), pipeline, choice, {})
     manifest = json.loads((dest / "export.json").read_text())
     assert manifest == facts["export"] and manifest["fp32_variant"]["shipped"] == shipped
     assert manifest["optimized"] is (shipped == "fused") and manifest["parity"]["passed"]

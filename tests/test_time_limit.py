@@ -367,7 +367,7 @@ def test_a_final_run_takes_the_rows_whose_targets_are_on_disk_up_to_one_pass(tea
     from types import SimpleNamespace
 
     from kdnas.distill import Needs, TeacherCache
-    from kdnas.nas.final import _grower, _with_stored_rows
+    from kdnas.nas.final._train import _grower, with_stored_rows
     from kdnas.nas.trial import final_transfer_set
 
     cfg = SearchConfig(teacher="minilm-l6", final_steps=4, final_train=16, final_batch_size=8, seq_len=32,
@@ -378,7 +378,7 @@ def test_a_final_run_takes_the_rows_whose_targets_are_on_disk_up_to_one_pass(tea
     TeacherCache(teacher, final_transfer_set(cfg, teacher, news_texts, 48), directory=tmp_path).ensure("train", last)
     cache = TeacherCache(teacher, final_transfer_set(cfg, teacher, news_texts), directory=tmp_path)
     assert cache.data.num_train == 16
-    started = _with_stored_rows(ctx, cache)
+    started = with_stored_rows(ctx, cache)
     assert started.data.num_train == 32  # 4 steps x 8 rows: one pass, of the 48 on disk
     grown = _grower(ctx, started, "final")(5)
     assert grown.data.num_train == 40  # one pass of 5 steps (the rule alone asks for 16 rows: no growth)
@@ -386,4 +386,4 @@ def test_a_final_run_takes_the_rows_whose_targets_are_on_disk_up_to_one_pass(tea
     assert grown.teacher_passes == 0  # read from the 48 rows' files
     assert _grower(ctx, grown, "final")(5) is None
     bare = TeacherCache(teacher, final_transfer_set(cfg, teacher, news_texts))  # no folder: nothing on disk
-    assert _with_stored_rows(ctx, bare) is bare
+    assert with_stored_rows(ctx, bare) is bare

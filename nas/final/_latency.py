@@ -1,0 +1,107 @@
+"""A finalist's latency as the budget judges it: its shipped graph, built before training with random
+weights (weights do not change latency) and again as shipped; a ratio budget timed side by side with the
+teacher, an absolute one read again when over."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kdnas.distill import StudentSpec
+
+from ..measure import LatencyJudge, beside_teacher, budget_latency, latency_record
+from ..time_limit import MARGIN, settled
+from ..variant import PLAIN, VariantChoice, choose_variant
+
+
+FP32_GRAPH, INT8_GRAPH = "model.onnx", "model.int8.onnx"
+
+
+def shipped_graphs(runtime: str) -> tuple[str, str]:
+    """(the graph of a shipped folder the budget judges, the other one): the INT8 graph on
+    `--runtime onnxruntime-int8`, what CPU users deploy; the fused fp32 one otherwise."""
+    return (INT8_GRAPH, FP32_GRAPH) if runtime == "onnxruntime-int8" else (FP32_GRAPH, INT8_GRAPH)
+
+
+def shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any], label: str
+                           ) -> tuple[float, list[float], dict[str, Any], int, VariantChoice | None]:
+    """Median latency of the graph `best/` will ship, built with random weights, as the budget judges it
+    (`final_latency`) — read twice and averaged when within the margin of the budget
+    (`nas.time_limit.settled`); with the readings if an absolute budget's first was over, the
+    teacher's re-reading if any, how many steps (each export, reading, pair) it took, and on
+    onnxruntime fp32 the fp32 graph chosen (`nas.variant`: fused or plain, the faster here)."""
+    from kdnas.export import export_model
+
+    ctx.progress.phase(f"{label}: latency of the shipped graph, before training")
+    judged, _ = shipped_graphs(ctx.config.runtime)
+    with tempfile.TemporaryDirectory(prefix="kdnas-final-") as tmp:
+        def exported(name: str, **options: Any) -> Path:
+            export_model(spec, Path(tmp) / name, tokenizer=ctx.teacher.tokenizer, pooling=pipeline["pooling"],
+                         normalize=pipeline["normalize"], **options)
+            return Path(tmp) / name / judged
+
+        graph, choice = exported(spec.arch, int8=judged == INT8_GRAPH), None
+        if ctx.config.runtime == "onnxruntime":
+            ctx.progress.phase(f"{label}: fused or plain fp32 graph, timed side by side")
+            choice = choose_variant(graph, exported("plain", optimize=False), ctx.judge.pair)
+            graph = graph if choice.shipped != PLAIN else Path(tmp) / "plain" / judged
+        result, readings, drift = final_latency(ctx, graph, label)
+        before, settling = float(result.median_ms), []
+        if not readings:
+            before, settling = settled(before, ctx.budget_ms,
+                                       lambda: float(final_latency(ctx, graph, label)[0].median_ms))
+    steps = 1 + max(1, len(readings)) + bool(drift) + (2 if choice else 0)
+    if settling:
+        ctx.progress.phase(f"{label}: read again, within {MARGIN:.0%} of the budget: {settling[0]:.2f} and "
+                           f"{settling[1]:.2f} ms, {before:.2f} ms counted")
+        drift, steps = drift | {"settled_from_ms": settling}, steps + 1 + bool(drift)
+    return before, readings, drift, steps, choice
+
+
+def final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float], dict[str, Any]]:
+    """A finalist's graph as the budget judges it. A ratio budget: timed side by side with the teacher
+    (`beside_teacher`; read alone, one graph moved from 12.39 to 9.09 ms within a minute, and a
+    finalist that fitted before its training was refused after it). An absolute budget (--budget-ms):
+    `budget_latency`, read again when over. Returns the result, the graph's readings when there were
+    two, and the side-by-side facts (empty for an absolute budget)."""
+    if ctx.config.budget_ms is None:
+        result, facts = beside_teacher(graph, ctx.judge, ctx.teacher_latency_ms)
+        ctx.progress.phase(f"{label}: {facts['ratio_to_teacher']:.3f}x the teacher side by side "
+                           f"({result.median_ms:.2f} ms against the budget's {ctx.budget_ms:.2f} ms)")
+        return result, [], facts
+    result, readings = budget_latency(graph, ctx.judge, ctx.budget_ms)
+    _say_readings(ctx, label, readings)
+    return result, readings, {}
+
+
+SIDE_BY_SIDE = ("ratio_to_teacher", "ratio_quartiles", "teacher_latency_now_ms", "read_ms", "latency_scaled_by")
+
+
+def drift_of(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: entry[key] for key in SIDE_BY_SIDE if key in entry}
+
+
+def _say_readings(ctx: Any, label: str, readings: list[float]) -> None:
+    if readings:
+        ctx.progress.phase(f"{label}: {readings[0]:.2f} ms is over the budget of {ctx.budget_ms:.2f} ms; "
+                           f"measured again: {readings[1]:.2f} ms")
+
+
+def shipped_latencies(ctx: Any, dest: Path, label: str) -> tuple[dict, list[float], dict, dict[str, dict]]:
+    """The graphs as shipped (fused fp32, INT8), not a rebuild from config.json: the one the runtime's budget
+    judges (`shipped_graphs`) as the budget judges it, the other read right after; (the judged graph's
+    latency record, its readings, the side-by-side facts, both records by file name)."""
+    judged, other = shipped_graphs(ctx.config.runtime)
+    shipped, readings, drift = final_latency(ctx, dest / judged, label)
+    latency = latency_record(shipped)
+    return latency, readings, drift, {judged: latency, other: _other_latency(ctx.judge, dest / other, drift)}
+
+
+def _other_latency(judge: LatencyJudge, graph: Path, drift: dict[str, float]) -> dict[str, Any]:
+    """The latency record of the shipped graph the budget does not judge, read right after the judged one
+    beside the teacher and so scaled by the teacher's drift in that pair (with the reading itself where it
+    was scaled)."""
+    other = judge.alone(graph)
+    factor = drift.get("latency_scaled_by", 1.0)
+    return latency_record(other.scaled(factor)) | ({"read_ms": float(other.median_ms)} if factor != 1.0 else {})

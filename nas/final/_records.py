@@ -1,0 +1,138 @@
+"""The final stage's records in the study: which trials are candidates, what a rerun finds done, and the
+one claim that lets a single worker of many run the stage. Records are plain JSON in the study's user
+attributes (`final`, `final_over_budget`, `final_neighbours`), each tagged with the recipe (and budget)
+that made it, so a rerun with the same recipe replays them and another recipe starts afresh."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from kdnas.distill import StudentSpec
+
+from ..budgets import Budget, within
+from ..neighbours import candidates
+from ..records import pareto_front, trial_rows
+from ..resume import worker_alive, worker_identity
+
+
+def finalists(study: optuna.Study, objective: str, budget: Budget | None = None) -> list[dict[str, Any]]:
+    """Every trained candidate for the final phase, best reward first (Pareto: front members only); with
+    `budget`, of the trials within it (one of several budgets: `nas.budgets`)."""
+    copies = _copies(study)
+    rows = [r for r in trial_rows(study) if r["number"] not in copies]
+    rows = rows if budget is None else within(rows, budget)
+    pool = pareto_front(rows) if objective == "pareto" else [
+        r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
+    return sorted(pool, key=lambda r: -r["reward"])
+
+
+def _copies(study: optuna.Study) -> set[int]:
+    """Trials that copied an earlier trial's result (the same shape): one candidate per shape, so a shape
+    refused as shipped is not tried again under its copy's number (a demo whose first trial, the rule's
+    3x12x384x1536, was proposed again as trial 3 measured it twice and trained it 182 steps)."""
+    return {t.number for t in study.get_trials(deepcopy=False) if "duplicate_of" in t.user_attrs}
+
+
+def final_dir(out: Path, rank: int, arch: str, label: str | None = None) -> Path:
+    """`best/` and `finalists/RANK-ARCH/`; for one of several budgets `best-LABEL/` and `finalists/LABEL/RANK-ARCH/`."""
+    if rank == 1:
+        return out / Budget(0.0, label).best
+    return out / "finalists" / (f"{rank}-{arch}" if label is None else f"{label}/{rank}-{arch}")
+
+
+def state_file(dest: Path) -> Path:
+    """Where a finalist's run keeps its saved state until the finalist is written (distill.checkpoint)."""
+    return dest.parent / f".{dest.name}.state.pt"
+
+
+def recipe_of(cfg: Any, label: str | None = None) -> dict[str, Any]:
+    """What decides a final run besides the trial: a rerun with another recipe trains again. One of several
+    budgets (`label`) keeps its own finalists, refusals and neighbours."""
+    return {**({} if label is None else {"budget": label}),"steps": cfg.final_steps, "train": cfg.final_rows, "unit": cfg.final_unit, "method": cfg.final_method,
+            "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule,
+            # only when set: a study resumed from before the option keeps its finalists
+            **({} if cfg.final_augment is None else {"augment": cfg.final_augment}),
+            **({} if cfg.final_embed_terms is None else {"embed_terms": cfg.final_embed_terms})}
+
+
+def refused_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
+    """Finalists already trained with this recipe whose shipped model missed the budget."""
+    return [s for s in study.user_attrs.get("final_over_budget") or [] if s.get("recipe") == recipe_of(cfg, label)]
+
+
+def neighbour_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
+    """FFN neighbours of finalists scored with this recipe (nas.neighbours)."""
+    return [n for n in study.user_attrs.get("final_neighbours") or [] if n.get("recipe") == recipe_of(cfg, label)]
+
+
+def shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any,
+               label: str | None = None) -> list[dict[str, Any]]:
+    return candidates(pool, refused_records(study, cfg, label), neighbour_records(study, cfg, label))[:cfg.final_top_k]
+
+
+def of_other_budgets(records: list[dict[str, Any]], label: str | None) -> list[dict[str, Any]]:
+    """The records of a study's other budgets, kept when one budget's are written (none for a single budget,
+    whose records of an earlier recipe are replaced, as they always were)."""
+    return [r for r in records if (r.get("recipe") or {}).get("budget") != label]
+
+
+def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
+    """Take the final stage for this worker; None when it is ours, else who holds it (one line).
+
+    The claim is a study named `<study>:final` created through the storage: creating a study is
+    atomic in every Optuna storage, so of N workers that finish together exactly one gets it. A
+    claim whose worker is gone (same host: its process; another host: older than `stale_after_s`)
+    is taken over, so a rerun after a crash still ships.
+    """
+    name = f"{study.study_name}:final"
+    me = {**worker_identity(), "claimed_at": time.time()}
+    for _ in range(2):
+        try:
+            claim = optuna.create_study(storage=study._storage, study_name=name)
+            claim.set_user_attr("worker", me)
+            return None
+        except optuna.exceptions.DuplicatedStudyError:
+            holder = optuna.load_study(study_name=name, storage=study._storage).user_attrs.get("worker") or {}
+            if holder and worker_alive(holder, holder.get("claimed_at"), stale_after_s):
+                return (f"the final stage is run by another worker (host {holder.get('host')}, pid {holder.get('pid')}); "
+                        "its best/ is in that worker's --out")
+            try:
+                optuna.delete_study(study_name=name, storage=study._storage)  # a dead worker's claim
+            except KeyError:
+                pass  # another worker removed it first; try to create it again
+    return "the final stage was claimed by another worker a moment ago"
+
+
+def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], ctx: Any) -> bool:
+    """Whether the final stage of `ctx`'s budget has shipped `pool`'s candidates with this recipe already."""
+    cfg, label = ctx.config, ctx.budget_label
+    done = [f for f in study.user_attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == label]
+    want = [(r["number"], recipe_of(cfg, label), str(final_dir(out, i, r["arch"], label)))
+            for i, r in enumerate(shippable(study, pool, cfg, label), 1)]
+    have = [(f["trial"], f.get("recipe"), f["dir"]) for f in done]
+    return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
+
+
+def spec_of(ctx: Any, row: dict[str, Any]) -> StudentSpec:
+    return StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
+
+
+def over_record(row: dict[str, Any], ctx: Any, moved_to: Path | None, latency_ms: float,
+                readings: list[float]) -> dict[str, Any]:
+    return {"trial": row["number"], "arch": row["arch"], "recipe": recipe_of(ctx.config, ctx.budget_label),
+            "stage": "before training" if moved_to is None else "as shipped",
+            "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms, "budget_ms": ctx.budget_ms,
+            "latency_readings_ms": readings, **origin_of(row)}
+
+
+def origin_of(row: dict[str, Any]) -> dict[str, str]:
+    return {"neighbour_of": row["neighbour_of"]} if "neighbour_of" in row else {}
+
+
+def jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,105 @@
+"""One finalist from training to its folder: distilled, measured beside its untrained baselines, exported
+(ONNX fused or plain, INT8, the sentence-transformers modules), its shipped graphs timed, its card written."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from kdnas.core.files import atomic_write_text, make_shared
+
+from ..time_limit import after_training_s, fallback_s
+from ..variant import PLAIN, VariantChoice, ship_plain
+from . import _train
+from ._latency import FP32_GRAPH, INT8_GRAPH, shipped_graphs, shipped_latencies
+from ._records import jsonable, origin_of, recipe_of, spec_of, state_file
+
+
+def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
+           pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> dict[str, Any]:
+    """Distill one finalist with the final recipe, measure it against the baselines, ship it.
+    `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
+    that reading was marginal, a proxy run's seconds, its trial's pace per update and the finalists
+    still to train, from which a `--timeout` fits the run (nas.time_limit); `start`: the refused
+    wider finalist whose training it continues (`Stage.trained_wider`), if any."""
+    from ..baselines import baseline_fidelity, fidelity_table, int8_fidelity
+    from ..card import write_model_card
+
+    cfg, data = ctx.config, cache.data
+    spec = spec_of(ctx, row)
+    ctx.progress.phase(f"{label}: untrained baselines' fidelity")
+    t0 = time.perf_counter()
+    prepared = baseline_fidelity(ctx, spec, cache)
+    baselines_s = time.perf_counter() - t0
+    after_s = after_training_s(timing["step_s"], baselines_s)  # what a --timeout leaves for after the run
+    variant = timing.get("variant")
+    after_s += timing["step_s"] if variant is not None and variant.shipped == PLAIN else 0.0  # its second export
+    if timing["marginal"]:  # and for the next candidate, should this one read over the budget as shipped
+        after_s += fallback_s(after_s, timing["step_s"], baselines_s, timing["proxy_s"],
+                              _train.MIN_CONTINUED_STEPS * timing["train_step_s"])
+    t0 = time.perf_counter()
+    until = None if ctx.limit is None else ctx.limit.final_until(after_s, timing["finalists_left"])
+    res = _train.distill_in_time(ctx, cache, spec, label, until, start, state_file(dest))
+    student = res.student.eval()
+    t1 = time.perf_counter()
+    ctx.progress.phase(f"{label}: fidelity")
+    passes = res.steps * res.config.batch_size / (res.rows or data.num_train)
+    quality = fidelity_table(ctx, spec, student, cache, prepared, passes=round(passes, 2))
+    t2 = time.perf_counter()
+    ctx.progress.phase(f"{label}: export")
+    shipped = ship(ctx, student, dest, teacher_dir, pipeline, variant,
+                   {**res.summary(), "search_trial": row["number"], "teacher": cfg.teacher, "corpus": cfg.corpus,
+                    "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
+                                     "seq_len": data.seq_len, "unit": cfg.final_unit}})
+    if quality and "fidelity" in quality:  # the INT8 graph as shipped, on the same sentences
+        quality["int8"] = int8_fidelity(ctx, prepared, dest / "model.int8.onnx")
+    t3 = time.perf_counter()
+    ctx.progress.phase(f"{label}: latency")
+    latency, readings, drift, graphs = shipped_latencies(ctx, dest, label)
+    judged = shipped_graphs(cfg.runtime)[0]
+    entry = {
+        "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
+        "recipe": recipe_of(cfg, ctx.budget_label), "steps": res.steps, "steps_planned": cfg.final_steps,
+        "steps_most": cfg.final_most, "timeout_s": cfg.timeout, "budget_ms": ctx.budget_ms, "budget": ctx.budget_label,
+        "train": cfg.final_rows, "train_rows": res.rows or data.num_train,
+        "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
+        "embed_terms": res.config.embed_terms if res.steps else None,
+        "latency_readings_ms": readings, "latency_int8_onnx": graphs[INT8_GRAPH], "latency_fp32_onnx": graphs[FP32_GRAPH],
+        "budget_graph": judged,
+        "proxy_reward": row["reward"], **origin_of(row), "quality": quality, **shipped, **drift,
+        "seconds": {"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
+                    "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),
+                    "set_aside_after_distill": round(after_s, 3)},
+    }
+    atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")
+    write_model_card(dest, entry, cfg)
+    state_file(dest).unlink(missing_ok=True)  # the finalist is written: nothing left to go on from
+    return entry
+
+
+def ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any],
+         variant: VariantChoice | None, summary: dict) -> dict:
+    """Write `dest`: ONNX (+ INT8), the HF weights, the sentence-transformers modules, distill.json;
+    returns the export report and the sentence-transformers pipeline written. `variant`: the fp32
+    graph chosen before training (the plain one replaces the fused model.onnx; INT8 stays fused)."""
+    from kdnas.export import export_model, write_sentence_transformers
+
+    # export_model writes the folder (ONNX, INT8, tokenizer, config, export.json) atomically and
+    # refuses to replace anything but an earlier export; the weights and the sentence-transformers
+    # modules then complete it, with the graph's sentence_embedding pooled/normalized like them.
+    options = {"tokenizer": ctx.teacher.tokenizer, "pooling": pipeline["pooling"], "normalize": pipeline["normalize"]}
+    manifest = export_model(student, dest, int8=True, **options).to_dict()
+    if variant is not None:
+        manifest["fp32_variant"] = variant.to_dict()
+        if variant.shipped == PLAIN:
+            manifest |= ship_plain(student, dest, lambda model, folder: export_model(model, folder, optimize=False,
+                                                                                     **options))
+            manifest["sizes"][FP32_GRAPH] = (dest / FP32_GRAPH).stat().st_size
+        atomic_write_text(dest / "export.json", json.dumps(manifest, indent=2) + "\n")
+    student.save_pretrained(dest)
+    make_shared(dest / "model.safetensors")  # the safetensors writer makes it private; best/ is for users
+    sentence = write_sentence_transformers(dest, teacher_dir, hidden_size=student.config.hidden_size)
+    atomic_write_text(dest / "distill.json", json.dumps(summary, indent=2, default=str) + "\n")
+    return {"export": jsonable(manifest), "sentence_transformers": jsonable(sentence)}

@@ -1,0 +1,215 @@
+"""The final stage's loop: each candidate of one budget in turn, its shipped graph timed before any
+training (the budget's gate), trained and shipped when it fits; a finalist over the budget is set aside
+and its narrower FFN neighbour tried next, up to MAX_OVER_BUDGET refusals."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from kdnas.core.errors import InputError
+from kdnas.distill import parse_arch
+
+from ..neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
+from ..records import trial_pace, trial_rows
+from ..time_limit import marginal
+from ..trial import final_transfer_set
+from ..variant import VariantChoice
+from ._latency import drift_of, shipped_graph_latency
+from ._records import (final_dir, jsonable, neighbour_records, of_other_budgets, over_record, recipe_of,
+                       refused_records, spec_of)
+from ._shipping import finish
+from ._train import with_stored_rows
+
+
+# A finalist over the budget is not shipped; the next one is trained instead, up to this many extra.
+MAX_OVER_BUDGET = 2
+
+
+def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any]], later: int = 0
+              ) -> list[dict[str, Any]]:
+    """Distill, ship and profile the best `final_top_k` candidates whose shipped model.onnx is within
+    `ctx`'s budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
+    A finalist over the budget is moved to `over-budget/` and the next candidate is tried. `later`:
+    the finalists of the search's other budgets still to train after these (a --timeout shares the time)."""
+    from kdnas.distill import TeacherCache, targets_dir
+    from kdnas.core.assets import teacher_path
+    from kdnas.export import read_sentence_pipeline
+    from kdnas.export import check_pooling
+
+    cfg = ctx.config
+    # Read before the long final distillation, so a teacher pipeline the export cannot match fails now.
+    teacher_dir = teacher_path(cfg.teacher)
+    pipeline = read_sentence_pipeline(teacher_dir)
+    check_pooling(pipeline["pooling"])
+    if cfg.proxy == "fidelity" and ctx.cache is not None and cfg.final_rows == cfg.final_train:
+        cache = ctx.cache  # the fidelity proxy trained on this transfer set: its teacher targets are computed
+    else:
+        ctx.progress.phase(f"final: transfer set of {cfg.final_rows} {cfg.final_unit}s, teacher targets")
+        data = final_transfer_set(cfg, ctx.teacher, ctx.texts)
+        cache = TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.cache_dir),
+                             on_rows=ctx.progress.counter("final: teacher targets", "rows"),
+                             last_layer=getattr(ctx.cache, "last_layer", None))
+    cache = with_stored_rows(ctx, cache)
+    _teacher_int8_once(study, ctx, pipeline)
+    stage = Stage(study, ctx, pool)
+    # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first
+    # trial's also holds the teacher targets of the transfer set)
+    proxy_s = statistics.median([r["seconds_distill"] - (r.get("seconds_teacher") or 0.0)
+                                 for r in pool if r.get("seconds_distill")] or [0.0])
+    results: list[dict[str, Any]] = []
+    while stage.queue and len(results) < cfg.final_top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
+        row = stage.queue.pop(0)
+        rank = len(results) + 1
+        label = f"final {rank}/{cfg.final_top_k} {row['arch']}" + (
+            "" if ctx.budget_label is None else f" ({ctx.budget_label})")
+        if not ready(stage, row, pipeline, label):
+            continue
+        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results) + later,
+                  "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
+                  "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"])}
+        entry = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
+                        pipeline, timing, stage.trained_wider(row))
+        if entry["within_budget"]:
+            results.append(entry | {"rank": rank})
+            continue
+        stage.refuse(over_record(row, ctx, set_aside(out, entry, ctx.budget_label), entry["latency_ms"],
+                                  entry["latency_readings_ms"]) | drift_of(entry)
+                     | {"steps": entry["steps"], "distill_s": entry["seconds"]["distill"]})
+        stage.propose(row, NARROWER)
+    study.set_user_attr("final", of_other_budgets(study.user_attrs.get("final") or [], ctx.budget_label)
+                        + jsonable(results))
+    if not results:
+        tried = ", ".join(f"{s['arch']} {s['latency_ms']:.2f} ms" for s in stage.over)
+        raise InputError(f"no finalist fits {ctx.budget_named} as shipped ({tried}); "
+                         f"raise --budget-ms or search again")
+    return results
+
+
+def _teacher_int8_once(study: optuna.Study, ctx: Any, pipeline: dict[str, Any]) -> None:
+    """The teacher as INT8 beside the students on the pages and in the summary, measured once per study."""
+    from ..baselines import teacher_int8
+
+    if "teacher_int8" not in study.user_attrs:
+        ctx.progress.phase("final: the teacher as INT8 (what a user has for free), latency and fidelity")
+        study.set_user_attr("teacher_int8", teacher_int8(ctx, pipeline))
+
+
+class Stage:
+    """The final stage's bookkeeping: the candidates left, the shapes refused over the budget and the
+    neighbours scored (both kept in the study, so a rerun replays them), this run's readings."""
+
+    def __init__(self, study: optuna.Study, ctx: Any, pool: list[dict[str, Any]]) -> None:
+        self.study, self.ctx = study, ctx
+        self.over = refused_records(study, ctx.config, ctx.budget_label)
+        self.neighbours = neighbour_records(study, ctx.config, ctx.budget_label)
+        self.queue = candidates(pool, self.over, self.neighbours)
+        self.tried = {r["arch"] for r in trial_rows(study) + pool}
+        # Each shape's shipped-graph reading in this run; a shape over the budget never returns to
+        # the queue, so a shape read here fits.
+        self.now: dict[str, float] = {}
+        # and the seconds per step of it (the export, each reading of the graph or the teacher) for
+        # a --timeout's estimate of what follows the final run (nas.time_limit)
+        self.step_s: dict[str, float] = {}
+        # and whether that reading was too close to the budget to count on (nas.time_limit.marginal)
+        self.marginal: dict[str, bool] = {}
+        # and which fp32 graph it ships (nas.variant), where the choice was made
+        self.variant: dict[str, VariantChoice | None] = {}
+        self.proposed = 0
+
+    def refused_trials(self) -> int:
+        """Finalists refused, not counting neighbours (a neighbour's refusal costs seconds)."""
+        return sum("neighbour_of" not in s for s in self.over)
+
+    def refuse(self, record: dict[str, Any]) -> None:
+        self.over.append(record)
+        self.save()
+
+    def scored(self, row: dict[str, Any]) -> None:
+        self.neighbours.append(row)
+        self.save()
+
+    def propose(self, row: dict[str, Any], direction: int) -> bool:
+        """Queue `row`'s FFN neighbour in `direction` to be tried next; False when there is none."""
+        taken = self.tried | {r["arch"] for r in self.over + self.neighbours + self.queue}
+        neighbour = ffn_neighbour(self.ctx.space, row, direction, taken) if self.proposed < MAX_NEIGHBOURS else None
+        if neighbour is None:
+            return False
+        self.proposed += 1
+        rank_in(self.queue, neighbour)
+        return True
+
+    def trained_wider(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """The finalist refused as shipped whose training `row` continues: the same layers, heads and
+        width at the nearest wider FFN, its folder still in over-budget/ (None when there is none).
+        Its trained weights, narrowed, are a far better start than the teacher's: 3x12x384x1536 after
+        680 steps, cut to 1280 FFN neurons, reaches ρ 0.873 after 100 more steps, the teacher-inherited
+        3x12x384x1280 0.803 (docs/design/final-recipe.md, "A refused finalist's training, handed on")."""
+        mine = spec_of(self.ctx, row)
+        trained = [(parse_arch(s["arch"], **self.ctx.sizes), s) for s in self.over
+                   if s["stage"] == "as shipped" and s.get("steps") and s.get("dir") and Path(s["dir"]).is_dir()]
+        wider = [(spec.ffn, s) for spec, s in trained if replace(spec, ffn=mine.ffn) == mine and spec.ffn > mine.ffn]
+        return min(wider, key=lambda pair: pair[0])[1] if wider else None
+
+    def save(self) -> None:
+        label, attrs = self.ctx.budget_label, self.study.user_attrs
+        for key, records in (("final_over_budget", self.over), ("final_neighbours", self.neighbours)):
+            self.study.set_user_attr(key, of_other_budgets(attrs.get(key) or [], label) + jsonable(records))
+
+
+def ready(stage: Stage, row: dict[str, Any], pipeline: dict[str, Any], label: str) -> bool:
+    """Whether `row` is to be trained now. Its shipped graph (pooling and normalization included) is
+    timed first: weights do not change latency, so a finalist that cannot fit costs seconds, not
+    minutes, and its narrower FFN neighbour is tried next. A neighbour that fits is scored by the
+    proxy and waits its turn when it ranks below the next candidate; a finalist about to be trained
+    first lets its wider FFN neighbour go ahead of it."""
+    ctx = stage.ctx
+    if row["arch"] not in stage.now:
+        t0 = time.perf_counter()
+        before, readings, drift, steps, stage.variant[row["arch"]] = shipped_graph_latency(
+            ctx, spec_of(ctx, row), pipeline, label)
+        stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / steps
+        stage.marginal[row["arch"]] = marginal(before, ctx.budget_ms, bool(readings))
+        if before > ctx.budget_ms:
+            stage.refuse(over_record(row, ctx, None, before, readings) | drift)
+            stage.propose(row, NARROWER)
+            return False
+        if row["reward"] is None:
+            row.update(_score_neighbour(ctx, row, before, stage.now.get(row["neighbour_of"]), label))
+            stage.scored(row)
+            following = stage.queue[0]["reward"] if stage.queue else None
+            if following is not None and following > row["reward"]:
+                rank_in(stage.queue, row)
+                return False
+    if stage.propose(row, WIDER):
+        rank_in(stage.queue, row)  # behind its wider neighbour, which is measured and scored first
+        return False
+    return True
+
+
+def _score_neighbour(ctx: Any, row: dict[str, Any], read_ms: float, parent_now_ms: float | None,
+                     label: str) -> dict[str, Any]:
+    """A neighbour's score as a trial's: the search's proxy, and its shipped graph's reading put on
+    the scale its parent was scored with (`nas.neighbours.on_trial_scale`)."""
+    ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row['neighbour_of']})")
+    spec = spec_of(ctx, row)
+    latency_ms, factor = on_trial_scale(read_ms, row.get("parent_latency_ms"), parent_now_ms)
+    scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms})
+    return {"reward": scored.reward, "proxy": jsonable(scored.record()), "recipe": recipe_of(ctx.config, ctx.budget_label),
+            "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
+
+
+def set_aside(out: Path, entry: dict[str, Any], label: str | None = None) -> Path:
+    """Move an over-budget finalist out of `best/` (kept for inspection); returns where it went."""
+    dest = out / "over-budget" / ("" if label is None else label) / f"{entry['trial']}-{entry['arch']}"
+    if dest.exists():
+        shutil.rmtree(dest)  # an earlier run's copy of the same finalist
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(entry["dir"], dest)
+    return dest

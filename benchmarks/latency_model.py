@@ -8,7 +8,15 @@ mean absolute percentage error and Kendall's τ of predicted against measured on
 shapes inside the model's own interval. The same is reported for fits on the first 6 and 12 readings (what a
 search has after as many trials). The top-level `mape` / `kendall_tau` are the worst over the teachers.
 
+The held-out readings are the last ones measured, so a change of the host's speed between the first and the
+last readings (or readings taken from the latency cache, measured in an earlier session, beside fresh ones)
+reads as model error. Beside the ordered split, `random_splits` refits on `--splits` random halves of the same
+readings, and `held_out_bias` is the mean signed error of the ordered split's held-out shapes (0 for a model
+that is off only by chance). `--readings-from FILE` refits the readings stored in an earlier result, measuring
+nothing (its `measured_on` keeps where they were read).
+
     python benchmarks/latency_model.py [--teachers minilm-l6,mpnet-base --shapes 36 --train 24]
+    python benchmarks/latency_model.py --readings-from benchmarks/results/latency_model.json
 Writes benchmarks/results/latency_model.json.
 """
 
@@ -50,33 +58,72 @@ def evaluate(readings, train: int) -> dict:
             "loo_rel_error": round(model.rel_error, 4), "coef": [round(c, 5) for c in model.coef]}
 
 
+def random_splits(readings, train: int, splits: int, seed: int) -> dict:
+    """The held-out error over `splits` random choices of the `train` readings that fit the model."""
+    from kdnas.latency import fit_latency_model, kendall_tau, mape
+
+    rng, mapes, taus = random.Random(seed), [], []
+    for _ in range(splits):
+        order = rng.sample(range(len(readings)), len(readings))
+        fit, held = [readings[i] for i in order[:train]], [readings[i] for i in order[train:]]
+        model = fit_latency_model(fit)
+        predicted, measured = [model.predict(r.shape).ms for r in held], [r.ms for r in held]
+        mapes.append(mape(predicted, measured))
+        taus.append(kendall_tau(predicted, measured))
+    return {"splits": splits, "train": train, "mape_mean": round(sum(mapes) / splits, 4),
+            "mape_range": [round(min(mapes), 4), round(max(mapes), 4)], "kendall_tau_mean": round(sum(taus) / splits, 4)}
+
+
+def held_out_bias(readings, train: int) -> float:
+    from kdnas.latency import fit_latency_model
+
+    model = fit_latency_model(readings[:train])
+    return round(sum((model.predict(r.shape).ms - r.ms) / r.ms for r in readings[train:]) / (len(readings) - train), 4)
+
+
+def measure(name: str, shapes: int, seed: int) -> list[dict]:
+    from kdnas.latency import profile
+
+    rows = []
+    for spec in shapes_of(name, shapes, seed):
+        res = profile(spec, batch=1, seq=128, threads=2)
+        rows.append({"arch": spec.arch, "ms": round(res.median_ms, 3), "cached": bool(res.cached)})
+        print(f"{name} {spec.arch:16s} {res.median_ms:8.2f} ms", flush=True)
+    return rows
+
+
 def main() -> None:
-    from kdnas.latency import Reading, Shape, profile
+    from kdnas.latency import Reading, Shape
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teachers", default="minilm-l6,mpnet-base")
     parser.add_argument("--shapes", type=int, default=36)
     parser.add_argument("--train", type=int, default=24)
+    parser.add_argument("--splits", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--readings-from", type=Path, default=None, metavar="FILE",
+                        help="refit the readings of an earlier result instead of measuring")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "latency_model.json")
     args = parser.parse_args()
     t0 = time.time()
+    earlier = json.loads(args.readings_from.read_text()) if args.readings_from else None
     teachers = {}
-    for name in args.teachers.split(","):
-        readings, rows = [], []
-        for spec in shapes_of(name, args.shapes, args.seed):
-            res = profile(spec, batch=1, seq=128, threads=2)
-            readings.append(Reading(Shape.of(spec), float(res.median_ms)))
-            rows.append({"arch": spec.arch, "ms": round(res.median_ms, 3), "cached": bool(res.cached)})
-            print(f"{name} {spec.arch:16s} {res.median_ms:8.2f} ms", flush=True)
+    for name in (earlier["teachers"] if earlier else args.teachers.split(",")):
+        rows = earlier["teachers"][name]["readings"] if earlier else measure(name, args.shapes, args.seed)
+        readings = [Reading(Shape(*map(int, r["arch"].split("x"))), float(r["ms"])) for r in rows]
         fits = [evaluate(readings, n) for n in sorted({6, 12, args.train})]
-        teachers[name] = {"family": name, "readings": rows, "fits": fits}
-        print(name, json.dumps(fits[-1]), flush=True)
+        teachers[name] = {"family": name, "readings": rows, "fits": fits,
+                          "cached": {"fitted_on": sum(r["cached"] for r in rows[:args.train]),
+                                     "held_out": sum(r["cached"] for r in rows[args.train:])},
+                          "held_out_bias": held_out_bias(readings, args.train),
+                          "random_splits": random_splits(readings, args.train, args.splits, args.seed)}
+        print(name, json.dumps(fits[-1]), json.dumps(teachers[name]["random_splits"]), flush=True)
     headline = [t["fits"][-1] for t in teachers.values()]
     result = {"what": __doc__.strip().splitlines()[0], "runtime": "onnxruntime (fused fp32 graph)", "batch": 1,
               "seq": 128, "threads": 2, "mape": max(h["mape"] for h in headline),
               "kendall_tau": min(h["kendall_tau"] for h in headline), "teachers": teachers,
-              "seconds": round(time.time() - t0, 1), "environment": environment()}
+              "seconds": round(time.time() - t0, 1), "environment": environment(),
+              **({"measured_on": earlier.get("measured_on", earlier["environment"])} if earlier else {})}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -138,3 +138,22 @@ def test_a_bad_budget_list_is_one_line_exit_2_and_nothing_written(tmp_path, flag
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and says in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_finalist_record_is_the_json_search_json_the_card_and_the_summary_read():
+    from kdnas.nas import Scored
+    from kdnas.nas.final._records import Finalist
+
+    scored = Scored(arch="2x12x768x1536", params=10, latency={"median_ms": 7.5}, loss=0.2, loss_se=0.01, fidelity=0.8,
+                    l_hs_norm=0.3, l_hs_raw=0.1, l_hs_se=0.01, reward=0.7, within_budget=True)
+    finalist = Finalist(trial=3, scored=scored, dir="runs/x/best-0.25x", recipe={"budget": "0.25x"}, budget_ms=8.0,
+                        budget="0.25x", run={"steps": 100, "steps_planned": 1200}, latency={"budget_graph": "model.onnx",
+                        "ratio_to_teacher": 0.12}, quality=None, shipped={"export": {}}, proxy_reward=0.6,
+                        origin={"neighbour_of": "2x12x768x1024"}, seconds={"distill": 1.0})
+    record = finalist.record()
+    assert finalist.within_budget and finalist.latency_ms == 7.5 == record["latency_ms"]
+    assert (record["trial"], record["arch"], record["steps"], record["budget"], record["ratio_to_teacher"],
+            record["neighbour_of"], record["reward"]) == (3, "2x12x768x1536", 100, "0.25x", 0.12, "2x12x768x1024", 0.7)
+    import json
+
+    assert json.loads(json.dumps(record)) == record  # plain JSON, as the study stores it

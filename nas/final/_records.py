@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,41 @@ from ..budgets import Budget, within
 from ..neighbours import candidates
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
+from ..scored import Scored
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """One finalist as trained, exported and timed: what its search.json, the study's `final` list, the model
+    card and the summary hold (`record()`, the only place it becomes JSON). `scored`: its shape, the judged
+    graph's latency, the final run's loss and fidelity, reward and budget verdict, as a trial's."""
+
+    trial: int
+    scored: Scored
+    dir: str
+    recipe: dict[str, Any]
+    run: dict[str, Any]  # steps (planned, most), time limit, rows, start, precision, augment, embed terms
+    budget_ms: float
+    budget: str | None  # the budget's label when the search has several (nas.budgets)
+    latency: dict[str, Any]  # every graph's reading: the judged one's readings, fp32, INT8, side-by-side facts
+    quality: dict[str, Any] | None  # fidelity beside the untrained baselines, INT8 (nas.baselines)
+    shipped: dict[str, Any]  # the export report and the sentence-transformers pipeline written
+    proxy_reward: float | None
+    origin: dict[str, Any]  # `neighbour_of` for an FFN neighbour (nas.neighbours)
+    seconds: dict[str, float]
+
+    @property
+    def within_budget(self) -> bool:
+        return self.scored.within_budget
+
+    @property
+    def latency_ms(self) -> float:
+        return self.scored.latency_ms
+
+    def record(self) -> dict[str, Any]:
+        return {"trial": self.trial, **self.scored.record(), "dir": self.dir, "recipe": self.recipe, **self.run,
+                "budget_ms": self.budget_ms, "budget": self.budget, **self.latency, "proxy_reward": self.proxy_reward,
+                **self.origin, "quality": self.quality, **self.shipped, "seconds": self.seconds}
 
 
 def finalists(study: optuna.Study, objective: str, budget: Budget | None = None) -> list[dict[str, Any]]:

@@ -14,11 +14,11 @@ from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
 from ._latency import FP32_GRAPH, INT8_GRAPH, shipped_graphs, shipped_latencies
-from ._records import jsonable, origin_of, recipe_of, spec_of, state_file
+from ._records import Finalist, jsonable, origin_of, recipe_of, spec_of, state_file
 
 
 def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
-           pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> dict[str, Any]:
+           pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> Finalist:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
     `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
     that reading was marginal, a proxy run's seconds, its trial's pace per update and the finalists
@@ -58,25 +58,24 @@ def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, te
     t3 = time.perf_counter()
     ctx.progress.phase(f"{label}: latency")
     latency, readings, drift, graphs = shipped_latencies(ctx, dest, label)
-    judged = shipped_graphs(cfg.runtime)[0]
-    entry = {
-        "trial": row["number"], **ctx.score(spec, ctx.measured(res), latency).record(), "dir": str(dest),
-        "recipe": recipe_of(cfg, ctx.budget_label), "steps": res.steps, "steps_planned": cfg.final_steps,
-        "steps_most": cfg.final_most, "timeout_s": cfg.timeout, "budget_ms": ctx.budget_ms, "budget": ctx.budget_label,
-        "train": cfg.final_rows, "train_rows": res.rows or data.num_train,
-        "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
-        "embed_terms": res.config.embed_terms if res.steps else None,
-        "latency_readings_ms": readings, "latency_int8_onnx": graphs[INT8_GRAPH], "latency_fp32_onnx": graphs[FP32_GRAPH],
-        "budget_graph": judged,
-        "proxy_reward": row["reward"], **origin_of(row), "quality": quality, **shipped, **drift,
-        "seconds": {"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
-                    "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),
-                    "set_aside_after_distill": round(after_s, 3)},
-    }
+    finalist = Finalist(
+        trial=row["number"], scored=ctx.score(spec, ctx.measured(res), latency), dir=str(dest),
+        recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget_ms, budget=ctx.budget_label,
+        run={"steps": res.steps, "steps_planned": cfg.final_steps, "steps_most": cfg.final_most,
+             "timeout_s": cfg.timeout, "train": cfg.final_rows, "train_rows": res.rows or data.num_train,
+             "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
+             "embed_terms": res.config.embed_terms if res.steps else None},
+        latency={"latency_readings_ms": readings, "latency_int8_onnx": graphs[INT8_GRAPH],
+                 "latency_fp32_onnx": graphs[FP32_GRAPH], "budget_graph": shipped_graphs(cfg.runtime)[0], **drift},
+        quality=quality, shipped=shipped, proxy_reward=row["reward"], origin=origin_of(row),
+        seconds={"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
+                 "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),
+                 "set_aside_after_distill": round(after_s, 3)})
+    entry = finalist.record()
     atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")
     write_model_card(dest, entry, cfg)
     state_file(dest).unlink(missing_ok=True)  # the finalist is written: nothing left to go on from
-    return entry
+    return finalist
 
 
 def ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any],

@@ -74,14 +74,15 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results) + later,
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
                   "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"])}
-        entry = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
-                        pipeline, timing, stage.trained_wider(row))
-        if entry["within_budget"]:
-            results.append(entry | {"rank": rank})
+        finalist = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
+                          pipeline, timing, stage.trained_wider(row))
+        if finalist.within_budget:
+            results.append(finalist.record() | {"rank": rank})
             continue
-        stage.refuse(over_record(row, ctx, set_aside(out, entry, ctx.budget_label), entry["latency_ms"],
-                                  entry["latency_readings_ms"]) | drift_of(entry)
-                     | {"steps": entry["steps"], "distill_s": entry["seconds"]["distill"]})
+        entry = finalist.record()
+        stage.refuse(over_record(row, ctx, set_aside(out, entry, ctx.budget_label), finalist.latency_ms,
+                                 entry["latency_readings_ms"]) | drift_of(entry)
+                     | {"steps": entry["steps"], "distill_s": finalist.seconds["distill"]})
         stage.propose(row, NARROWER)
     study.set_user_attr("final", of_other_budgets(study.user_attrs.get("final") or [], ctx.budget_label)
                         + jsonable(results))

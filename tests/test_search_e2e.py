@@ -472,9 +472,14 @@ def test_several_budgets_ship_a_student_each_within_its_budget_and_a_rerun_resum
     assert budgets[1]["final"][0]["arch"].startswith("1x") and not (out / "best").exists()
     # every trained trial within the small budget is a candidate for both budgets
     assert set(budgets[1]["trials_within"]) <= set(budgets[0]["trials_within"])
-    # the one-line rule's shape of each budget is among the study's trials
-    rules = [t.params for t in load(out).trials if t.user_attrs.get("origin") == "rule"]
-    assert rules and rules[0]["layers"] == 6
+    # the one-line rule's shape of each budget is among the study's trials, once where the two agree (the large
+    # budget's depth depends on how the teacher reads beside these shapes on a busy host); the small budget's
+    # is one layer
+    trials = load(out).trials
+    rules = [t.params for t in trials if t.user_attrs.get("origin") == "rule"]
+    assert len(rules) in (1, 2) and rules[-1]["layers"] == 1
+    assert len(rules) == 1 or rules[0] != rules[1]
+    assert all(t.number < len(rules) for t in trials if t.user_attrs.get("origin") == "rule")  # the first trials
     # the Pareto page shows both shipped students with their INT8 graphs and baselines
     page = (out / "pareto.html").read_text()
     assert "shipped student, model.onnx (2)" in page and "shipped student, model.int8.onnx (2)" in page

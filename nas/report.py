@@ -49,7 +49,7 @@ def write_outputs(study: optuna.Study, out: str | Path) -> dict[str, Any]:
 
 
 def _pareto_page(facts: dict[str, Any], pareto: Any, students: Any) -> str:
-    """pareto.html: the trials by proxy score, then the students the final stage shipped (the models to pick)."""
+    """pareto.html: the students the final stage shipped (the models to pick), then the trials by proxy score."""
     divs = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False})
             for i, fig in enumerate((students, pareto))]  # plotly.js comes with the first figure on the page
     return f"""<!DOCTYPE html>

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from kdnas.distill import ModelDims, StudentSpec, TeacherCache
@@ -61,6 +62,7 @@ def test_int8_fidelity_scores_the_shipped_graph_on_the_same_sentences(teacher, n
     assert int8_fidelity(ctx, None, tmp_path / "graphs" / "model.int8.onnx") is None  # fidelity not asked for
 
 
+@pytest.mark.slow  # an INT8 export of the teacher, 18 s; the default run's e2e search measures it too (test_search_e2e)
 def test_the_teacher_as_int8_is_measured_beside_the_students_on_the_same_sentences(teacher, news_texts):
     from kdnas.core.assets import teacher_path
     from kdnas.export import read_sentence_pipeline

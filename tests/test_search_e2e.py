@@ -138,8 +138,12 @@ def test_search_writes_every_output(search_run, shared_modes):
     trained = final["quality"]["trained_on"]
     assert trained["sentences"] == 48 and trained["passes"] == round(final["steps"] * 8 / 48, 2)
     assert "of its own training rows rho" in search_run["stdout"] and "own training rows" in (best / "README.md").read_text()
-    # and the INT8 graph as shipped, on the same held-out sentences
+    # and the INT8 graph as shipped, on the same held-out sentences, beside the teacher's own INT8 graph
     assert final["quality"]["int8"]["sentences"] == 48 and -1 <= final["quality"]["int8"]["spearman"] <= 1
+    teacher_int8 = summary["teacher_int8"]
+    assert teacher_int8["sentences"] == 48 and 0.9 < teacher_int8["fidelity"]["spearman"] < 1.0
+    assert teacher_int8["latency"]["median_ms"] < summary["teacher_latency"]["median_ms"]
+    assert "the teacher as INT8 (no training):" in search_run["stdout"]
     assert "model.int8.onnx: embedding fidelity rho" in search_run["stdout"]
     assert "on the same held-out sentences (fp32: " in (best / "README.md").read_text()
     # what the training ran in, as distill.json has it, and said on the card

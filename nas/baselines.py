@@ -40,17 +40,11 @@ def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any]
     embeddings of them and both untrained baselines' rows (None when not asked for). The final
     stage computes it before training: nothing in it depends on the training, and its time tells
     what a `--timeout` must leave for after the run."""
-    from kdnas.distill.data import heldout_sentences
-    from kdnas.evaluation import sentence_embeddings
-
     cfg = ctx.config
-    if cfg.quality_sentences <= 0:
-        return None
-    try:
-        sentences = heldout_sentences(ctx.texts, cfg.quality_sentences, seed=cfg.seed)
-    except KdnasError as err:
-        return {"skipped": str(err)}
-    reference = sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency_seq)
+    held = _held_out(ctx)
+    if held is None or "skipped" in held:
+        return held
+    sentences, reference = held["sentences"], held["reference"]
     baselines, _ = untrained_baselines(ctx.teacher, spec, cache.importance(), cfg.layer_rule, cfg.latency_seq)
     rows = {f"{name} (untrained)": _fidelity(ctx, model, sentences, reference) for name, model in baselines.items()}
     return {"sentences": sentences, "reference": reference, "rows": rows, "trained_on": _training_rows(ctx, cache)}
@@ -62,20 +56,16 @@ def teacher_int8(ctx: Any, pipeline: dict[str, Any]) -> dict[str, Any] | None:
     sentences the students are scored on (None when fidelity is not asked for)."""
     import tempfile
 
-    from kdnas.distill.data import heldout_sentences
-    from kdnas.evaluation import embedding_fidelity, sentence_embeddings
+    from kdnas.evaluation import embedding_fidelity
     from kdnas.export import export_model, onnx_sentence_embeddings
 
     from .measure import latency_record
 
     cfg = ctx.config
-    if cfg.quality_sentences <= 0:
-        return None
-    try:
-        sentences = heldout_sentences(ctx.texts, cfg.quality_sentences, seed=cfg.seed)
-    except KdnasError:
+    held = _held_out(ctx)
+    if held is None or "skipped" in held:
         return None  # the students' table says why (baseline_fidelity)
-    reference = sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency_seq)
+    sentences, reference = held["sentences"], held["reference"]
     with tempfile.TemporaryDirectory(prefix="kdnas-teacher-int8-") as tmp:
         folder = Path(tmp) / "teacher"
         export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
@@ -85,6 +75,22 @@ def teacher_int8(ctx: Any, pipeline: dict[str, Any]) -> dict[str, Any] | None:
         emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, sentences, max_len=cfg.latency_seq)
     fidelity = embedding_fidelity(reference, torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
     return {"latency": latency, "fidelity": fidelity, "sentences": len(sentences)}
+
+
+def _held_out(ctx: Any) -> dict[str, Any] | None:
+    """The `quality_sentences` held-out corpus sentences every shipped model is scored on, with the teacher's
+    embeddings of them; None when fidelity is not asked for, {"skipped": why} when the corpus holds too few."""
+    from kdnas.distill.data import heldout_sentences
+    from kdnas.evaluation import sentence_embeddings
+
+    cfg = ctx.config
+    if cfg.quality_sentences <= 0:
+        return None
+    try:
+        sentences = heldout_sentences(ctx.texts, cfg.quality_sentences, seed=cfg.seed)
+    except KdnasError as err:
+        return {"skipped": str(err)}
+    return {"sentences": sentences, "reference": sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency_seq)}
 
 
 def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:

@@ -49,22 +49,14 @@ examples:
 
 def budget_list(text: str) -> float | tuple[float, ...]:
     """`--budget-ms` / `--budget-ratio`: one number, or several separated by commas (each checked by SearchConfig)."""
-    parts = [part.strip() for part in text.split(",")]
-    try:
-        values = tuple(float(part) for part in parts)
-    except ValueError:
-        bad = next(part for part in parts if not _is_number(part))
-        raise argparse.ArgumentTypeError(f"{text!r}: {bad!r} is not a number; give one budget or several "
-                                         "separated by commas, e.g. 0.5,0.25") from None
-    return values[0] if len(values) == 1 else values
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    values = []
+    for part in (part.strip() for part in text.split(",")):
+        try:
+            values.append(float(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: {part!r} is not a number; give one budget or several "
+                                             "separated by commas, e.g. 0.5,0.25") from None
+    return values[0] if len(values) == 1 else tuple(values)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

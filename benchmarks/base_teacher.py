@@ -11,14 +11,15 @@ with the teacher (and its INT8 graph right after), all-MiniLM-L6-v2 timed side b
 before the searches; the summary adds the shipped INT8 graph's fidelity beside the fp32 one. A rerun of the
 same command resumes each finished search at once (its study is done) and measures again. Budgets: a ratio of the teacher's latency (`0.5`, `0.25`), or `minilm` — the
 latency of all-MiniLM-L6-v2 relative to the teacher, measured side by side before the searches (both fused
-fp32 graphs, batch 1, 128 tokens, 2 threads), given to the search as that ratio.
+fp32 graphs, batch 1, 128 tokens, 2 threads), given to the search as that ratio. Budgets joined by `+`
+(`0.5+0.25`) are one search of several budgets (`--budget-ratio 0.5,0.25`), a student shipped for each.
 
 The teacher's targets are a one-time cost per corpus, kept apart from the searches' time: before them,
 `--targets ROWS` has MPNet label the first ROWS sentences of the searches' own transfer set (their seed,
 held-out rows and row length) in `$KDNAS_CACHE/targets`, timed; each search's final run then takes the
 sentences whose targets are on disk, up to one pass of its steps (`nas.final`), and no search waits on MPNet.
 
-    python benchmarks/base_teacher.py --budgets minilm,0.5,0.25 --timeout 3600 --targets 76800
+    python benchmarks/base_teacher.py --budgets minilm,0.5+0.25 --timeout 3600 --targets 76800
 Writes benchmarks/results/base_teacher.json (the searches under --work).
 """
 
@@ -66,9 +67,11 @@ def precompute_targets(rows: int) -> dict:
             "seconds_per_sentence": round(cache.pass_seconds / labelled, 4) if cache.teacher_passes == 2 else None}
 
 
-def run_search(name: str, ratio: float, timeout: int, work: Path, extra: list[str]) -> dict:
+def run_search(name: str, ratios: list[float], timeout: int, work: Path, extra: list[str]) -> dict:
+    """One `kdnas search` of one budget, or of several (`0.5+0.25`: one study, a student shipped per budget)."""
     out = work / f"search-{name}"
-    command = ["kdnas", "search", "--teacher", TEACHER, "--corpus", "news", "--budget-ratio", f"{ratio:.4f}",
+    command = ["kdnas", "search", "--teacher", TEACHER, "--corpus", "news",
+               "--budget-ratio", ",".join(f"{r:.4f}" for r in ratios),
                "--timeout", str(timeout), "--out", str(out), "--no-progress", *extra]
     print(" ".join(command), flush=True)
     t0 = time.time()
@@ -76,8 +79,15 @@ def run_search(name: str, ratio: float, timeout: int, work: Path, extra: list[st
     seconds = round(time.time() - t0, 1)
     summary_file = out / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-    return {"budget": name, "ratio": ratio, "command": " ".join(command), "exit": done.returncode,
-            "seconds": seconds, "summary": summary, "best": str(out / "best")}
+    folders = [row["folder"] for row in summary.get("budgets") or []] or ["best"]
+    return {"budget": name, "ratio": ratios[0] if len(ratios) == 1 else ratios, "command": " ".join(command),
+            "exit": done.returncode, "seconds": seconds, "summary": summary,
+            "best": [str(out / f) for f in folders] if len(ratios) > 1 else str(out / "best")}
+
+
+def _shipped(runs: list[dict]) -> list[str]:
+    folders = [f for r in runs for f in (r["best"] if isinstance(r["best"], list) else [r["best"]])]
+    return [f for f in folders if Path(f, "distill.json").is_file()]
 
 
 def main() -> int:
@@ -97,18 +107,18 @@ def main() -> int:
         result["targets"] = precompute_targets(args.targets)
         _write(args.out, result)
     # A rerun keeps the ratio its searches were started with
-    if "minilm" in args.budgets.split(",") or "minilm_beside_teacher" in previous:
+    if "minilm" in args.budgets.replace("+", ",").split(",") or "minilm_beside_teacher" in previous:
         result["minilm_beside_teacher"] = previous.get("minilm_beside_teacher") or minilm_ratio()
     # A run of some budgets keeps the searches of the others from an earlier run (one session need not hold all)
     runs = [r for r in previous.get("searches", []) if r["budget"] not in args.budgets.split(",")]
     if "targets" in previous and "targets" not in result:
         result["targets"] = previous["targets"]
     for name in args.budgets.split(","):
-        ratio = result["minilm_beside_teacher"]["ratio"] if name == "minilm" else float(name)
-        runs.append(run_search(name, ratio, args.timeout, args.work, args.search_args.split()))
+        ratios = [result["minilm_beside_teacher"]["ratio"] if part == "minilm" else float(part) for part in name.split("+")]
+        runs.append(run_search(name, ratios, args.timeout, args.work, args.search_args.split()))
         result["searches"] = runs
         _write(args.out, result)
-    shipped = [r["best"] for r in runs if Path(r["best"], "distill.json").is_file()]
+    shipped = _shipped(runs)
     if shipped:
         quality = args.work / "student_quality.json"
         subprocess.run([sys.executable, str(Path(__file__).parent / "student_quality.py"), *shipped, "--teacher", TEACHER,

@@ -5,6 +5,7 @@ Public API:
     write_report(out) -> summary         rebuild pareto.html, report.html, trials.csv, summary.json
     SearchConfig                         every setting, frozen; defaults = `kdnas search` defaults
     SearchSpace, default_space           the (layers, heads, hidden, ffn) choices
+    rule_params                          the one-line rule's shape for a budget (the search's baseline)
     kdnas_reward                         the KD-NAS reward (docs/methods.md, App. C Eq. 12)
     reference_shapes                     the paper's Table 1 students scaled to a teacher
     Scored                               one scored candidate (trial, reference shape or finalist)
@@ -20,7 +21,7 @@ from .reference import reference_shapes
 from .reward import kdnas_reward
 from .scored import Scored
 from .search import search
-from .space import SearchSpace, default_space
+from .space import SearchSpace, default_space, rule_params
 
 
 def write_report(out: str | Path, *, storage: str | None = None, study_name: str | None = None) -> dict[str, Any]:
@@ -44,4 +45,5 @@ def write_report(out: str | Path, *, storage: str | None = None, study_name: str
     return write_outputs(study, out)
 
 
-__all__ = ["Scored", "SearchConfig", "SearchSpace", "default_space", "kdnas_reward", "reference_shapes", "search", "write_report"]
+__all__ = ["Scored", "SearchConfig", "SearchSpace", "default_space", "kdnas_reward", "reference_shapes", "rule_params", "search",
+           "write_report"]

@@ -1,0 +1,74 @@
+"""benchmarks/search_vs_rule.py: which student it compares with the rule's, and when it trains one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import search_vs_rule  # noqa: E402
+
+SPACE = {"layers": [1, 2, 3, 4, 5, 6], "heads": [3, 6, 9, 12], "hidden": [96, 192, 288, 384],
+         "ffn": [256, 512, 768, 1024, 1280, 1536], "head_size": 32}
+
+
+def _record(arch: str, ms: float, rho: float) -> dict:
+    return {"arch": arch, "params": 1, "steps": 2400, "train_rows": 15360, "dir": f"runs/{arch}", "within_budget": True,
+            "latency_ms": ms, "latency_int8_onnx": {"median_ms": ms / 2},
+            "quality": {"fidelity": {"student": {"spearman": rho, "spearman_se": 0.01, "mean_cosine": 0.9},
+                                     "inherited (untrained)": {"spearman": 0.5}},
+                        "int8": {"spearman": rho - 0.01}}}
+
+
+def _summary(finals: dict[str, dict | None]) -> dict:
+    teacher_ms = 16.0
+    return {"settings": {"space": SPACE}, "teacher_latency": {"median_ms": teacher_ms}, "budget_ms": 8.0,
+            "budgets": [{"label": label, "budget_ms": teacher_ms * float(label[:-1]), "folder": f"best-{label}",
+                         "final": [] if rec is None else [rec]} for label, rec in finals.items()]}
+
+
+def test_each_budget_gets_its_ratio_its_rule_shape_and_its_shipped_students_row():
+    summary = _summary({"0.5x": _record("3x12x384x1536", 7.6, 0.91), "0.25x": _record("2x9x288x1024", 3.9, 0.85)})
+    budgets = search_vs_rule.budgets_of(summary)
+    assert [(b["label"], b["ratio"]) for b in budgets] == [("0.5x", 0.5), ("0.25x", 0.25)]
+    rules = [search_vs_rule.rule_arch(summary, 6, b["ratio"]) for b in budgets]
+    assert [search_vs_rule.arch_of(r, 32) for r in rules] == ["3x12x384x1536", "1x12x384x1536"]
+    row = search_vs_rule.student_row(budgets[0]["final"], summary, budgets[0]["budget_ms"])
+    assert row["budget_used"] == 7.6 / 8.0 and row["int8_of_teacher"] == 3.8 / 16.0
+    assert row["spearman"] == 0.91 and row["int8_spearman"] == 0.90 and row["baselines"] == {"inherited (untrained)": 0.5}
+
+
+def test_the_rule_is_trained_only_where_the_search_shipped_another_shape(tmp_path, monkeypatch):
+    summary = _summary({"0.5x": _record("3x12x384x1536", 7.6, 0.91), "0.25x": _record("2x9x288x1024", 3.9, 0.85),
+                        "0.125x": None})
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    trained = []
+
+    def rule_run(teacher, budget, shape, head_size, steps, work, extra):
+        arch = search_vs_rule.arch_of(shape, head_size)
+        trained.append((budget["label"], arch, steps))
+        return {"arch": arch, "over_budget": False, "student": {"arch": arch}}
+
+    monkeypatch.setattr(search_vs_rule, "_rule_run", rule_run)
+    rows = search_vs_rule.compare("minilm-l6", tmp_path, 6, tmp_path / "work", [])
+    assert rows[0]["rule"] == {"attempts": [], "same_as_search": True, "student": rows[0]["search"]}
+    assert trained == [("0.25x", "1x12x384x1536", 2400)]  # the shipped student's steps, the rule's one shape
+    assert rows[1]["rule"]["student"] == {"arch": "1x12x384x1536"} and not rows[1]["rule"]["same_as_search"]
+    assert rows[2]["search"] is None and rows[2]["rule"] is None  # nothing shipped: nothing to set beside
+
+
+def test_a_rule_shape_over_the_budget_gives_way_to_the_next_shallower_down_to_the_searchs_own(tmp_path, monkeypatch):
+    summary = _summary({"0.5x": _record("2x12x384x1536", 7.6, 0.91)})
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    tried = []
+
+    def rule_run(teacher, budget, shape, head_size, steps, work, extra):
+        tried.append(search_vs_rule.arch_of(shape, head_size))
+        return {"arch": tried[-1], "over_budget": True, "student": None}  # every shape the rule tries reads over
+
+    monkeypatch.setattr(search_vs_rule, "_rule_run", rule_run)
+    (row,) = search_vs_rule.compare("minilm-l6", tmp_path, 6, tmp_path / "work", [])
+    assert tried == ["3x12x384x1536"]  # then 2 layers: the search's own student, known to fit
+    assert row["rule"]["same_as_search"] and row["rule"]["student"] == row["search"]

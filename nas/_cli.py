@@ -377,7 +377,7 @@ def _print_summary(summary: dict, out: Path) -> None:
         print(f"FFN neighbour {n['arch']} of {n['neighbour_of']}: {read:.2f} ms as shipped{scaled}, "
               f"proxy reward {n['reward']:.4f}")
     for f in summary.get("final") or []:
-        _print_final(f)
+        _print_final(f, summary.get("teacher_int8"))
     if int8 := summary.get("teacher_int8"):
         print(f"the teacher as INT8 (no training): {int8['latency']['median_ms']:.2f} ms, embedding fidelity rho "
               f"{int8['fidelity']['spearman']:.3f} on the same sentences")
@@ -391,10 +391,10 @@ def _print_summary(summary: dict, out: Path) -> None:
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 
-def _print_final(f: dict) -> None:
+def _print_final(f: dict, teacher_int8: dict | None = None) -> None:
     """A shipped student's lines: shape, steps and latency; its fidelity beside the untrained baselines, on its
-    own training rows, and as INT8 (first where the budget judged the INT8 graph)."""
-    from .baselines import fit_line
+    own training rows, as INT8 (first where the budget judged the INT8 graph), and against the teacher's INT8 graph."""
+    from .baselines import fit_line, versus_teacher_int8
     from .neighbours import shape_label
     from .records import loss_of, steps_label
 
@@ -417,6 +417,8 @@ def _print_final(f: dict) -> None:
             print(f"  {fit}")
         if int8 and f.get("budget_graph") != "model.int8.onnx":
             print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
+        if against := versus_teacher_int8(f, teacher_int8):
+            print(f"  {against}")
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -156,6 +156,31 @@ def fit_line(quality: dict[str, Any], rows: int | None = None) -> str | None:
     return line + ", within the noise): as good on new text as on the text it saw; more text would not lift it"
 
 
+def versus_teacher_int8(final: dict[str, Any], int8: dict[str, Any] | None) -> str | None:
+    """One line on a shipped student against the alternative its user has for free, the teacher's own INT8
+    graph (`teacher_int8`, read on the same settings and sentences): whether the student is worth shipping,
+    as fp32, only as INT8, or not at all. None where either side was not measured."""
+    quality = final.get("quality") or {}
+    fp32_rho = ((quality.get("fidelity") or {}).get("student") or {}).get("spearman")
+    int8_rho, int8_ms = (quality.get("int8") or {}).get("spearman"), (final.get("latency_int8_onnx") or {}).get("median_ms")
+    if not int8 or fp32_rho is None:
+        return None
+    ms, rho = int8["latency"]["median_ms"], int8["fidelity"]["spearman"]
+
+    def beaten(s_ms: float | None, s_rho: float | None) -> bool:  # the teacher's INT8 graph as fast and as close
+        return s_ms is not None and s_rho is not None and ms <= s_ms and rho >= s_rho
+
+    teacher = f"the teacher as INT8 ({ms:.2f} ms, rho {rho:.3f})"
+    if beaten(final["latency_ms"], fp32_rho) and (int8_ms is None or beaten(int8_ms, int8_rho)):
+        return (f"{teacher} is as fast and as close to the teacher as this student in "
+                f"{'either form' if int8_ms is not None else 'fp32'}: at this budget, ship it instead")
+    if beaten(final["latency_ms"], fp32_rho):
+        return f"{teacher} beats this student's fp32 graph: ship the student as INT8 (model.int8.onnx)"
+    if fp32_rho >= rho:
+        return f"closer to the teacher than {teacher}" + (", and faster" if final["latency_ms"] < ms else "")
+    return f"faster than {teacher}, which is closer to the teacher by {rho - fp32_rho:.3f}: a trade of speed for fidelity"
+
+
 def _fidelity(ctx: Any, model: nn.Module, sentences: list[str], reference: Any) -> dict[str, float]:
     from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 

@@ -107,3 +107,25 @@ def test_fit_line_says_whether_the_student_is_at_home_only_on_its_training_text(
 def test_fit_line_is_silent_where_the_training_text_was_not_measured():
     assert fit_line({"fidelity": {"student": {"spearman": 0.9, "spearman_se": 0.003}}, "trained_on": None}) is None
     assert fit_line({"skipped": "corpus too small"}) is None
+
+
+def _final(ms: float, rho: float, int8_ms: float | None, int8_rho: float | None) -> dict:
+    quality = {"fidelity": {"student": {"spearman": rho}}}
+    if int8_rho is not None:
+        quality["int8"] = {"spearman": int8_rho}
+    return {"latency_ms": ms, "quality": quality,
+            **({"latency_int8_onnx": {"median_ms": int8_ms}} if int8_ms is not None else {})}
+
+
+def test_a_student_is_set_against_the_teachers_int8_graph_as_a_user_would_choose():
+    from kdnas.nas.baselines import versus_teacher_int8
+
+    teacher = {"latency": {"median_ms": 25.6}, "fidelity": {"spearman": 0.871}}
+    # MPNet at 0.5x (measured): the teacher's INT8 graph is faster and closer than the fp32 student, not than its INT8 one
+    assert "ship the student as INT8" in versus_teacher_int8(_final(29.8, 0.858, 11.8, 0.834), teacher)
+    assert "ship it instead" in versus_teacher_int8(_final(29.8, 0.858, 27.0, 0.850), teacher)  # beaten in both forms
+    assert "either form" not in versus_teacher_int8(_final(29.8, 0.858, None, None), teacher)
+    assert versus_teacher_int8(_final(6.9, 0.836, 3.4, 0.830), teacher).startswith("faster than the teacher as INT8")
+    assert versus_teacher_int8(_final(6.9, 0.9, 3.4, 0.89), teacher) == \
+        "closer to the teacher than the teacher as INT8 (25.60 ms, rho 0.871), and faster"
+    assert versus_teacher_int8(_final(6.9, 0.9, 3.4, 0.89), None) is None  # not measured: nothing said

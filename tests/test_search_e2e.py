@@ -144,6 +144,8 @@ def test_search_writes_every_output(search_run, shared_modes):
     assert teacher_int8["sentences"] == 48 and 0.9 < teacher_int8["fidelity"]["spearman"] < 1.0
     assert teacher_int8["latency"]["median_ms"] < summary["teacher_latency"]["median_ms"]
     assert "the teacher as INT8 (no training):" in search_run["stdout"]
+    # and the student set against it, as a user chooses between the two (nas.baselines.versus_teacher_int8)
+    assert any("the teacher as INT8 (" in line and " ms, rho " in line for line in search_run["stdout"].splitlines())
     assert "model.int8.onnx: embedding fidelity rho" in search_run["stdout"]
     assert "on the same held-out sentences (fp32: " in (best / "README.md").read_text()
     # what the training ran in, as distill.json has it, and said on the card

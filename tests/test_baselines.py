@@ -129,3 +129,11 @@ def test_a_student_is_set_against_the_teachers_int8_graph_as_a_user_would_choose
     assert versus_teacher_int8(_final(6.9, 0.9, 3.4, 0.89), teacher) == \
         "closer to the teacher than the teacher as INT8 (25.60 ms, rho 0.871), and faster"
     assert versus_teacher_int8(_final(6.9, 0.9, 3.4, 0.89), None) is None  # not measured: nothing said
+
+
+def test_an_int8_budgeted_student_is_set_against_the_teacher_by_its_fp32_reading_where_one_was_taken():
+    from kdnas.nas.baselines import versus_teacher_int8
+
+    teacher = {"latency": {"median_ms": 25.6}, "fidelity": {"spearman": 0.871}}
+    final = {**_final(11.8, 0.858, 11.8, 0.834), "latency_fp32_onnx": {"median_ms": 29.8}}  # latency_ms: the INT8 graph's
+    assert "ship the student as INT8" in versus_teacher_int8(final, teacher)

@@ -101,19 +101,20 @@ def main() -> int:
     parser.add_argument("--tasks", nargs="+", default=["sentiment", "topic"])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "base_teacher.json")
     args = parser.parse_args()
+    names = args.budgets.split(",")  # each a search; `0.5+0.25` one search of both
     result: dict = {"what": __doc__.strip().splitlines()[0], "teacher": TEACHER, "timeout": args.timeout}
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if args.targets:
         result["targets"] = precompute_targets(args.targets)
         _write(args.out, result)
     # A rerun keeps the ratio its searches were started with
-    if "minilm" in args.budgets.replace("+", ",").split(",") or "minilm_beside_teacher" in previous:
+    if any("minilm" in name.split("+") for name in names) or "minilm_beside_teacher" in previous:
         result["minilm_beside_teacher"] = previous.get("minilm_beside_teacher") or minilm_ratio()
     # A run of some budgets keeps the searches of the others from an earlier run (one session need not hold all)
-    runs = [r for r in previous.get("searches", []) if r["budget"] not in args.budgets.split(",")]
+    runs = [r for r in previous.get("searches", []) if r["budget"] not in names]
     if "targets" in previous and "targets" not in result:
         result["targets"] = previous["targets"]
-    for name in args.budgets.split(","):
+    for name in names:
         ratios = [result["minilm_beside_teacher"]["ratio"] if part == "minilm" else float(part) for part in name.split("+")]
         runs.append(run_search(name, ratios, args.timeout, args.work, args.search_args.split()))
         result["searches"] = runs

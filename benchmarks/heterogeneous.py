@@ -11,7 +11,7 @@ to L·F FFN neurons in total two ways:
   share of its own layer's total (as heads are ranked across layers that share one position bias), the L·F
   best kept, each layer's count rounded to a multiple of 64 (at least 64, at most the teacher's width).
 
-Both are trained by the search's final recipe (`SearchContext.final_config`: `embed`, its rate, batch and
+Both are trained by the search's final recipe (`nas.trial.final_config`: `embed`, its rate, batch and
 steps, word embeddings frozen as an inherited student's are) on the same transfer set with the same teacher
 targets, then scored by embedding fidelity ρ on the same held-out sentences and exported to the fused fp32
 ONNX graph the trials time, each read side by side with the teacher (`latency.profile_pair`): equal totals
@@ -31,7 +31,6 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -87,16 +86,13 @@ class Bench:
         from kdnas.distill.data import heldout_sentences
         from kdnas.evaluation import sentence_embeddings
         from kdnas.nas import SearchConfig
-        from kdnas.nas.trial import SearchContext, final_transfer_set
+        from kdnas.nas.trial import final_config, final_transfer_set
 
         self.cfg = SearchConfig(teacher=teacher, final_steps=steps)
         self.teacher, texts = load_teacher(teacher), load_corpus(self.cfg.corpus)
         self.cache = TeacherCache(self.teacher, final_transfer_set(self.cfg, self.teacher, texts))
         self.importance = self.cache.importance()
-        ctx = SearchContext(config=self.cfg, space=None, sizes=self.teacher.student_sizes(), teacher=self.teacher,
-                            texts=texts, data=self.cache.data, cache=self.cache, teacher_latency_ms=1.0, budget_ms=1.0,
-                            progress=SimpleNamespace(phase=lambda *_: None))
-        self.config = replace(ctx.final_config(), freeze_embeddings=True)  # as an inherited student's are
+        self.config = replace(final_config(self.cfg), freeze_embeddings=True)  # as an inherited student's are
         self.sentences = heldout_sentences(texts, sentences, seed=self.cfg.seed)
         self.reference = sentence_embeddings(self.teacher, self.sentences, max_len=self.cfg.latency_seq)
 

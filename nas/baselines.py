@@ -172,11 +172,11 @@ def versus_teacher_int8(final: dict[str, Any], int8: dict[str, Any] | None) -> s
     def beaten(s_ms: float | None, s_rho: float | None) -> bool:  # the teacher's INT8 graph as fast and as close
         return s_ms is not None and s_rho is not None and ms <= s_ms and rho >= s_rho
 
-    teacher = f"the teacher as INT8 ({ms:.2f} ms, rho {rho:.3f})"
-    if beaten(fp32_ms, fp32_rho) and (int8_ms is None or beaten(int8_ms, int8_rho)):
+    teacher, fp32_beaten = f"the teacher as INT8 ({ms:.2f} ms, rho {rho:.3f})", beaten(fp32_ms, fp32_rho)
+    if fp32_beaten and (int8_ms is None or beaten(int8_ms, int8_rho)):
         return (f"{teacher} is as fast and as close to the teacher as this student in "
                 f"{'either form' if int8_ms is not None else 'fp32'}: at this budget, ship it instead")
-    if beaten(fp32_ms, fp32_rho):
+    if fp32_beaten:
         return f"{teacher} beats this student's fp32 graph: ship the student as INT8 (model.int8.onnx)"
     if fp32_rho >= rho:
         return f"closer to the teacher than {teacher}" + (", and faster" if fp32_ms < ms else "")

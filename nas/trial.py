@@ -71,6 +71,22 @@ def _final_unit_set(cfg: SearchConfig, teacher: Any, texts: list[str], rows: int
                              num_eval=cfg.proxy_eval, seed=cfg.seed, unit=cfg.final_unit)
 
 
+def final_config(cfg: SearchConfig) -> DistillConfig:
+    """The winner's recipe: `final_method` (with `final_embed_terms` where given) for `final_steps`,
+    evaluated five times on the way."""
+    config = final_recipe(cfg, cfg.final_steps, max(1, cfg.final_steps // 5), lr=cfg.final_lr)
+    return config if cfg.final_embed_terms is None else replace(config, embed_terms=cfg.final_embed_terms)
+
+
+def final_recipe(cfg: SearchConfig, steps: int, eval_every: int, *, lr: float) -> DistillConfig:
+    """`final_method` with the final run's batch and start, at peak learning rate `lr`, for `steps`."""
+    return DistillConfig(method=cfg.final_method, steps=steps, batch_size=cfg.final_batch_size,
+                         lr=lr, eval_every=eval_every, init=cfg.init,
+                         interim_eval_rows=INTERIM_EVAL_ROWS, layer_map=cfg.layer_map, layer_rule=cfg.layer_rule,
+                         seed=cfg.seed, device=cfg.device, precision=cfg.precision,
+                         progress=False).for_method(cfg.final_method)
+
+
 @dataclass
 class SearchContext:
     """What every trial of one search shares: loaded once, never changed by a trial."""
@@ -128,20 +144,11 @@ class SearchContext:
                              device=cfg.device, precision=cfg.precision, progress=False, **extra).for_method(cfg.proxy_method)
 
     def final_config(self) -> DistillConfig:
-        """The winner's recipe: `final_method` (with `final_embed_terms` where given) for `final_steps`,
-        evaluated five times on the way."""
-        cfg = self.config
-        config = self.final_recipe(cfg.final_steps, max(1, cfg.final_steps // 5), lr=cfg.final_lr)
-        return config if cfg.final_embed_terms is None else replace(config, embed_terms=cfg.final_embed_terms)
+        """The winner's recipe (`final_config`)."""
+        return final_config(self.config)
 
     def final_recipe(self, steps: int, eval_every: int, *, lr: float) -> DistillConfig:
-        """`final_method` with the final run's batch and start, at peak learning rate `lr`, for `steps`."""
-        cfg = self.config
-        return DistillConfig(method=cfg.final_method, steps=steps, batch_size=cfg.final_batch_size,
-                             lr=lr, eval_every=eval_every, init=cfg.init,
-                             interim_eval_rows=INTERIM_EVAL_ROWS, layer_map=cfg.layer_map, layer_rule=cfg.layer_rule,
-                             seed=cfg.seed, device=cfg.device, precision=cfg.precision,
-                             progress=False).for_method(cfg.final_method)
+        return final_recipe(self.config, steps, eval_every, lr=lr)
 
     def proxy(self, spec: StudentSpec, on_eval: Any = None) -> Any:
         """The search's proxy distillation of one shape: what every trial, the reference shapes and

@@ -54,7 +54,7 @@ def precompute_targets(rows: int) -> dict:
     from kdnas.nas import SearchConfig
     from kdnas.nas.trial import final_transfer_set
 
-    cfg = SearchConfig(teacher=TEACHER)
+    cfg = SearchConfig.from_flags(teacher=TEACHER)
     teacher = load_teacher(TEACHER)
     data = final_transfer_set(cfg, teacher, load_corpus(cfg.corpus), rows)
     cache = TeacherCache(teacher, data, directory=targets_dir(), last_layer=LastLayerGraph(teacher.model))

@@ -88,13 +88,13 @@ class Bench:
         from kdnas.nas import SearchConfig
         from kdnas.nas.trial import final_config, final_transfer_set
 
-        self.cfg = SearchConfig(teacher=teacher, final_steps=steps)
+        self.cfg = SearchConfig.from_flags(teacher=teacher, final_steps=steps)
         self.teacher, texts = load_teacher(teacher), load_corpus(self.cfg.corpus)
         self.cache = TeacherCache(self.teacher, final_transfer_set(self.cfg, self.teacher, texts))
         self.importance = self.cache.importance()
         self.config = replace(final_config(self.cfg), freeze_embeddings=True)  # as an inherited student's are
         self.sentences = heldout_sentences(texts, sentences, seed=self.cfg.seed)
-        self.reference = sentence_embeddings(self.teacher, self.sentences, max_len=self.cfg.latency_seq)
+        self.reference = sentence_embeddings(self.teacher, self.sentences, max_len=self.cfg.latency.seq)
 
     def students(self, layers: int, ffn: int) -> dict[str, tuple[nn.Module, list[int]]]:
         """The uniform student of `layers` x `ffn` and, where `ffn` is below the teacher's, the per-layer one."""
@@ -124,11 +124,11 @@ class Bench:
         t0 = time.perf_counter()
         result = run_distill(spec, self.teacher, self.cache.data, self.config, cache=self.cache, student=student)
         trained = result.student.eval()
-        emb = sentence_embeddings((trained, self.teacher.tokenizer), self.sentences, max_len=self.cfg.latency_seq)
+        emb = sentence_embeddings((trained, self.teacher.tokenizer), self.sentences, max_len=self.cfg.latency.seq)
         fidelity = embedding_fidelity(self.reference, emb, pairs=PAIRS, seed=self.cfg.seed)
         graph = work / f"{layers}-{name.replace(' ', '-')}.onnx"
         export_onnx(trained, graph, optimize=True)
-        pair = profile_pair(str(graph), self.cfg.teacher, seq=self.cfg.latency_seq, threads=self.cfg.threads)
+        pair = profile_pair(str(graph), self.cfg.teacher, seq=self.cfg.latency.seq, threads=self.cfg.latency.threads)
         return {"variant": name, "layers": layers, "ffn_per_layer": widths, "ffn_total": sum(widths),
                 "params": sum(p.numel() for p in trained.parameters()), "steps": result.steps,
                 "spearman": round(fidelity["spearman"], 4), "spearman_se": round(fidelity.get("spearman_se", 0.0), 4),

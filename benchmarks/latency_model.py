@@ -124,7 +124,7 @@ def one_search(teacher: str, seed: int, trials: int, model_on: bool, work: Path)
     os.environ["KDNAS_CACHE"] = str(own)
     try:
         t0 = time.time()
-        summary = search(SearchConfig(teacher=teacher, trials=trials, seed=seed, latency_model=model_on, final_steps=0,
+        summary = search(SearchConfig.from_flags(teacher=teacher, trials=trials, seed=seed, latency_model=model_on, final_steps=0,
                                       out=str(own / "search"), progress=False))
         wall = time.time() - t0
     finally:

@@ -100,7 +100,7 @@ def main() -> int:
     earlier = _earlier_rows(args.reuse, args.final_steps, d.final_lr, EMBED_DEFAULT_TERMS) if args.reuse else {}
     rows = Runner(args.final_steps, args.sentences).rows(args.archs, steps, earlier)
     taus = {kind: _taus(rows, kind, lengths) for kind, lengths in steps.items() if lengths}
-    result = {"proxies": {kind: _proxy_facts(SearchConfig(proxy=kind), steps[kind]) for kind in steps},
+    result = {"proxies": {kind: _proxy_facts(SearchConfig.from_flags(proxy=kind), steps[kind]) for kind in steps},
               "final": {"method": d.final_method, "unit": d.final_unit, "train": d.final_train,
                         "lr": d.final_lr, "steps": args.final_steps, "sentences": args.sentences},
               "taus": taus, "rows": rows, "environment": environment(),
@@ -130,11 +130,11 @@ class Runner:
         from kdnas.nas import SearchConfig
         from kdnas.nas.trial import SearchContext, final_transfer_set, proxy_transfer_set
 
-        base = SearchConfig(final_steps=final_steps, quality_sentences=sentences)
+        base = SearchConfig.from_flags(final_steps=final_steps, quality_sentences=sentences)
         self.teacher, texts = load_teacher(base.teacher), load_corpus(base.corpus)
         self.contexts = {}
         for kind in ("fidelity", "hs"):
-            cfg = base.replace(proxy=kind)
+            cfg = base.with_flags(proxy=kind)
             data = proxy_transfer_set(cfg, self.teacher, texts)
             self.contexts[kind] = SearchContext(config=cfg, space=None, sizes=self.teacher.student_sizes(),
                                                 teacher=self.teacher, texts=texts, data=data,
@@ -143,7 +143,7 @@ class Runner:
         self.final_cache = TeacherCache(self.teacher, final_transfer_set(base, self.teacher, texts))
         self.sentences = heldout_sentences(texts, sentences, seed=base.seed)  # the probe's come after these
         self.terms = EMBED_DEFAULT_TERMS  # what the search's `embed` runs train with (it sets no terms)
-        self.reference = sentence_embeddings(self.teacher, self.sentences, max_len=base.latency_seq)
+        self.reference = sentence_embeddings(self.teacher, self.sentences, max_len=base.latency.seq)
 
     def rows(self, archs: list[str], steps: dict[str, list[int]], earlier: dict[str, dict]) -> list[dict]:
         rows = []
@@ -162,7 +162,7 @@ class Runner:
         from kdnas.nas.proxy import proxy_loss
 
         ctx = self.contexts[kind]
-        ctx.config = ctx.config.replace(proxy_steps=steps)
+        ctx.config = ctx.config.with_flags(proxy_steps=steps)
         started = time.perf_counter()
         metrics = ctx.proxy(parse_arch(arch, **self.teacher.student_sizes())).metrics
         loss, se = proxy_loss(ctx.config, metrics)
@@ -181,9 +181,9 @@ class Runner:
         final = run_distill(parse_arch(arch, **self.teacher.student_sizes()), self.teacher, self.final_cache.data,
                             ctx.final_config(), cache=self.final_cache)
         emb = sentence_embeddings((final.student.eval(), self.teacher.tokenizer), self.sentences,
-                                  max_len=ctx.config.latency_seq)
+                                  max_len=ctx.config.latency.seq)
         fidelity = embedding_fidelity(self.reference, emb, pairs=PAIRS, seed=ctx.config.seed)
-        return {"steps": ctx.config.final_steps, "lr": ctx.config.final_lr, "terms": self.terms,
+        return {"steps": ctx.config.final.steps, "lr": ctx.config.final.lr, "terms": self.terms,
                 "spearman": round(fidelity["spearman"], 4),
                 "mean_cosine": round(fidelity["mean_cosine"], 4), "seconds": round(time.perf_counter() - started, 1)}
 
@@ -222,11 +222,11 @@ def _taus(rows: list[dict], kind: str, lengths: list[int]) -> dict:
 def _proxy_facts(cfg, steps: list[int]) -> dict:
     from kdnas.nas.trial import PROXY_FINAL_LR
 
-    if cfg.proxy == "fidelity":
-        return {"recipe": cfg.final_method, "unit": cfg.final_unit, "train": cfg.final_train, "lr": PROXY_FINAL_LR,
-                "batch_size": cfg.final_batch_size, "sentences": cfg.proxy_sentences, "steps": steps}
-    return {"method": cfg.proxy_method, "init": cfg.init, "train": cfg.proxy_train, "eval": cfg.proxy_eval,
-            "lr": cfg.proxy_lr, "batch_size": cfg.proxy_batch_size, "steps": steps}
+    if cfg.proxy.kind == "fidelity":
+        return {"recipe": cfg.final.method, "unit": cfg.final.unit, "train": cfg.final.train, "lr": PROXY_FINAL_LR,
+                "batch_size": cfg.final.batch_size, "sentences": cfg.proxy.sentences, "steps": steps}
+    return {"method": cfg.proxy.method, "init": cfg.init, "train": cfg.proxy.train, "eval": cfg.proxy.eval,
+            "lr": cfg.proxy.lr, "batch_size": cfg.proxy.batch_size, "steps": steps}
 
 if __name__ == "__main__":
     sys.exit(main())

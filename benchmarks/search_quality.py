@@ -128,11 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "search_quality.json"))
     args = p.parse_args(argv)
 
-    base = SearchConfig(teacher=args.teacher, corpus=args.corpus, trials=args.trials, budget_ms=args.budget_ms,
+    base = SearchConfig.from_flags(teacher=args.teacher, corpus=args.corpus, trials=args.trials, budget_ms=args.budget_ms,
                         proxy=args.proxy, proxy_steps=args.proxy_steps, device=args.device, final_steps=0,
                         progress=sys.stderr.isatty())
     results: dict = {"teacher": args.teacher, "corpus": args.corpus, "trials": args.trials, "seeds": args.seeds,
-                     "proxy": base.proxy, "proxy_steps": base.proxy_steps, "device": args.device,
+                     "proxy": base.proxy.kind, "proxy_steps": base.proxy.steps, "device": args.device,
                      "environment": environment(), "runs": {}}
     kept = json.loads(Path(args.reuse).read_text()) if args.reuse else {"runs": {}}
     if args.reuse:
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, sampler, seed, prune, objective in _plan(base, args):
         if label in results["runs"]:
             continue
-        config = base.replace(sampler=sampler, seed=seed, prune=prune, objective=objective, budget_ms=budget,
+        config = base.with_flags(sampler=sampler, seed=seed, prune=prune, objective=objective, budget_ms=budget,
                               out=str(Path(args.out) / label.replace("/", "-")), reference=(label == "tpe/seed0"))
         print(f"[search_quality] {label}", file=sys.stderr, flush=True)
         summary, seconds = run_search(config)

@@ -29,7 +29,7 @@ def compare(name: str, rows: int, rounds: int) -> dict:
     from kdnas.nas.trial import final_transfer_set
 
     teacher = load_teacher(name)
-    data = final_transfer_set(SearchConfig(teacher=name), teacher, load_corpus("news"), rows)
+    data = final_transfer_set(SearchConfig.from_flags(teacher=name), teacher, load_corpus("news"), rows)
     graph = LastLayerGraph(teacher.model)
     t0 = time.perf_counter()
     graph(data.train_ids[:2, :8], data.train_mask[:2, :8])  # the export and the session, once per process

@@ -3,7 +3,11 @@
 Public API:
     search(config) -> summary            run or resume a search; writes best/, pages, tables
     write_report(out) -> summary         rebuild pareto.html, report.html, trials.csv, summary.json
-    SearchConfig                         every setting, frozen; defaults = `kdnas search` defaults
+    SearchConfig                         every setting, frozen and nested; defaults = `kdnas search` defaults;
+                                         SearchConfig.from_flags(final_steps=600) builds one in the flags' names
+    ProxyRecipe, LatencySettings,        its groups: what defines the study (proxy, latency, reward) and
+    RewardSettings, FinalRecipe,         what a later run may change (final, run)
+    RunSettings
     SearchSpace, default_space           the (layers, heads, hidden, ffn) choices
     rule_params                          the one-line rule's shape for a budget (the search's baseline)
     kdnas_reward                         the KD-NAS reward (docs/methods.md, App. C Eq. 12)
@@ -16,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .config import SearchConfig
+from .config import FinalRecipe, LatencySettings, ProxyRecipe, RewardSettings, RunSettings, SearchConfig
 from .reference import reference_shapes
 from .reward import kdnas_reward
 from .scored import Scored
@@ -45,5 +49,5 @@ def write_report(out: str | Path, *, storage: str | None = None, study_name: str
     return write_outputs(study, out)
 
 
-__all__ = ["Scored", "SearchConfig", "SearchSpace", "default_space", "kdnas_reward", "reference_shapes", "rule_params", "search",
-           "write_report"]
+__all__ = ["FinalRecipe", "LatencySettings", "ProxyRecipe", "RewardSettings", "RunSettings", "Scored", "SearchConfig",
+           "SearchSpace", "default_space", "kdnas_reward", "reference_shapes", "rule_params", "search", "write_report"]

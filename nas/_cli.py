@@ -7,6 +7,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     from .config import OBJECTIVES, SAMPLERS, SearchConfig
 
-    d = SearchConfig()
+    d = SimpleNamespace(**SearchConfig().flags())  # the defaults by the flags' names: one source, the dataclasses
     p = subparsers.add_parser(
         "search", help="search student architectures under a CPU latency budget (KD-NAS)",
         description=f"Find the best student shape under a hard CPU latency budget, distill it and ship it; {families_help()}.",
@@ -147,7 +148,7 @@ def _proxy_flags(p: argparse.ArgumentParser, d) -> None:
                             "(default: %(default)s)")
     proxy.add_argument("--layer-rule", default=d.layer_rule, choices=list(LAYER_RULES),
                        help="which teacher layers an inherited student keeps (default: %(default)s)")
-    proxy.add_argument("--proxy-steps", type=int, default=d.proxy_steps,
+    proxy.add_argument("--proxy-steps", type=int, default=None,
                        help="default: 30 with --proxy fidelity, 60 with --proxy hs")
     proxy.add_argument("--proxy-train", type=int, default=d.proxy_train,
                        help="hs proxy: training sequences (default: %(default)s)")
@@ -221,7 +222,7 @@ def _final_flags(p: argparse.ArgumentParser, d) -> None:
                      help="also measure and proxy-distill the paper's Table 1 shapes scaled to the teacher, as plot references")
 
 
-def _length_flags(p: argparse.ArgumentParser, d: SearchConfig) -> None:
+def _length_flags(p: argparse.ArgumentParser, d: SimpleNamespace) -> None:
     """How long a search runs: its trials and its time limit."""
     from .config import DEFAULT_TRIALS
     from .time_limit import TIMED_TRIAL_SHARE
@@ -335,16 +336,13 @@ def _gpu_count() -> int:
 
 
 def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
-    """The SearchConfig the flags ask for: every option whose name is a field is passed as is (one
-    source: the flags' defaults are the dataclass's); the negative switches and the space are mapped."""
-    import dataclasses
+    """The SearchConfig the flags ask for: every option named as a setting's flag (nas.config.FLAGS) is passed
+    as is (one source: the flags' defaults are the dataclasses'); the negative switches and the space are mapped."""
+    from .config import FLAGS, SearchConfig
 
-    from . import SearchConfig
-
-    fields = {f.name for f in dataclasses.fields(SearchConfig)}
-    given = {name: value for name, value in vars(args).items() if name in fields}
-    return SearchConfig(**given, prune=not args.no_prune, latency_model=not args.no_latency_model,
-                        progress=not args.no_progress, space_overrides=overrides)
+    given = {name: value for name, value in vars(args).items() if name in FLAGS}
+    return SearchConfig.from_flags(**given, prune=not args.no_prune, latency_model=not args.no_latency_model,
+                                   progress=not args.no_progress, space_overrides=overrides)
 
 
 def _print_summary(summary: dict, out: Path) -> None:

@@ -45,7 +45,7 @@ def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any]
     if held is None or "skipped" in held:
         return held
     sentences, reference = held["sentences"], held["reference"]
-    baselines, _ = untrained_baselines(ctx.teacher, spec, cache.importance(), cfg.layer_rule, cfg.latency_seq)
+    baselines, _ = untrained_baselines(ctx.teacher, spec, cache.importance(), cfg.layer_rule, cfg.latency.seq)
     rows = {f"{name} (untrained)": _fidelity(ctx, model, sentences, reference) for name, model in baselines.items()}
     return {"sentences": sentences, "reference": reference, "rows": rows, "trained_on": _training_rows(ctx, cache)}
 
@@ -72,25 +72,33 @@ def teacher_int8(ctx: Any, pipeline: dict[str, Any]) -> dict[str, Any] | None:
                      pooling=pipeline["pooling"], normalize=pipeline["normalize"])
         graph = folder / "model.int8.onnx"
         latency = latency_record(ctx.judge.alone(graph))
-        emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, sentences, max_len=cfg.latency_seq)
+        emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, sentences, max_len=cfg.latency.seq)
     fidelity = embedding_fidelity(reference, torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
     return {"latency": latency, "fidelity": fidelity, "sentences": len(sentences)}
 
 
 def _held_out(ctx: Any) -> dict[str, Any] | None:
-    """The `quality_sentences` held-out corpus sentences every shipped model is scored on, with the teacher's
-    embeddings of them; None when fidelity is not asked for, {"skipped": why} when the corpus holds too few."""
+    """The `final.quality_sentences` held-out corpus sentences every shipped model is scored on, with the teacher's
+    embeddings of them; None when fidelity is not asked for, {"skipped": why} when the corpus holds too few.
+    Once per search: the teacher's INT8 graph and every budget's finalists are scored on the same ones, and the
+    teacher's pass over them takes about 30 s for MPNet on two cores (`SearchContext.shared` keeps them)."""
     from kdnas.distill.data import heldout_sentences
     from kdnas.evaluation import sentence_embeddings
 
+    shared = getattr(ctx, "shared", None)
+    if shared is not None and "held_out" in shared:
+        return shared["held_out"]
     cfg = ctx.config
-    if cfg.quality_sentences <= 0:
+    if cfg.final.quality_sentences <= 0:
         return None
     try:
-        sentences = heldout_sentences(ctx.texts, cfg.quality_sentences, seed=cfg.seed)
+        sentences = heldout_sentences(ctx.texts, cfg.final.quality_sentences, seed=cfg.seed)
     except KdnasError as err:
         return {"skipped": str(err)}
-    return {"sentences": sentences, "reference": sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency_seq)}
+    held = {"sentences": sentences, "reference": sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency.seq)}
+    if shared is not None:
+        shared["held_out"] = held
+    return held
 
 
 def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:
@@ -99,8 +107,8 @@ def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:
     from kdnas.evaluation import sentence_embeddings
 
     cfg = ctx.config
-    texts = training_texts(ctx.teacher.tokenizer, cache.data, cfg.quality_sentences, seed=cfg.seed)
-    return {"sentences": texts, "reference": sentence_embeddings(ctx.teacher, texts, max_len=cfg.latency_seq)}
+    texts = training_texts(ctx.teacher.tokenizer, cache.data, cfg.final.quality_sentences, seed=cfg.seed)
+    return {"sentences": texts, "reference": sentence_embeddings(ctx.teacher, texts, max_len=cfg.latency.seq)}
 
 
 def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any,
@@ -120,7 +128,7 @@ def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any,
     if len(own["sentences"]) >= MIN_SENTENCES:
         trained = {"sentences": len(own["sentences"]), "passes": passes,
                    **_fidelity(ctx, student, own["sentences"], own["reference"])}
-    return {"sentences": len(sentences), "max_len": ctx.config.latency_seq, "fidelity": rows, "beats_baselines": beaten,
+    return {"sentences": len(sentences), "max_len": ctx.config.latency.seq, "fidelity": rows, "beats_baselines": beaten,
             "trained_on": trained}
 
 
@@ -133,7 +141,7 @@ def int8_fidelity(ctx: Any, prepared: dict[str, Any] | None, graph: Path) -> dic
     from kdnas.export import onnx_sentence_embeddings
 
     cfg = ctx.config
-    emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, prepared["sentences"], max_len=cfg.latency_seq)
+    emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, prepared["sentences"], max_len=cfg.latency.seq)
     return embedding_fidelity(prepared["reference"], torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
 
 
@@ -187,5 +195,5 @@ def _fidelity(ctx: Any, model: nn.Module, sentences: list[str], reference: Any) 
     from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
     cfg = ctx.config
-    emb = sentence_embeddings((model.eval(), ctx.teacher.tokenizer), sentences, max_len=cfg.latency_seq)
+    emb = sentence_embeddings((model.eval(), ctx.teacher.tokenizer), sentences, max_len=cfg.latency.seq)
     return embedding_fidelity(reference, emb, pairs=PAIRS, seed=cfg.seed)

@@ -6,7 +6,6 @@ the search's entry, not claims, and the exact command that reproduces the folder
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,10 @@ from .neighbours import shape_label
 from .records import steps_label
 
 CARD = "README.md"
-# SearchConfig fields that only steer this process and have no `kdnas search` flag.
+# Settings (by their flag names, SearchConfig.flags) that only steer this process and have no `kdnas search` flag.
 _NO_FLAG = ("stale_after_s",)
-# Boolean fields whose flag says the opposite of the field.
-_NEGATED = {"prune": "--no-prune", "progress": "--no-progress"}
+# Boolean settings whose flag says the opposite of the setting.
+_NEGATED = {"prune": "--no-prune", "progress": "--no-progress", "latency_model": "--no-latency-model"}
 
 
 def write_model_card(dest: str | Path, entry: dict[str, Any], config: Any) -> Path:
@@ -107,12 +106,11 @@ def search_command(config: Any) -> str:
     """The `kdnas search` command line that reproduces `config`: the three named options, then every
     option that differs from its default. A setting with no flag (a `space` given in Python) is named
     on a comment line below, so the command never claims more than it reproduces."""
-    flags = ["kdnas", "search", "--teacher", config.teacher, "--corpus", config.corpus, "--out", config.out]
+    flags = ["kdnas", "search", "--teacher", config.teacher, "--corpus", config.corpus, "--out", config.run.out]
     notes = []
-    defaults = type(config)()
-    for field in dataclasses.fields(config):
-        name, value = field.name, getattr(config, field.name)
-        if name in ("teacher", "corpus", "out") + _NO_FLAG or value == getattr(defaults, name):
+    defaults = type(config)().flags()
+    for name, value in config.flags().items():
+        if name in ("teacher", "corpus", "out") + _NO_FLAG or value == defaults[name]:
             continue
         flag = f"--{name.replace('_', '-')}"
         if name == "space_overrides":
@@ -165,7 +163,7 @@ def _latencies(entry: dict[str, Any], config: Any) -> list[tuple[str, str]]:
     """The card's rows for the two shipped graphs, the one the budget judged first (nas.final.shipped_graphs)."""
     judged = entry.get("budget_graph", "model.onnx")
     fp32 = ("latency, fp32 (model.onnx)", _latency(entry.get("latency_fp32_onnx") or entry.get("latency"), config,
-                                                    "onnxruntime" if config.runtime != "torch" else "torch"))
+                                                    "onnxruntime" if config.latency.runtime != "torch" else "torch"))
     int8 = ("latency, int8 (model.int8.onnx)", _latency(entry.get("latency_int8_onnx"), config, "onnxruntime")
             + _int8_fidelity(entry.get("quality")))
     rows = [int8, fp32] if judged == "model.int8.onnx" else [fp32, int8]
@@ -176,7 +174,7 @@ def _latency(record: dict[str, Any] | None, config: Any, runtime: str) -> str:
     if not record or record.get("median_ms") is None:
         return "not measured"
     return (f"{record['median_ms']:.2f} ms median (p90 {record.get('p90_ms', float('nan')):.2f}; batch "
-            f"{config.latency_batch}, {config.latency_seq} tokens, {config.threads} threads, {runtime})")
+            f"{config.latency.batch}, {config.latency.seq} tokens, {config.latency.threads} threads, {runtime})")
 
 
 def _quality(quality: Any, train_rows: int | None) -> str:

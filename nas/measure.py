@@ -34,16 +34,16 @@ class LatencyJudge:
         from kdnas.latency import profile
 
         cfg = self.config
-        return profile(target, batch=cfg.latency_batch, seq=cfg.latency_seq, threads=cfg.threads,
-                       runtime=cfg.runtime, use_cache=use_cache)
+        return profile(target, batch=cfg.latency.batch, seq=cfg.latency.seq, threads=cfg.latency.threads,
+                       runtime=cfg.latency.runtime, use_cache=use_cache)
 
     def pair(self, target: Any, reference: Any) -> Any:
         """`target` timed in alternation with `reference` (`latency.PairResult`)."""
         from kdnas.latency import profile_pair
 
         cfg = self.config
-        return profile_pair(target, reference, batch=cfg.latency_batch, seq=cfg.latency_seq, threads=cfg.threads,
-                            runtime=cfg.runtime)
+        return profile_pair(target, reference, batch=cfg.latency.batch, seq=cfg.latency.seq, threads=cfg.latency.threads,
+                            runtime=cfg.latency.runtime)
 
 
 def budget_latency(target: Any, judge: LatencyJudge, budget_ms: float, *,
@@ -130,7 +130,7 @@ def latency_prediction(spec: Any, config: SearchConfig, readings: list[Any]) -> 
     None where there is no model yet (too few readings). Fitted once per trial, read by both below."""
     from kdnas.latency import Shape, fit_latency_model
 
-    model = fit_latency_model(readings, batch=config.latency_batch, seq=config.latency_seq)
+    model = fit_latency_model(readings, batch=config.latency.batch, seq=config.latency.seq)
     return None if model is None else (model, model.predict(Shape.of(spec)))
 
 

@@ -199,14 +199,28 @@ def _add_finals(fig: go.Figure, facts: dict[str, Any]) -> None:
 
 
 def _loss_label(facts: dict[str, Any]) -> str:
-    if (facts.get("settings") or {}).get("proxy") == "fidelity":
+    if proxy_settings(facts.get("settings") or {}).get("kind") == "fidelity":
         return "1 − embedding fidelity ρ on held-out sentences (0 = the teacher's similarities)"
     return "normalized held-out L_HS (1 = predicting the mean)"
 
 
+def proxy_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A study's stored proxy recipe (studies of earlier versions stored its fields flat, and hs had no name)."""
+    proxy = settings.get("proxy")
+    if isinstance(proxy, dict):
+        return proxy
+    return {"kind": proxy or "hs", "steps": settings.get("proxy_steps"), "sentences": settings.get("proxy_sentences"),
+            "method": settings.get("proxy_method")}
+
+
+def latency_setting(settings: dict[str, Any]) -> str:
+    """How a study reads latency, in words."""
+    s = settings.get("latency") or {}
+    return f"batch {s.get('batch')}, seq {s.get('seq')}, {s.get('threads')} threads, {s.get('runtime')}"
+
+
 def _latency_setting(facts: dict[str, Any]) -> str:
-    s = facts.get("settings") or {}
-    return f"batch {s.get('latency_batch')}, seq {s.get('latency_seq')}, {s.get('threads')} threads, {s.get('runtime')}"
+    return latency_setting(facts.get("settings") or {})
 
 
 def history_figure(rows: list[dict[str, Any]]) -> go.Figure:

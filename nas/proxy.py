@@ -3,7 +3,7 @@
 With `proxy="fidelity"` (the default) a trial runs the final recipe, shortened, and is scored the
 way the shipped student is judged: the embedding fidelity ρ — Spearman's ρ between the teacher's
 and the student's pairwise cosine similarities (evaluation.fidelity.embedding_fidelity) — on
-`proxy_sentences` held-out sentences. These are drawn after the `quality_sentences` that judge the
+`proxy.sentences` held-out sentences. These are drawn after the `final.quality_sentences` that judge the
 shipped student, so the search never picks a shape by the sentences it is finally measured on.
 The reward's loss is then 1 − ρ: the KD-NAS reward (1 − loss)·(lat(S)/(0.6·lat(T)))^−0.06 with
 the paper's L_HS replaced by what a sentence-embedding user keeps of the teacher. Why: on MiniLM,
@@ -46,12 +46,12 @@ class FidelityProbe:
 
 
 def probe_sentences(config: Any, texts: list[str]) -> list[str]:
-    """`proxy_sentences` held-out sentences after the `quality_sentences`; a corpus too small for
+    """`proxy.sentences` held-out sentences after the `final.quality_sentences`; a corpus too small for
     them is refused in one line (`nas.search` asks before it creates the study)."""
     from kdnas.distill.data import heldout_sentences
 
-    skip = config.quality_sentences
-    sentences = heldout_sentences(texts, skip + config.proxy_sentences, seed=config.seed)[skip:]
+    skip = config.final.quality_sentences
+    sentences = heldout_sentences(texts, skip + config.proxy.sentences, seed=config.seed)[skip:]
     if len(sentences) < MIN_PROXY_SENTENCES:
         raise InputError(f"corpus {config.corpus!r} holds out {len(sentences)} sentences beyond the "
                          f"{skip} that judge the shipped student; the fidelity proxy needs at least "
@@ -64,12 +64,12 @@ def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe
     from kdnas.evaluation import sentence_embeddings
 
     sentences = probe_sentences(config, texts)
-    reference = sentence_embeddings(teacher, sentences, max_len=config.latency_seq)
-    return FidelityProbe(sentences=sentences, reference=reference, max_len=config.latency_seq, seed=config.seed)
+    reference = sentence_embeddings(teacher, sentences, max_len=config.latency.seq)
+    return FidelityProbe(sentences=sentences, reference=reference, max_len=config.latency.seq, seed=config.seed)
 
 
 def proxy_loss(config: Any, metrics: dict[str, Any]) -> tuple[float, float]:
     """The loss the reward uses, with its standard error: 1 − ρ (fidelity) or normalized L_HS (hs)."""
-    if config.proxy == "fidelity":
+    if config.proxy.kind == "fidelity":
         return 1.0 - float(metrics["fidelity"]), float(metrics["fidelity_se"])
     return float(metrics["l_hs_norm"]), float(metrics["l_hs_se"])

@@ -19,8 +19,8 @@ import plotly.io as pio
 from kdnas.core.files import atomic_write_text
 
 from .neighbours import shape_label
-from .plots import (history_figure, importance_figure, importances, latency_model_figure, pareto_figure,
-                    students_figure)
+from .plots import (history_figure, importance_figure, importances, latency_model_figure, latency_setting, pareto_figure,
+                    proxy_settings, students_figure)
 from .records import COLUMNS, loss_of, steps_label, study_facts, trial_rows
 
 _TABLE_COLUMNS = (
@@ -83,11 +83,12 @@ def _cell(key: str, value: Any) -> str:
 
 
 def _proxy(settings: dict[str, Any]) -> str:
-    """How trials were scored, in words (settings of studies from before `proxy` existed: hs)."""
-    if settings.get("proxy") == "fidelity":
-        return (f"proxy: the final recipe for {settings.get('proxy_steps')} steps, scored by embedding fidelity on "
-                f"{settings.get('proxy_sentences')} held-out sentences (loss = 1 − ρ)")
-    return f"proxy: {settings.get('method')} for {settings.get('proxy_steps')} steps, scored by held-out L_HS"
+    """How trials were scored, in words."""
+    proxy = proxy_settings(settings)
+    if proxy.get("kind") == "fidelity":
+        return (f"proxy: the final recipe for {proxy.get('steps')} steps, scored by embedding fidelity on "
+                f"{proxy.get('sentences')} held-out sentences (loss = 1 − ρ)")
+    return f"proxy: {proxy.get('method')} for {proxy.get('steps')} steps, scored by held-out L_HS"
 
 
 def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: list) -> str:
@@ -99,9 +100,9 @@ def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: lis
     counts = ", ".join(f"{k} {v}" for k, v in sorted(facts["counts"].items()))
     lines = [
         f"teacher <b>{html.escape(str(s.get('teacher')))}</b>, corpus {html.escape(str(s.get('corpus')))}, "
-        f"objective {s.get('objective')}, sampler {s.get('sampler')}, {html.escape(_proxy(s))}",
+        f"objective {(s.get('reward') or {}).get('objective')}, sampler {s.get('sampler')}, {html.escape(_proxy(s))}",
         f"{_budgets_line(facts)}; teacher latency "
-        f"{_cell('latency', teacher.get('median_ms'))} ms ({html.escape(_setting(s))})",
+        f"{_cell('latency', teacher.get('median_ms'))} ms ({html.escape(latency_setting(s))})",
         f"trials {facts['trials']}: {html.escape(counts)}; rejected before training: "
         f"{facts['rejected_before_training']}",
         "best trial: " + (f"#{best['number']} {best['arch']}, reward {best['reward']:.4f}, "
@@ -147,7 +148,3 @@ def _budgets_line(facts: dict[str, Any]) -> str:
     return "budgets " + ", ".join(f"<b>{html.escape(b['label'])} {_cell('latency', b['budget_ms'])} ms</b> "
                                   f"({len(b['trials_within'])} trained trials within, shipped in "
                                   f"{html.escape(b['folder'])}/)" for b in several)
-
-
-def _setting(s: dict[str, Any]) -> str:
-    return f"batch {s.get('latency_batch')}, seq {s.get('latency_seq')}, {s.get('threads')} threads, {s.get('runtime')}"

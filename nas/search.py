@@ -56,7 +56,7 @@ TRIALS_REACHED = "trials_reached"
 
 
 def search(config: SearchConfig) -> dict[str, Any]:
-    """Run (or resume) a search and write its outputs into `config.out`; returns the summary."""
+    """Run (or resume) a search and write its outputs into `config.run.out`; returns the summary."""
     optuna_logger = logging.getLogger("optuna")
     level = optuna_logger.level
     optuna_logger.setLevel(logging.WARNING)  # per-trial INFO lines would break the progress bar
@@ -69,10 +69,10 @@ def search(config: SearchConfig) -> dict[str, Any]:
 
 
 def _search(cfg: SearchConfig) -> dict[str, Any]:
-    limit = None if cfg.timeout is None else TimeLimit(time.monotonic(), float(cfg.timeout))
+    limit = None if cfg.run.timeout is None else TimeLimit(time.monotonic(), float(cfg.run.timeout))
     resolved = resolve_device(cfg.device)  # `--device cuda` without CUDA: one line, before anything
     device, dtype = resolved.type, resolve_precision(cfg.precision, resolved)
-    progress = Progress(None if cfg.trials_follow_time else cfg.trial_count, 0, cfg.progress)
+    progress = Progress(None if cfg.trials_follow_time else cfg.trial_count, 0, cfg.run.progress)
     try:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
@@ -80,13 +80,13 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
             raise InputError(f"--init inherit: {reason}; use --init svd or random (a BERT student)")
         space = cfg.resolve_space(teacher.dims)  # a space with no valid shape: refused before anything is written
         _check_methods(cfg, space, teacher.dims)
-        if (targets := targets_dir(cfg.cache_dir)) is not None:  # before --out: a refusal writes nothing there
+        if (targets := targets_dir(cfg.run.cache_dir)) is not None:  # before --out: a refusal writes nothing there
             ensure_writable_dir(targets, "--cache-dir", "; give another folder, or 'none' to keep targets in memory")
         # The corpus and its transfer set are checked before --out and the study are made: a mistyped
         # --corpus or --seq is one line with nothing written, not a study.db left behind.
         progress.phase("preparing transfer set")
         texts = load_corpus(cfg.corpus)
-        if cfg.proxy == "fidelity":
+        if cfg.proxy.kind == "fidelity":
             probe_sentences(cfg, texts)  # a corpus too small for the probe
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data, directory=targets, on_rows=progress.counter("teacher targets", "rows"),
@@ -94,23 +94,23 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         # Refusals found once --out and its study.db are made (a --storage that cannot be opened, a
         # budget under the fastest shape) remove the folder and the storage file they made: nothing left
         # behind — unless a study is in that file by then (another worker's: it stays).
-        url = cfg.storage or default_storage_url(cfg.out)
+        url = cfg.run.storage or default_storage_url(cfg.run.out)
         made = storage_file(url)
-        with undone_if_refused(cfg.out, files=[made] if made else [], keep=lambda _: holds_studies(url)):
-            out = ensure_writable_dir(Path(cfg.out))
+        with undone_if_refused(cfg.run.out, files=[made] if made else [], keep=lambda _: holds_studies(url)):
+            out = ensure_writable_dir(Path(cfg.run.out))
             storage = open_storage(url)
-            settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.runtime))
+            settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.latency.runtime))
             family = teacher.student_sizes()["family"]
             if family != "bert":  # studies made before students kept their teacher's family had BERT students only
                 settings["student_family"] = family
             study, facts = _open_study(cfg, storage, url, settings, lambda: _new_facts(cfg, space, teacher, progress))
         cfg = _trials_reached(study, cfg, progress)
-        write_pointer(out, url, cfg.study_name)
+        write_pointer(out, url, cfg.run.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
                             budget_ms=facts["budget_ms"], progress=progress, limit=limit)
         _run_trials(study, Objective(ctx), cfg, out, progress, limit)
-        if cfg.reference and study.user_attrs.get("reference") is None:
+        if cfg.run.reference and study.user_attrs.get("reference") is None:
             study.set_user_attr("reference", evaluate_references(ctx))
         _finish(study, ctx, out, progress)
         progress.phase("done")
@@ -126,7 +126,7 @@ def _trials_reached(study: optuna.Study, cfg: SearchConfig, progress: Progress) 
     if not cfg.trials_follow_time or reached is None:
         return cfg
     progress.set_total(reached)
-    return cfg.replace(trials=reached)
+    return cfg.with_flags(trials=reached)
 
 
 def _check_methods(cfg: SearchConfig, space, teacher_dims) -> None:
@@ -134,7 +134,7 @@ def _check_methods(cfg: SearchConfig, space, teacher_dims) -> None:
     winner): a method that needs the teacher's head count (minilm, xtremedistil) is refused now, not as
     failed trials or a failed final run."""
     layers, ffn = min(space.layers), min(space.ffn)
-    for flag, method in (("--proxy-method", cfg.proxy_method), ("--final-method", cfg.final_method)):
+    for flag, method in (("--proxy-method", cfg.proxy.method), ("--final-method", cfg.final.method)):
         for heads, hidden in space.widths():
             try:
                 build_method(method, teacher_dims, ModelDims(layers, hidden, heads, ffn))
@@ -159,7 +159,7 @@ def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
     """The study to work on and its facts (budget, teacher latency): the existing one (checked against
     `settings`), or a new one with `new_facts()` — also the existing one when another worker created it
     between our check and our create."""
-    existing = _found_study(storage, cfg.study_name)
+    existing = _found_study(storage, cfg.run.study_name)
     if existing is not None:
         check_settings(existing, settings, url)
     else:
@@ -167,22 +167,22 @@ def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
         study = _create_study(cfg, storage, facts)
         if study is not None:
             return study, facts
-        existing = _settled_study(storage, cfg.study_name)  # another worker created it a moment ago
+        existing = _settled_study(storage, cfg.run.study_name)  # another worker created it a moment ago
         check_settings(existing, settings, url)
-    study = optuna.load_study(study_name=cfg.study_name, storage=storage,
+    study = optuna.load_study(study_name=cfg.run.study_name, storage=storage,
                               sampler=_sampler(cfg, len(existing.trials)), pruner=_pruner(cfg))
     return study, existing.user_attrs
 
 
 def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, out: Path, progress: Progress,
                 limit: TimeLimit | None = None) -> None:
-    """Trials until the study holds exactly `cfg.trials` counted ones (other workers' included), or
+    """Trials until the study holds exactly `cfg.run.trials` counted ones (other workers' included), or
     until `limit` says no more may start; the pages are rewritten after each. While the trials still
     to do are all running on other workers, this one waits for them (one of them may die and need its
     retry) instead of starting more."""
     _show(study, out, progress)
     while True:
-        recover(study, cfg.stale_after_s)
+        recover(study, cfg.run.stale_after_s)
         done = counted_trials(study)
         if done >= cfg.trial_count:
             return
@@ -214,14 +214,14 @@ def _trial_fits(study: optuna.Study, ctx: SearchContext, limit: TimeLimit, done:
                           f"targets) is spent on trials, so no further trial starts ({rest})")
             return False
     else:
-        rest = f"{done} of {cfg.trials} done; a rerun with a longer --timeout, or none, adds the rest"
+        rest = f"{done} of {cfg.run.trials} done; a rerun with a longer --timeout, or none, adds the rest"
     if not limit.trials_may_start(done):
         progress.note(f"--timeout {limit.seconds:g} s: {TRIAL_SHARE:.0%} of it is spent, so no further trial starts ({rest})")
         return False
     forecast = _final_forecast(study, cfg, space) if done >= FIRST_TRIALS else None
     if forecast is not None and not limit.keeps_final_run(*forecast):
         progress.note(f"--timeout {limit.seconds:g} s: no further trial starts, so that the final run keeps its "
-                      f"{cfg.final_steps} steps (about {forecast[0]:.0f} s at the trials' pace; {rest})")
+                      f"{cfg.final.steps} steps (about {forecast[0]:.0f} s at the trials' pace; {rest})")
         return False
     return True
 
@@ -231,7 +231,7 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
     trial's median seconds), from the best trial's pace, carried to its wider FFN neighbour where the
     space has one (the final stage tries it first, `nas.neighbours`); None with the hs proxy, whose
     recipe is not the final run's, or before any pace."""
-    if cfg.proxy != "fidelity" or cfg.final_steps <= 0:
+    if cfg.proxy.kind != "fidelity" or cfg.final.steps <= 0:
         return None
     best = best_row(trial_rows(study))
     step_s = None if best is None else trial_pace(study, best["number"])
@@ -245,9 +245,9 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
         return None
     wider = ffn_neighbour(space, best, WIDER, taken=set())
     if wider is not None:
-        step_s = pace_of(step_s, best["arch"], wider["arch"], cfg.seq_len)
+        step_s = pace_of(step_s, best["arch"], wider["arch"], cfg.proxy.seq_len)
     trial_s = statistics.median(trained)
-    return cfg.final_top_k * len(cfg.budgets) * final_run_s(cfg.final_steps, step_s, trial_s), trial_s
+    return cfg.final.top_k * len(cfg.budgets) * final_run_s(cfg.final.steps, step_s, trial_s), trial_s
 
 
 def _one_trial(study: optuna.Study, objective: Objective, progress: Progress) -> None:
@@ -271,7 +271,7 @@ def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progre
     """The final stage, once across workers: distill, ship and profile the winner of each budget, largest
     budget first (or say why not)."""
     cfg = ctx.config
-    stages = [(ctx.for_budget(budget), finalists(study, cfg.objective, budget))
+    stages = [(ctx.for_budget(budget), finalists(study, cfg.reward.objective, budget))
               for budget in study_budgets(study.user_attrs)]
     empty = [stage.budget_named for stage, chosen in stages if not chosen]
     if empty:
@@ -281,20 +281,20 @@ def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progre
             f"see {out / 'trials.csv'} for the reasons, then raise --budget-ms or --trials"
         )
     todo = [(stage, chosen) for stage, chosen in stages if not is_done(study, out, chosen, stage)]
-    if cfg.final_steps <= 0 or not todo:
+    if cfg.final.steps <= 0 or not todo:
         return
-    held = claim_final(study, cfg.stale_after_s)
+    held = claim_final(study, cfg.run.stale_after_s)
     if held is not None:
         progress.note(held)
         return
     for i, (stage, chosen) in enumerate(todo):
-        run_final(study, stage, out, chosen, later=cfg.final_top_k * (len(todo) - 1 - i))
+        run_final(study, stage, out, chosen, later=cfg.final.top_k * (len(todo) - 1 - i))
 
 
 def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.Study | None:
     """Create the study with its facts, or None when another worker created it first."""
     try:
-        study = optuna.create_study(storage=storage, study_name=cfg.study_name, directions=_directions(cfg),
+        study = optuna.create_study(storage=storage, study_name=cfg.run.study_name, directions=_directions(cfg),
                                     sampler=_sampler(cfg, 0), pruner=_pruner(cfg))
     except optuna.exceptions.DuplicatedStudyError:
         return None
@@ -353,8 +353,8 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
         given = "" if cfg.budget_ms is not None else f" ({cfg.budgets[-1]:g} x the teacher's {scale:.2f} ms)"
         raise InputError(
             f"budget {budgets_ms[-1]:.2f} ms{given} is below the fastest student in the space ({spec.arch}: "
-            f"{fastest['median_ms']:.2f} ms median at batch {cfg.latency_batch}, seq {cfg.latency_seq}, "
-            f"{cfg.threads} threads); raise --budget-ms or allow smaller shapes"
+            f"{fastest['median_ms']:.2f} ms median at batch {cfg.latency.batch}, seq {cfg.latency.seq}, "
+            f"{cfg.latency.threads} threads); raise --budget-ms or allow smaller shapes"
         )
     return teacher_latency, fastest, budgets_ms
 
@@ -368,7 +368,7 @@ def latency_machine(runtime: str) -> dict[str, str]:
 
 
 def _directions(cfg: SearchConfig) -> list[str]:
-    return ["maximize"] if cfg.objective == "reward" else ["minimize", "minimize"]
+    return ["maximize"] if cfg.reward.objective == "reward" else ["minimize", "minimize"]
 
 
 def _sampler(cfg: SearchConfig, offset: int) -> optuna.samplers.BaseSampler:
@@ -391,4 +391,4 @@ def _pruner(cfg: SearchConfig) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
     # Counted over trained trials only; the first evaluation is never pruned: shapes differ most in
     # how fast they start.
-    return TrainedMedianPruner(min_trained=PRUNER_MIN_TRAINED, warmup_steps=cfg.eval_every + 1)
+    return TrainedMedianPruner(min_trained=PRUNER_MIN_TRAINED, warmup_steps=cfg.proxy.eval_every + 1)

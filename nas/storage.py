@@ -183,7 +183,9 @@ def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> Non
         raise StorageError(
             f"study {study.study_name!r} in {url} was not created by kdnas search; use another --study-name"
         )
-    wanted = json.loads(json.dumps(wanted))  # the same normalisation the storage applies
+    # The same normalisation the storage applies; a group (`proxy`, `latency`, ...) compared field by field, so
+    # the line names the one that differs (`proxy.method`), not the whole group.
+    stored, wanted = _dotted(stored), _dotted(json.loads(json.dumps(wanted)))
     for key in sorted(set(stored) | set(wanted)):
         if key == "latency_machine" and stored.get(key) != wanted.get(key):
             raise InputError(
@@ -197,6 +199,17 @@ def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> Non
                 f"this run asks {key}={_short(wanted.get(key))}; rerun with the same settings to resume, "
                 "or use another --study-name or --out"
             )
+
+
+def _dotted(settings: dict[str, Any]) -> dict[str, Any]:
+    """`{"proxy": {"steps": 30}}` as `{"proxy.steps": 30}`; `space` and `latency_machine` stay whole (compared as one)."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and key not in ("space", "latency_machine"):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    return flat
 
 
 def write_pointer(out: Path, url: str, study_name: str) -> None:

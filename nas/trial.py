@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -25,7 +25,7 @@ from kdnas.core.errors import first_line
 
 from ._progress import Progress
 from .budgets import Budget
-from .config import SearchConfig
+from .config import PROXY_FINAL_LR, SearchConfig
 from .measure import MODEL_CHECK, LatencyJudge, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
@@ -44,47 +44,43 @@ INTERIM_EVAL_ROWS = 32
 # The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
 # verdict, which the trial stored before training.
 SCORE_ATTRS = tuple(f.name for f in fields(Scored) if f.name not in ("arch", "params", "latency", "within_budget"))
-# The fidelity proxy's peak learning rate: the one its ranking of shapes was measured with (Kendall's
-# tau +0.91, docs/benchmarks/proxy-fidelity.md). The final run's own (`final_lr`) is higher since a
-# 1,200-step run gains from it (docs/design/final-recipe.md); 30 steps were not measured at it.
-PROXY_FINAL_LR = 3e-4
 
 
 def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
-    """The proxy's transfer set: for the fidelity proxy — the final recipe, shortened — `final_train`
-    rows of `final_unit`, the final run's own set unless a long run needs more (`final_rows`); for hs,
-    `proxy_train` windows. Both hold out the proxy's `proxy_eval` rows."""
-    if cfg.proxy == "fidelity":
-        return _final_unit_set(cfg, teacher, texts, cfg.final_train)
-    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=cfg.proxy_train,
-                             num_eval=cfg.proxy_eval, seed=cfg.seed)
+    """The proxy's transfer set: for the fidelity proxy — the final recipe, shortened — `final.train`
+    rows of `final.unit`, the final run's own set unless a long run needs more (`final.rows`); for hs,
+    `proxy.train` windows. Both hold out the proxy's `proxy.eval` rows."""
+    if cfg.proxy.kind == "fidelity":
+        return _final_unit_set(cfg, teacher, texts, cfg.final.train)
+    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.proxy.seq_len, num_train=cfg.proxy.train,
+                             num_eval=cfg.proxy.eval, seed=cfg.seed)
 
 
 def final_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str], rows: int | None = None) -> Any:
-    """The winner's transfer set: `rows` (by default `final_rows`) rows of `final_unit`, the proxy's
-    `proxy_eval` held-out rows. A larger one starts with a smaller one's rows (`TeacherCache.grown`)."""
-    return _final_unit_set(cfg, teacher, texts, cfg.final_rows if rows is None else rows)
+    """The winner's transfer set: `rows` (by default `final.rows`) rows of `final.unit`, the proxy's
+    `proxy.eval` held-out rows. A larger one starts with a smaller one's rows (`TeacherCache.grown`)."""
+    return _final_unit_set(cfg, teacher, texts, cfg.final.rows if rows is None else rows)
 
 
 def _final_unit_set(cfg: SearchConfig, teacher: Any, texts: list[str], rows: int) -> Any:
-    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.seq_len, num_train=rows,
-                             num_eval=cfg.proxy_eval, seed=cfg.seed, unit=cfg.final_unit)
+    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.proxy.seq_len, num_train=rows,
+                             num_eval=cfg.proxy.eval, seed=cfg.seed, unit=cfg.final.unit)
 
 
 def final_config(cfg: SearchConfig) -> DistillConfig:
-    """The winner's recipe: `final_method` (with `final_embed_terms` where given) for `final_steps`,
+    """The winner's recipe: `final.method` (with `final.embed_terms` where given) for `final.steps`,
     evaluated five times on the way."""
-    config = final_recipe(cfg, cfg.final_steps, max(1, cfg.final_steps // 5), lr=cfg.final_lr)
-    return config if cfg.final_embed_terms is None else replace(config, embed_terms=cfg.final_embed_terms)
+    config = final_recipe(cfg, cfg.final.steps, max(1, cfg.final.steps // 5), lr=cfg.final.lr)
+    return config if cfg.final.embed_terms is None else replace(config, embed_terms=cfg.final.embed_terms)
 
 
 def final_recipe(cfg: SearchConfig, steps: int, eval_every: int, *, lr: float) -> DistillConfig:
-    """`final_method` with the final run's batch and start, at peak learning rate `lr`, for `steps`."""
-    return DistillConfig(method=cfg.final_method, steps=steps, batch_size=cfg.final_batch_size,
+    """`final.method` with the final run's batch and start, at peak learning rate `lr`, for `steps`."""
+    return DistillConfig(method=cfg.final.method, steps=steps, batch_size=cfg.final.batch_size,
                          lr=lr, eval_every=eval_every, init=cfg.init,
                          interim_eval_rows=INTERIM_EVAL_ROWS, layer_map=cfg.layer_map, layer_rule=cfg.layer_rule,
                          seed=cfg.seed, device=cfg.device, precision=cfg.precision,
-                         progress=False).for_method(cfg.final_method)
+                         progress=False).for_method(cfg.final.method)
 
 
 @dataclass
@@ -105,6 +101,9 @@ class SearchContext:
     judge: LatencyJudge | None = None  # how latency is read: by default, measured on the config's settings
     # The final stage's budget when the search has several (`for_budget`); None: its only one, `budget_ms`.
     budget_label: str | None = None
+    # What the final stage computes once and every budget's copy uses (nas.baselines: the held-out sentences and
+    # the teacher's embeddings of them); `for_budget`'s copies share this one dict.
+    shared: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.judge is None:
@@ -112,7 +111,7 @@ class SearchContext:
 
     def for_budget(self, budget: Budget) -> "SearchContext":
         """This context for the final stage of one of the search's budgets (the trials' gate, `budget_ms`, is the
-        largest); a shallow copy, so what it loaded once (the probe's teacher embeddings) is shared."""
+        largest); a shallow copy, so what it loaded once (the probe's teacher embeddings, `shared`) is shared."""
         other = copy.copy(self)
         other.budget_ms, other.budget_label = budget.ms, budget.label
         return other
@@ -134,14 +133,14 @@ class SearchContext:
         """The proxy's recipe (every trial, and the reference shapes): the final recipe shortened to
         `steps` and evaluated at its end (fidelity proxy), or the paper's hs proxy."""
         cfg = self.config
-        if cfg.proxy == "fidelity":
+        if cfg.proxy.kind == "fidelity":
             return self.final_recipe(steps, eval_every or steps, lr=PROXY_FINAL_LR)
-        extra = {} if cfg.proxy_lr is None else {"lr": cfg.proxy_lr}
-        return DistillConfig(method=cfg.proxy_method, steps=steps, batch_size=cfg.proxy_batch_size,
-                             eval_every=cfg.eval_every if eval_every is None else eval_every,
+        extra = {} if cfg.proxy.lr is None else {"lr": cfg.proxy.lr}
+        return DistillConfig(method=cfg.proxy.method, steps=steps, batch_size=cfg.proxy.batch_size,
+                             eval_every=cfg.proxy.eval_every if eval_every is None else eval_every,
                              interim_eval_rows=INTERIM_EVAL_ROWS,
                              layer_map=cfg.layer_map, init=cfg.init, layer_rule=cfg.layer_rule, seed=cfg.seed,
-                             device=cfg.device, precision=cfg.precision, progress=False, **extra).for_method(cfg.proxy_method)
+                             device=cfg.device, precision=cfg.precision, progress=False, **extra).for_method(cfg.proxy.method)
 
     def final_config(self) -> DistillConfig:
         """The winner's recipe (`final_config`)."""
@@ -153,14 +152,14 @@ class SearchContext:
     def proxy(self, spec: StudentSpec, on_eval: Any = None) -> Any:
         """The search's proxy distillation of one shape: what every trial, the reference shapes and
         the proxy benchmarks run, so a benchmark figure is a statement about the search."""
-        result = run_distill(spec, self.teacher, self.data, self.distill_config(self.config.proxy_steps),
+        result = run_distill(spec, self.teacher, self.data, self.distill_config(self.config.proxy.steps),
                              cache=self.cache, on_eval=on_eval)
         result.metrics = self.measured(result)
         return result
 
     def measured(self, result: Any) -> dict[str, Any]:
         """A distillation's metrics, with the fidelity proxy's ρ of its student when that is the proxy."""
-        if self.config.proxy != "fidelity":
+        if self.config.proxy.kind != "fidelity":
             return result.metrics
         return {**result.metrics, **self.probe.score(result.student, self.teacher.tokenizer)}
 
@@ -175,8 +174,8 @@ class SearchContext:
                       reward=self.reward(loss, median), within_budget=median <= self.budget_ms)
 
     def reward(self, loss: float, latency_ms: float) -> float:
-        return kdnas_reward(loss, latency_ms, self.teacher_latency_ms, self.config.target_ratio,
-                            self.config.exponent)
+        return kdnas_reward(loss, latency_ms, self.teacher_latency_ms, self.config.reward.target_ratio,
+                            self.config.reward.exponent)
 
 
 def _earlier_result(trial: optuna.Trial, arch: str) -> optuna.trial.FrozenTrial | None:
@@ -257,13 +256,13 @@ class Objective:
 
         spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **ctx.sizes)
         trial.set_user_attr("params", spec.num_parameters())
-        trial.set_user_attr("flops", spec.flops(cfg.latency_seq))
+        trial.set_user_attr("flops", spec.flops(cfg.latency.seq))
 
         self._phase(trial, "latency")
         t0 = time.perf_counter()
         latency = _stored_latency(trial, arch)
         fitted = None
-        if latency is None and cfg.latency_model:
+        if latency is None and cfg.run.latency_model:
             fitted = latency_prediction(spec, cfg, study_readings(trial.study.get_trials(deepcopy=False)))
             latency = predicted_latency(fitted, ctx.budget_ms)
         if latency is None:
@@ -284,22 +283,22 @@ class Objective:
         self._phase(trial, "distill")
         median = latency["median_ms"]
         t0, passes, probe_s = time.perf_counter(), ctx.cache.pass_seconds, 0.0
-        if cfg.proxy == "fidelity" and "probe" not in vars(ctx):  # the teacher's embeddings of the probe
+        if cfg.proxy.kind == "fidelity" and "probe" not in vars(ctx):  # the teacher's embeddings of the probe
             _ = ctx.probe                                           # sentences: made once per search
             probe_s = time.perf_counter() - t0
 
         def on_eval(step: int, metrics: dict) -> None:
             loss = float(metrics["l_hs_norm"])
-            self._phase(trial, "distill", f"distill {step}/{cfg.proxy_steps} L_HS {loss:.3f}")
+            self._phase(trial, "distill", f"distill {step}/{cfg.proxy.steps} L_HS {loss:.3f}")
             trial.set_user_attr("last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": float(metrics["l_hs_raw"]),
                                                "l_hs_se": float(metrics["l_hs_se"])})
-            if cfg.objective != "reward" or cfg.proxy != "hs":
+            if cfg.reward.objective != "reward" or cfg.proxy.kind != "hs":
                 return  # Optuna reports/pruning are single-objective only; the fidelity proxy is scored at its end
             interim = ctx.reward(loss, median)
             trial.report(interim, step)
-            if cfg.pruning and step < cfg.proxy_steps and trial.should_prune():
+            if cfg.pruning and step < cfg.proxy.steps and trial.should_prune():
                 seconds["distill"] = time.perf_counter() - t0
-                trial.set_user_attr("reason", f"pruned at step {step}/{cfg.proxy_steps}: reward {interim:.4f} "
+                trial.set_user_attr("reason", f"pruned at step {step}/{cfg.proxy.steps}: reward {interim:.4f} "
                                               "below the median of earlier trials at this step")
                 raise optuna.TrialPruned(f"step {step}")
 
@@ -315,7 +314,7 @@ class Objective:
         trial.set_user_attr("train_loss", float(result.metrics.get("train_loss", float("nan"))))
         trial.set_user_attr("status", "feasible")
         self._phase(trial, "done")
-        return scored.reward if cfg.objective == "reward" else (scored.loss, median)
+        return scored.reward if cfg.reward.objective == "reward" else (scored.loss, median)
 
     def _repeat(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
         # Same shape, same data, same seed: training again would give the same numbers (and cost
@@ -356,6 +355,6 @@ class Objective:
         return self._untrained(median)
 
     def _untrained(self, latency_ms: float) -> float | tuple[float, float]:
-        if self.ctx.config.objective == "reward":
+        if self.ctx.config.reward.objective == "reward":
             return self.ctx.reward(UNTRAINED_LOSS, latency_ms)  # = 0.0
         return (UNTRAINED_LOSS, latency_ms)

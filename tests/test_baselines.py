@@ -27,7 +27,7 @@ def test_fidelity_table_ranks_the_teacher_itself_above_the_baselines(teacher, ne
 
     d = teacher.dims
     spec = StudentSpec(layers=2, heads=12, hidden=384, ffn=1536, **teacher.student_sizes())
-    ctx = SimpleNamespace(config=SearchConfig(quality_sentences=60, latency_seq=64), teacher=teacher, texts=news_texts)
+    ctx = SimpleNamespace(config=SearchConfig.from_flags(quality_sentences=60, latency_seq=64), teacher=teacher, texts=news_texts)
     # The full teacher as "student" (6 layers): perfect fidelity, above both 2-layer baselines.
     table = fidelity_table(ctx, spec, teacher.model, TeacherCache(teacher, small_data), passes=3.0)
     rows = table["fidelity"]
@@ -50,7 +50,7 @@ def test_int8_fidelity_scores_the_shipped_graph_on_the_same_sentences(teacher, n
     from kdnas.nas.config import SearchConfig
 
     spec = StudentSpec(layers=2, heads=12, hidden=384, ffn=1536, **teacher.student_sizes())
-    ctx = SimpleNamespace(config=SearchConfig(quality_sentences=60, latency_seq=64), teacher=teacher, texts=news_texts)
+    ctx = SimpleNamespace(config=SearchConfig.from_flags(quality_sentences=60, latency_seq=64), teacher=teacher, texts=news_texts)
     prepared = baseline_fidelity(ctx, spec, TeacherCache(teacher, small_data))
     export_model("minilm-l6", tmp_path / "graphs", int8=True)
     # The teacher's own fp32 graph orders the pairs as the teacher does: the graph is fed and pooled as
@@ -76,13 +76,13 @@ def test_the_teacher_as_int8_is_measured_beside_the_students_on_the_same_sentenc
         return SimpleNamespace(median_ms=7.5, p90_ms=8.0, min_ms=7.0, cv=0.02, noisy=False, cached=False, cores=(0,),
                                window=(0.0, 1.0))
 
-    ctx = SimpleNamespace(config=SearchConfig(quality_sentences=60, latency_seq=64), teacher=teacher,
+    ctx = SimpleNamespace(config=SearchConfig.from_flags(quality_sentences=60, latency_seq=64), teacher=teacher,
                           texts=news_texts, judge=SimpleNamespace(alone=alone))
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
     found = teacher_int8(ctx, pipeline)
     assert timed == ["model.int8.onnx"] and found["latency"]["median_ms"] == 7.5 and found["sentences"] == 60
     assert 0.95 < found["fidelity"]["spearman"] < 1.0  # INT8 loses a little of the teacher
-    ctx.config = SearchConfig(quality_sentences=0)
+    ctx.config = SearchConfig.from_flags(quality_sentences=0)
     assert teacher_int8(ctx, pipeline) is None and timed == ["model.int8.onnx"]  # fidelity not asked for
 
 
@@ -137,3 +137,23 @@ def test_an_int8_budgeted_student_is_set_against_the_teacher_by_its_fp32_reading
     teacher = {"latency": {"median_ms": 25.6}, "fidelity": {"spearman": 0.871}}
     final = {**_final(11.8, 0.858, 11.8, 0.834), "latency_fp32_onnx": {"median_ms": 29.8}}  # latency_ms: the INT8 graph's
     assert "ship the student as INT8" in versus_teacher_int8(final, teacher)
+
+
+def test_the_held_out_sentences_are_embedded_once_for_every_budget_of_a_search(teacher, news_texts, monkeypatch):
+    """The teacher's INT8 graph and each budget's finalists are scored on one set: the teacher's pass over it
+    (about 30 s for MPNet) runs once, shared by the per-budget copies of the search's context."""
+    import kdnas.evaluation
+    from kdnas.nas.budgets import Budget
+    from kdnas.nas.baselines import _held_out
+    from kdnas.nas.config import SearchConfig
+    from kdnas.nas.trial import SearchContext
+
+    passes = []
+    real = kdnas.evaluation.sentence_embeddings
+    monkeypatch.setattr(kdnas.evaluation, "sentence_embeddings", lambda *a, **k: passes.append(1) or real(*a, **k))
+    ctx = SearchContext(config=SearchConfig.from_flags(quality_sentences=60, latency_seq=64), space=None, sizes={},
+                        teacher=teacher, texts=news_texts, data=None, cache=None, teacher_latency_ms=1.0,
+                        budget_ms=2.0, progress=None)
+    first = _held_out(ctx.for_budget(Budget(2.0, "2ms")))
+    again = _held_out(ctx.for_budget(Budget(1.0, "1ms")))
+    assert again is first and len(first["sentences"]) == 60 and len(passes) == 1

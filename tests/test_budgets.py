@@ -36,33 +36,33 @@ def test_the_flag_takes_one_budget_or_a_comma_separated_list():
 
 
 def test_several_budgets_are_kept_largest_first_and_a_bad_one_is_refused():
-    cfg = SearchConfig(budget_ratio=(0.25, 0.5))
+    cfg = SearchConfig.from_flags(budget_ratio=(0.25, 0.5))
     assert cfg.budget_ratio == (0.5, 0.25) and cfg.budgets == (0.5, 0.25) and cfg.several_budgets
-    one = SearchConfig(budget_ratio=(0.5,))
+    one = SearchConfig.from_flags(budget_ratio=(0.5,))
     assert one.budget_ratio == 0.5 and one.budgets == (0.5,) and not one.several_budgets  # one stays a number
-    assert SearchConfig(budget_ms=(2, 8, 4)).budgets == (8.0, 4.0, 2.0)
+    assert SearchConfig.from_flags(budget_ms=(2, 8, 4)).budgets == (8.0, 4.0, 2.0)
     for bad, match in (((0.5, 0.0), "budget ratio 0.0 must be a positive"), ((0.5, 0.5), "given twice"),
                        ((0.5, float("nan")), "budget ratio nan"), ((0.5, True), "budget ratio True")):
         with pytest.raises(InputError, match=match):
-            SearchConfig(budget_ratio=bad)
+            SearchConfig.from_flags(budget_ratio=bad)
     with pytest.raises(InputError, match="budget -4 ms must be a positive"):
-        SearchConfig(budget_ms=(8, -4))
+        SearchConfig.from_flags(budget_ms=(8, -4))
 
 
 def test_the_budgets_are_study_settings_so_a_resume_with_another_list_is_refused():
     from kdnas.nas.space import default_space
 
     space = default_space(6, 12, 384, 1536, keep_head_size=True)
-    two = SearchConfig(budget_ratio=(0.5, 0.25)).study_settings(space, "fp")
+    two = SearchConfig.from_flags(budget_ratio=(0.5, 0.25)).study_settings(space, "fp")
     assert two["budget_ratio"] == (0.5, 0.25)
-    assert two != SearchConfig(budget_ratio=(0.5, 0.125)).study_settings(space, "fp")
-    assert SearchConfig(budget_ratio=0.5).study_settings(space, "fp")["budget_ratio"] == 0.5  # as before
+    assert two != SearchConfig.from_flags(budget_ratio=(0.5, 0.125)).study_settings(space, "fp")
+    assert SearchConfig.from_flags(budget_ratio=0.5).study_settings(space, "fp")["budget_ratio"] == 0.5  # as before
 
 
 def test_each_budget_is_labelled_by_what_was_asked_and_a_single_budget_keeps_its_folders():
-    ratios = budget_facts(SearchConfig(budget_ratio=(0.5, 0.25)), (10.0, 5.0))
+    ratios = budget_facts(SearchConfig.from_flags(budget_ratio=(0.5, 0.25)), (10.0, 5.0))
     assert ratios == [{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}]
-    assert budget_facts(SearchConfig(budget_ms=(8, 4)), (8.0, 4.0))[1] == {"label": "4ms", "ms": 4.0}
+    assert budget_facts(SearchConfig.from_flags(budget_ms=(8, 4)), (8.0, 4.0))[1] == {"label": "4ms", "ms": 4.0}
     assert budget_facts(SearchConfig(), (10.0,)) == []  # one budget: the study's facts as before
     budgets = study_budgets({"budget_ms": 10.0, "budgets": ratios})
     assert budgets == [Budget(10.0, "0.5x"), Budget(5.0, "0.25x")]
@@ -104,7 +104,7 @@ def test_each_budget_keeps_its_own_records_and_a_single_budget_replaces_an_old_r
     assert "budget" not in recipe_of(cfg) and recipe_of(cfg, "0.25x")["budget"] == "0.25x"
     records = [{"arch": "a", "recipe": recipe_of(cfg, "0.5x")}, {"arch": "b", "recipe": recipe_of(cfg, "0.25x")}]
     assert [r["arch"] for r in of_other_budgets(records, "0.25x")] == ["a"]
-    old = [{"arch": "c", "recipe": recipe_of(cfg.replace(final_steps=7))}]
+    old = [{"arch": "c", "recipe": recipe_of(cfg.with_flags(final_steps=7))}]
     assert of_other_budgets(old, None) == []  # a single budget's records are all its own
 
 

@@ -113,7 +113,7 @@ def proxy(monkeypatch):
 
 def test_a_poison_shape_is_tried_twice_then_settled_and_the_search_finishes(tmp_path, proxy):
     proxy["fail"].add(POISON)
-    search(SearchConfig(out=str(tmp_path / "run"), seed=1, **BASE))
+    search(SearchConfig.from_flags(out=str(tmp_path / "run"), seed=1, **BASE))
     study = optuna.load_study(study_name="kdnas", storage=open_storage(default_storage_url(tmp_path / "run")))
     poison = [t for t in study.trials if t.user_attrs.get("arch") == POISON]
     assert proxy["calls"].count(POISON) == 2, proxy["calls"]  # the first try and its one retry
@@ -137,7 +137,7 @@ def test_a_poison_shape_is_tried_twice_then_settled_and_the_search_finishes(tmp_
 def test_the_same_error_three_times_stops_the_search_with_that_error(tmp_path, proxy):
     proxy["fail"].add("*")
     with pytest.raises(TrainingError, match=r"last 3 trials all failed with the same error.*No space left"):
-        search(SearchConfig(out=str(tmp_path / "run"), seed=0, **{**BASE, "trials": 20,
+        search(SearchConfig.from_flags(out=str(tmp_path / "run"), seed=0, **{**BASE, "trials": 20,
                "space_overrides": {"layers": "1,2,3", "heads": "4", "hidden": "96", "ffn": "256"}}))
     assert len(proxy["calls"]) == 3  # not 20
     assert (tmp_path / "run" / "trials.csv").is_file()  # the pages still show what happened
@@ -158,7 +158,7 @@ def test_a_trial_failed_by_another_worker_does_not_stop_this_one(tmp_path, monke
         return result
 
     monkeypatch.setattr(SearchContext, "proxy", proxy)
-    search(SearchConfig(out=str(tmp_path / "run"), seed=0, **{**BASE, "trials": 2}))
+    search(SearchConfig.from_flags(out=str(tmp_path / "run"), seed=0, **{**BASE, "trials": 2}))
     study = optuna.load_study(study_name="kdnas", storage=open_storage(default_storage_url(tmp_path / "run")))
     assert study.trials[victims[0]].state == TrialState.FAIL
     assert counted_trials(study) == 2 and not study.get_trials(states=(TrialState.RUNNING,))

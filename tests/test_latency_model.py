@@ -89,7 +89,7 @@ def test_a_trial_reads_the_model_only_where_its_interval_keeps_clear_of_the_budg
     trials.append(_Trial("2x12x384x768", {"median_ms": 999.0, "predicted": True}))  # so is a prediction
     readings = study_readings(trials)
     assert len(readings) == len(shapes)
-    cfg = SearchConfig(teacher="minilm-l6", trials=1)
+    cfg = SearchConfig.from_flags(teacher="minilm-l6", trials=1)
     spec = parse_arch("4x12x384x1024")
     truth = float(features(Shape.of(spec)) @ TRUE)
     assert predicted_latency(latency_prediction(spec, cfg, readings), truth) is None  # the budget inside the interval: measure
@@ -149,7 +149,9 @@ def test_the_objective_resamples_predicted_overruns_up_to_its_cap_then_counts_th
     from kdnas.nas.resume import RESAMPLES
     from kdnas.nas.trial import Objective
 
-    ctx = SimpleNamespace(budget_ms=10.0, config=SimpleNamespace(trial_count=1, objective="pareto"))
+    from kdnas.nas import SearchConfig
+
+    ctx = SimpleNamespace(budget_ms=10.0, config=SearchConfig.from_flags(trials=1, objective="pareto"))
     objective, study = Objective(ctx), optuna.create_study(directions=["minimize", "minimize"])
     statuses = []
     for _ in range(RESAMPLES + 1):

@@ -126,48 +126,48 @@ def test_final_train_must_be_positive():
     from kdnas.nas.config import SearchConfig
 
     with pytest.raises(KdnasError, match="final_train=0"):
-        SearchConfig(final_train=0)
-    assert SearchConfig().proxy_steps == 30 and SearchConfig(proxy="hs").proxy_steps == 60
-    assert SearchConfig().replace(proxy="hs").proxy_steps == 60 and SearchConfig().final_train == 7680
+        SearchConfig.from_flags(final_train=0)
+    assert SearchConfig().proxy.steps == 30 and SearchConfig.from_flags(proxy="hs").proxy.steps == 60
+    assert SearchConfig().with_flags(proxy="hs").proxy.steps == 60 and SearchConfig().final.train == 7680
 
 
 def test_a_long_final_run_gets_enough_sentences_to_see_none_more_than_five_times():
     from kdnas.nas.config import SearchConfig
 
-    assert SearchConfig().final_rows == SearchConfig().final_train == 7680  # the demo: 1,200 x 32 = 5 passes
-    assert SearchConfig(final_steps=3000).final_rows == 19200  # 3,000 x 32 / 5
-    assert SearchConfig(final_steps=3000, final_batch_size=16, final_train=20000).final_rows == 20000
-    assert SearchConfig(final_steps=0).final_rows == 7680
-    assert SearchConfig(final_steps=600, final_train=4096).final_rows == 4096  # 4.7 passes
+    assert SearchConfig().final.rows == SearchConfig().final.train == 7680  # the demo: 1,200 x 32 = 5 passes
+    assert SearchConfig.from_flags(final_steps=3000).final.rows == 19200  # 3,000 x 32 / 5
+    assert SearchConfig.from_flags(final_steps=3000, final_batch_size=16, final_train=20000).final.rows == 20000
+    assert SearchConfig.from_flags(final_steps=0).final.rows == 7680
+    assert SearchConfig.from_flags(final_steps=600, final_train=4096).final.rows == 4096  # 4.7 passes
 
 
 def test_the_final_run_perturbs_batches_only_where_the_corpus_runs_short():
     from kdnas.nas.config import AUGMENT_SHARE, SearchConfig
 
-    assert SearchConfig().augment_for(7680) == 0.0  # the demo: five passes, text enough
-    long = SearchConfig(final_steps=40000)  # asks for 256,000 sentences; the news corpus holds 79,148
-    assert long.augment_for(long.final_rows) == 0.0 and long.augment_for(79148) == AUGMENT_SHARE == 0.5
-    assert SearchConfig(final_steps=40000, final_augment=0).augment_for(79148) == 0.0  # turned off
-    assert SearchConfig(final_augment=0.25).augment_for(7680) == 0.25  # asked for
+    assert SearchConfig().final.augment_for(7680) == 0.0  # the demo: five passes, text enough
+    long = SearchConfig.from_flags(final_steps=40000)  # asks for 256,000 sentences; the news corpus holds 79,148
+    assert long.final.augment_for(long.final.rows) == 0.0 and long.final.augment_for(79148) == AUGMENT_SHARE == 0.5
+    assert SearchConfig.from_flags(final_steps=40000, final_augment=0).final.augment_for(79148) == 0.0  # turned off
+    assert SearchConfig.from_flags(final_augment=0.25).final.augment_for(7680) == 0.25  # asked for
     for bad in (1.5, -0.1, float("nan"), True):
         with pytest.raises(KdnasError, match="final augment .* must be the share of batches perturbed, 0 to 1"):
-            SearchConfig(final_augment=bad)
+            SearchConfig.from_flags(final_augment=bad)
 
 
 def test_the_final_runs_embed_terms_are_the_users_and_the_trials_keep_theirs(tmp_path):
     from kdnas.nas import SearchConfig
     from kdnas.nas.trial import SearchContext
 
-    cfg = SearchConfig(final_embed_terms="mse+cos+rel+mid", proxy="fidelity", out=str(tmp_path))
+    cfg = SearchConfig.from_flags(final_embed_terms="mse+cos+rel+mid", proxy="fidelity", out=str(tmp_path))
     ctx = SearchContext(config=cfg, space=None, sizes=None, teacher=None, texts=[], data=None, cache=None,
                         teacher_latency_ms=1.0, budget_ms=1.0, progress=None)
     assert ctx.final_config().embed_terms == "mse+cos+rel+mid"
     assert SearchContext(**{**vars(ctx), "config": SearchConfig()}).final_config().embed_terms is None  # the method's
     assert ctx.distill_config(10).embed_terms is None  # the fidelity proxy's runs: the terms they were measured with
     with pytest.raises(KdnasError, match="final embed_terms='mse\\+bogus' is invalid: '\\+'-joined distinct terms of mse, tok"):
-        SearchConfig(final_embed_terms="mse+bogus")
+        SearchConfig.from_flags(final_embed_terms="mse+bogus")
     with pytest.raises(KdnasError, match="final embed terms 'mse' apply to the final method 'embed' only; .* 'hs'"):
-        SearchConfig(final_embed_terms="mse", final_method="hs")
+        SearchConfig.from_flags(final_embed_terms="mse", final_method="hs")
 
 
 def test_a_scored_candidate_is_one_record_for_every_stage():
@@ -176,7 +176,7 @@ def test_a_scored_candidate_is_one_record_for_every_stage():
     from kdnas.nas.trial import SearchContext
 
     def context(**changes):
-        return SearchContext(config=SearchConfig(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
+        return SearchContext(config=SearchConfig.from_flags(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
                              cache=None, teacher_latency_ms=10.0, budget_ms=5.0, progress=None)
 
     spec = StudentSpec(layers=3, heads=12, hidden=384, ffn=1024)

@@ -107,7 +107,7 @@ from kdnas.nas import SearchConfig
 from kdnas.nas.search import _open_study
 from kdnas.nas.storage import open_storage
 url, at = sys.argv[1], float(sys.argv[2])
-cfg = SearchConfig(out="unused", storage=url, study_name="race")
+cfg = SearchConfig.from_flags(out="unused", storage=url, study_name="race")
 storage = open_storage(url)
 settings = {"teacher": "minilm-l6", "trials": 6}
 measured = []

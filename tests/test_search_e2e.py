@@ -230,14 +230,14 @@ def test_same_command_resumes_without_redoing_and_mismatch_is_refused(search_run
     refused = kdnas(*args)
     assert refused.returncode == 2
     message = refused.stderr.strip()
-    assert "\n" not in message and "proxy_steps=6" in message and "proxy_steps=7" in message
+    assert "\n" not in message and "proxy.steps=6" in message and "proxy.steps=7" in message
     assert "Traceback" not in refused.stderr
     assert digest(out / "study.db") == db
     # the fidelity proxy trains every trial with the final recipe: its method, batch and text define the study
     refused = kdnas(*search_run["args"], "--final-method", "hs")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     message = refused.stderr.strip()
-    assert "\n" not in message and "exists with proxy_recipe=" in message, message
+    assert "\n" not in message and 'exists with proxy.method="embed", this run asks proxy.method="hs"' in message, message
     assert digest(out / "study.db") == db
 
 

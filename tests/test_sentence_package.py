@@ -150,7 +150,7 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     from kdnas.nas.card import write_model_card
     from kdnas.cli import main
 
-    config = SearchConfig(teacher="minilm-l6", out="runs/demo dir", trials=20, budget_ms=8.0, prune=False,
+    config = SearchConfig.from_flags(teacher="minilm-l6", out="runs/demo dir", trials=20, budget_ms=8.0, prune=False,
                           space_overrides={"layers": "2-4"}, final_steps=50)
     entry = {"arch": "3x12x384x1536", "params": 17_400_000, "l_hs_norm": 0.4321, "steps": 50, "train_rows": 1024,
              "latency": {"median_ms": 3.21, "p90_ms": 3.5}, "latency_int8_onnx": {"median_ms": 1.87, "p90_ms": 2.0},
@@ -181,8 +181,8 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     perturbed = write_model_card(tmp_path, {**entry, "augment": 0.5}, config).read_text()
     assert "| 50 steps on 1024 sequences, 50% of the batches perturbed |" in perturbed
     command = card.split("```bash\n", 1)[1].split("\n```", 1)[0]
-    assert command == ("kdnas search --teacher minilm-l6 --corpus news --out 'runs/demo dir' --trials 20 "
-                       "--budget-ms 8.0 --layers 2-4 --no-prune --final-steps 50")
+    assert command == ("kdnas search --teacher minilm-l6 --corpus news --out 'runs/demo dir' "
+                       "--budget-ms 8.0 --layers 2-4 --no-prune --final-steps 50 --trials 20")
     # The command, run through the real CLI, builds exactly this config.
     seen = []
     monkeypatch.setattr(nas, "search", lambda cfg: seen.append(cfg) or {})
@@ -217,7 +217,7 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
     from kdnas.nas.trial import SearchContext
 
     out = tmp_path / "run"
-    config = SearchConfig(out=str(out), final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
+    config = SearchConfig.from_flags(out=str(out), final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(128,))  # one width: no FFN neighbour
     ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
@@ -267,7 +267,7 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     from kdnas.nas.trial import SearchContext
 
     out = tmp_path / "run"
-    config = SearchConfig(out=str(out), final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
+    config = SearchConfig.from_flags(out=str(out), final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     # A budget no model meets: each finalist's shipped graph is timed before training and refused
     # (and no trimmed shape is new: 1x4x64x256 trims to 1x4x64x128, refused already).
@@ -290,7 +290,7 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     # (the ratio is kept to 4 places)
     assert all(s["latency_ms"] == pytest.approx(s["ratio_to_teacher"] * 10.0, abs=1e-3) for s in over)
     assert shippable(study, pool, config) == []  # a rerun with the same recipe does not retrain them
-    assert shippable(study, pool, config.replace(final_steps=2)) == pool[:1]  # another recipe does
+    assert shippable(study, pool, config.with_flags(final_steps=2)) == pool[:1]  # another recipe does
 
 
 class _Judge:
@@ -328,7 +328,7 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     from kdnas.nas.space import SearchSpace
     from kdnas.nas.trial import SearchContext, proxy_transfer_set
 
-    config = SearchConfig(proxy_steps=1, final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
+    config = SearchConfig.from_flags(proxy_steps=1, final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     data = proxy_transfer_set(config, teacher, news_texts)
     space = SearchSpace(layers=(1,), heads=(4,), hidden=(64,), ffn=(64, 128, 256))
@@ -383,7 +383,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     from kdnas.nas.space import SearchSpace
     from kdnas.nas.trial import SearchContext, proxy_transfer_set
 
-    config = SearchConfig(proxy_steps=1, final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
+    config = SearchConfig.from_flags(proxy_steps=1, final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
     data = proxy_transfer_set(config, teacher, news_texts)
     # What this test sets: every graph fits before training (the graph exported to be timed, in a
@@ -505,7 +505,7 @@ def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(
     import kdnas.nas.final as final
     from kdnas.nas import SearchConfig
 
-    config = SearchConfig(budget_ratio=0.5)
+    config = SearchConfig.from_flags(budget_ratio=0.5)
     judge = _Judge(config, alone=lambda target: pytest.fail("a ratio budget is not read alone"))
     judge.pair = lambda target, reference: judge.calls.append((target, reference)) or _pair(ratio, teacher_now)
     ctx = SimpleNamespace(config=config, budget_ms=10.0, teacher_latency_ms=20.0,
@@ -524,7 +524,7 @@ def test_a_finalist_under_an_absolute_budget_is_read_alone():
     import kdnas.nas.final as final
     from kdnas.nas import SearchConfig
 
-    config = SearchConfig(budget_ms=5.0)
+    config = SearchConfig.from_flags(budget_ms=5.0)
     readings_ms = iter([5.6, 5.5])  # over: read again, and the lower stands
     judge = _Judge(config, alone=lambda target: _reading(next(readings_ms)))
     judge.pair = lambda *a: pytest.fail("--budget-ms has no teacher")
@@ -578,7 +578,7 @@ def test_a_trial_over_a_ratio_budget_is_timed_side_by_side_with_the_teacher(shap
     from kdnas.nas import SearchConfig
     from kdnas.nas.measure import trial_latency
 
-    judge = _Judge(SearchConfig(budget_ms=budget_ms, budget_ratio=0.5), alone=lambda target: _reading(shape_ms))
+    judge = _Judge(SearchConfig.from_flags(budget_ms=budget_ms, budget_ratio=0.5), alone=lambda target: _reading(shape_ms))
     judge.pair = lambda target, reference: judge.calls.append("pair") or _pair(ratio, 22.0)
     record = trial_latency(SimpleNamespace(arch="3x12x384x1536"), judge, 10.0, 20.0)
     assert record["median_ms"] == pytest.approx(expect_ms) and ("pair" in judge.calls) == paired
@@ -634,7 +634,7 @@ def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher):
                                        for n in onnx.load(str(graph)).graph.node)))
         return 0.3
 
-    config = SearchConfig(runtime="onnxruntime-int8")
+    config = SearchConfig.from_flags(runtime="onnxruntime-int8")
     ctx = SimpleNamespace(config=config, teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
                           progress=SimpleNamespace(phase=lambda _: None), judge=_Judge(config, ratio=beside))
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())

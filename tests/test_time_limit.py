@@ -138,7 +138,7 @@ def test_a_trial_starts_only_while_the_final_run_keeps_its_planned_steps(spent, 
     from kdnas.nas._progress import Progress
     from kdnas.nas.search import _trial_fits
 
-    cfg = SearchConfig(timeout=570, proxy=proxy, final_steps=1200, trials=8)
+    cfg = SearchConfig.from_flags(timeout=570, proxy=proxy, final_steps=1200, trials=8)
     limit = TimeLimit(started=time.monotonic() - spent, seconds=570.0)
     space = _minilm_space(cfg)
     ctx = SimpleNamespace(config=cfg, space=space, progress=Progress(8, 0, False), cache=None)
@@ -164,9 +164,9 @@ def test_without_a_trial_count_the_trials_follow_the_time(spent, teacher_s, done
     from kdnas.nas.config import DEFAULT_TRIALS, TIMED_TRIALS_CAP
     from kdnas.nas.search import _trial_fits
 
-    cfg = SearchConfig(timeout=3600)
+    cfg = SearchConfig.from_flags(timeout=3600)
     assert cfg.trials_follow_time and cfg.trial_count == TIMED_TRIALS_CAP
-    assert SearchConfig().trial_count == DEFAULT_TRIALS and not SearchConfig(timeout=3600, trials=8).trials_follow_time
+    assert SearchConfig().trial_count == DEFAULT_TRIALS and not SearchConfig.from_flags(timeout=3600, trials=8).trials_follow_time
     limit = TimeLimit(started=time.monotonic() - spent, seconds=3600.0)
     ctx = SimpleNamespace(config=cfg, space=_minilm_space(cfg), progress=Progress(None, 0, False),
                           cache=SimpleNamespace(pass_seconds=teacher_s))
@@ -181,11 +181,11 @@ def test_a_rerun_of_a_study_whose_trials_followed_the_time_resumes_it_at_the_cou
     from kdnas.nas._progress import Progress
     from kdnas.nas.search import TRIALS_REACHED, _trials_reached
 
-    study, cfg = optuna.create_study(), SearchConfig(timeout=3600)
+    study, cfg = optuna.create_study(), SearchConfig.from_flags(timeout=3600)
     assert _trials_reached(study, cfg, Progress(None, 0, False)) is cfg  # a first run: the time decides
     study.set_user_attr(TRIALS_REACHED, 37)
-    assert _trials_reached(study, cfg, Progress(None, 0, False)).trials == 37
-    assert _trials_reached(study, cfg.replace(trials=50), Progress(None, 0, False)).trials == 50  # asked for more
+    assert _trials_reached(study, cfg, Progress(None, 0, False)).run.trials == 37
+    assert _trials_reached(study, cfg.with_flags(trials=50), Progress(None, 0, False)).run.trials == 50  # asked for more
 
 
 def _minilm_space(cfg: SearchConfig, **overrides):
@@ -201,9 +201,9 @@ def _minilm_space(cfg: SearchConfig, **overrides):
 def test_the_forecast_runs_at_the_pace_of_the_wider_neighbour_the_final_stage_may_ship():
     from kdnas.nas.search import _final_forecast
 
-    cfg = SearchConfig(timeout=570, proxy="fidelity", final_steps=1200, trials=8)
+    cfg = SearchConfig.from_flags(timeout=570, proxy="fidelity", final_steps=1200, trials=8)
     study = _demo_like_study(best_step_s=0.265)  # the best trial: 1x12x384x1024
-    wider = pace_of(0.265, "1x12x384x1024", "1x12x384x1280", cfg.seq_len)
+    wider = pace_of(0.265, "1x12x384x1024", "1x12x384x1280", cfg.proxy.seq_len)
     assert wider == pytest.approx(0.265 * 1.138, rel=1e-3)  # FLOPs per sequence of 64 tokens
     assert _final_forecast(study, cfg, _minilm_space(cfg)) == pytest.approx((final_run_s(1200, wider, 25.0), 25.0))
     # no wider FFN in the space: the best trial's own pace
@@ -259,15 +259,15 @@ def test_the_final_run_may_go_past_final_steps_only_under_a_timeout():
     from kdnas.core.errors import InputError
 
     assert SearchConfig().final_most == 1200  # no time limit: the same work on every host
-    assert SearchConfig(timeout=570).final_most == 12000  # the default: ten times final_steps
-    assert SearchConfig(timeout=570).rows_for(12000) == 76800  # at five passes: the news corpus holds 79,148
-    assert SearchConfig(timeout=570, final_max_steps=1200).final_most == 1200  # never more
-    assert SearchConfig(timeout=570, final_steps=300, final_max_steps=900).final_most == 900
+    assert SearchConfig.from_flags(timeout=570).final_most == 12000  # the default: ten times final_steps
+    assert SearchConfig.from_flags(timeout=570).final.rows_for(12000) == 76800  # at five passes: the news corpus holds 79,148
+    assert SearchConfig.from_flags(timeout=570, final_max_steps=1200).final_most == 1200  # never more
+    assert SearchConfig.from_flags(timeout=570, final_steps=300, final_max_steps=900).final_most == 900
     with pytest.raises(InputError, match=r"final_max_steps=2400 needs a timeout"):
-        SearchConfig(final_max_steps=2400)
+        SearchConfig.from_flags(final_max_steps=2400)
     for bad in (600, 1200.5, True):
         with pytest.raises(InputError, match=r"final_max_steps=.* must be a whole number of steps, at least final_steps"):
-            SearchConfig(timeout=570, final_max_steps=bad)
+            SearchConfig.from_flags(timeout=570, final_max_steps=bad)
 
 
 @pytest.mark.parametrize("bad", [0, -5.0, float("nan"), float("inf"), "ten", True])
@@ -275,13 +275,13 @@ def test_a_bad_timeout_is_refused(bad):
     from kdnas.core.errors import InputError
 
     with pytest.raises(InputError, match=r"timeout .* must be a positive number of seconds"):
-        SearchConfig(timeout=bad)
+        SearchConfig.from_flags(timeout=bad)
 
 
 def test_the_timeout_does_not_define_the_study():
-    from kdnas.nas.config import RUN_ONLY
+    from kdnas.nas.config import FLAGS
 
-    assert "timeout" in RUN_ONLY and "final_max_steps" in RUN_ONLY
+    assert FLAGS["timeout"] == ("run", "timeout") and FLAGS["final_max_steps"] == ("final", "max_steps")
 
 
 def test_distill_fitted_to_a_deadline_evaluates_at_its_last_step(teacher, small_data):
@@ -341,7 +341,7 @@ def test_the_forecast_leaves_out_the_one_time_teacher_work_a_trial_did_first():
 
     from kdnas.nas.search import _final_forecast
 
-    cfg = SearchConfig(timeout=3600, proxy="fidelity", final_steps=1200, trials=20)
+    cfg = SearchConfig.from_flags(timeout=3600, proxy="fidelity", final_steps=1200, trials=20)
     study = optuna.create_study(direction="maximize")
     attrs = {"status": "feasible", "arch": "1x12x384x1536", "reward": 0.5, "loss": 0.5, "step_s": 0.5,
              "seconds": {"total": 592.0, "distill": 560.0, "teacher": 480.0}}
@@ -370,7 +370,7 @@ def test_a_final_run_takes_the_rows_whose_targets_are_on_disk_up_to_one_pass(tea
     from kdnas.nas.final._train import _grower, with_stored_rows
     from kdnas.nas.trial import final_transfer_set
 
-    cfg = SearchConfig(teacher="minilm-l6", final_steps=4, final_train=16, final_batch_size=8, seq_len=32,
+    cfg = SearchConfig.from_flags(teacher="minilm-l6", final_steps=4, final_train=16, final_batch_size=8, seq_len=32,
                        proxy_eval=8, final_unit="sentence", timeout=600, final_max_steps=40)
     ctx = SimpleNamespace(config=cfg, teacher=teacher, texts=news_texts,
                           progress=SimpleNamespace(phase=lambda text: None))

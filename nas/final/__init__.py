@@ -5,7 +5,7 @@ member with the best KD-NAS reward), or the FFN neighbour of a finalist that the
 it (`nas.neighbours`: the budget's edge often lies between two FFN widths). It is distilled again
 from its start (or, after a wider finalist of its shape was refused as shipped, from that one's
 trained weights narrowed: `Stage.trained_wider`)
-for `final_steps` on a transfer set of `final_rows` sequences (`final_train`, more
+for `final.steps` on a transfer set of `final.rows` sequences (`final.train`, more
 for a long run) with the proxy's held-out rows (so the losses compare), exported (ONNX + fused +
 INT8, parity-checked by `export`; model.onnx the fused or the plain graph, whichever runs faster
 here: `nas.variant`), made a sentence-transformers drop-in for the teacher (the

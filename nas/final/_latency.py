@@ -34,7 +34,7 @@ def shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any],
     from kdnas.export import export_model
 
     ctx.progress.phase(f"{label}: latency of the shipped graph, before training")
-    judged, _ = shipped_graphs(ctx.config.runtime)
+    judged, _ = shipped_graphs(ctx.config.latency.runtime)
     with tempfile.TemporaryDirectory(prefix="kdnas-final-") as tmp:
         def exported(name: str, **options: Any) -> Path:
             export_model(spec, Path(tmp) / name, tokenizer=ctx.teacher.tokenizer, pooling=pipeline["pooling"],
@@ -42,7 +42,7 @@ def shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any],
             return Path(tmp) / name / judged
 
         graph, choice = exported(spec.arch, int8=judged == INT8_GRAPH), None
-        if ctx.config.runtime == "onnxruntime":
+        if ctx.config.latency.runtime == "onnxruntime":
             ctx.progress.phase(f"{label}: fused or plain fp32 graph, timed side by side")
             choice = choose_variant(graph, exported("plain", optimize=False), ctx.judge.pair)
             graph = graph if choice.shipped != PLAIN else Path(tmp) / "plain" / judged
@@ -92,7 +92,7 @@ def shipped_latencies(ctx: Any, dest: Path, label: str) -> tuple[dict, list[floa
     """The graphs as shipped (fused fp32, INT8), not a rebuild from config.json: the one the runtime's budget
     judges (`shipped_graphs`) as the budget judges it, the other read right after; (the judged graph's
     latency record, its readings, the side-by-side facts, both records by file name)."""
-    judged, other = shipped_graphs(ctx.config.runtime)
+    judged, other = shipped_graphs(ctx.config.latency.runtime)
     shipped, readings, drift = final_latency(ctx, dest / judged, label)
     latency = latency_record(shipped)
     return latency, readings, drift, {judged: latency, other: _other_latency(ctx.judge, dest / other, drift)}

@@ -89,11 +89,11 @@ def state_file(dest: Path) -> Path:
 def recipe_of(cfg: Any, label: str | None = None) -> dict[str, Any]:
     """What decides a final run besides the trial: a rerun with another recipe trains again. One of several
     budgets (`label`) keeps its own finalists, refusals and neighbours."""
-    return {**({} if label is None else {"budget": label}),"steps": cfg.final_steps, "train": cfg.final_rows, "unit": cfg.final_unit, "method": cfg.final_method,
-            "lr": cfg.final_lr, "batch_size": cfg.final_batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule,
+    return {**({} if label is None else {"budget": label}),"steps": cfg.final.steps, "train": cfg.final.rows, "unit": cfg.final.unit, "method": cfg.final.method,
+            "lr": cfg.final.lr, "batch_size": cfg.final.batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule,
             # only when set: a study resumed from before the option keeps its finalists
-            **({} if cfg.final_augment is None else {"augment": cfg.final_augment}),
-            **({} if cfg.final_embed_terms is None else {"embed_terms": cfg.final_embed_terms})}
+            **({} if cfg.final.augment is None else {"augment": cfg.final.augment}),
+            **({} if cfg.final.embed_terms is None else {"embed_terms": cfg.final.embed_terms})}
 
 
 def refused_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
@@ -108,7 +108,7 @@ def neighbour_records(study: optuna.Study, cfg: Any, label: str | None = None) -
 
 def shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any,
                label: str | None = None) -> list[dict[str, Any]]:
-    return candidates(pool, refused_records(study, cfg, label), neighbour_records(study, cfg, label))[:cfg.final_top_k]
+    return candidates(pool, refused_records(study, cfg, label), neighbour_records(study, cfg, label))[:cfg.final.top_k]
 
 
 def of_other_budgets(records: list[dict[str, Any]], label: str | None) -> list[dict[str, Any]]:

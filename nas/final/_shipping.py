@@ -52,7 +52,7 @@ def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, te
     shipped = ship(ctx, student, dest, teacher_dir, pipeline, variant,
                    {**res.summary(), "search_trial": row["number"], "teacher": cfg.teacher, "corpus": cfg.corpus,
                     "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
-                                     "seq_len": data.seq_len, "unit": cfg.final_unit}})
+                                     "seq_len": data.seq_len, "unit": cfg.final.unit}})
     if quality and "fidelity" in quality:  # the INT8 graph as shipped, on the same sentences
         quality["int8"] = int8_fidelity(ctx, prepared, dest / "model.int8.onnx")
     t3 = time.perf_counter()
@@ -61,12 +61,12 @@ def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, te
     finalist = Finalist(
         trial=row["number"], scored=ctx.score(spec, ctx.measured(res), latency), dir=str(dest),
         recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget_ms, budget=ctx.budget_label,
-        run={"steps": res.steps, "steps_planned": cfg.final_steps, "steps_most": cfg.final_most,
-             "timeout_s": cfg.timeout, "train": cfg.final_rows, "train_rows": res.rows or data.num_train,
+        run={"steps": res.steps, "steps_planned": cfg.final.steps, "steps_most": cfg.final_most,
+             "timeout_s": cfg.run.timeout, "train": cfg.final.rows, "train_rows": res.rows or data.num_train,
              "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
              "embed_terms": res.config.embed_terms if res.steps else None},
         latency={"latency_readings_ms": readings, "latency_int8_onnx": graphs[INT8_GRAPH],
-                 "latency_fp32_onnx": graphs[FP32_GRAPH], "budget_graph": shipped_graphs(cfg.runtime)[0], **drift},
+                 "latency_fp32_onnx": graphs[FP32_GRAPH], "budget_graph": shipped_graphs(cfg.latency.runtime)[0], **drift},
         quality=quality, shipped=shipped, proxy_reward=row["reward"], origin=origin_of(row),
         seconds={"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
                  "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),

@@ -34,7 +34,7 @@ MAX_OVER_BUDGET = 2
 
 def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any]], later: int = 0
               ) -> list[dict[str, Any]]:
-    """Distill, ship and profile the best `final_top_k` candidates whose shipped model.onnx is within
+    """Distill, ship and profile the best `final.top_k` candidates whose shipped model.onnx is within
     `ctx`'s budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
     A finalist over the budget is moved to `over-budget/` and the next candidate is tried. `later`:
     the finalists of the search's other budgets still to train after these (a --timeout shares the time)."""
@@ -48,12 +48,12 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     teacher_dir = teacher_path(cfg.teacher)
     pipeline = read_sentence_pipeline(teacher_dir)
     check_pooling(pipeline["pooling"])
-    if cfg.proxy == "fidelity" and ctx.cache is not None and cfg.final_rows == cfg.final_train:
+    if cfg.proxy.kind == "fidelity" and ctx.cache is not None and cfg.final.rows == cfg.final.train:
         cache = ctx.cache  # the fidelity proxy trained on this transfer set: its teacher targets are computed
     else:
-        ctx.progress.phase(f"final: transfer set of {cfg.final_rows} {cfg.final_unit}s, teacher targets")
+        ctx.progress.phase(f"final: transfer set of {cfg.final.rows} {cfg.final.unit}s, teacher targets")
         data = final_transfer_set(cfg, ctx.teacher, ctx.texts)
-        cache = TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.cache_dir),
+        cache = TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.run.cache_dir),
                              on_rows=ctx.progress.counter("final: teacher targets", "rows"),
                              last_layer=getattr(ctx.cache, "last_layer", None))
     cache = with_stored_rows(ctx, cache)
@@ -64,14 +64,14 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     proxy_s = statistics.median([r["seconds_distill"] - (r.get("seconds_teacher") or 0.0)
                                  for r in pool if r.get("seconds_distill")] or [0.0])
     results: list[dict[str, Any]] = []
-    while stage.queue and len(results) < cfg.final_top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
+    while stage.queue and len(results) < cfg.final.top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
         row = stage.queue.pop(0)
         rank = len(results) + 1
-        label = f"final {rank}/{cfg.final_top_k} {row['arch']}" + (
+        label = f"final {rank}/{cfg.final.top_k} {row['arch']}" + (
             "" if ctx.budget_label is None else f" ({ctx.budget_label})")
         if not ready(stage, row, pipeline, label):
             continue
-        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final_top_k - len(results) + later,
+        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final.top_k - len(results) + later,
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
                   "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"])}
         finalist = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,

@@ -32,13 +32,13 @@ def distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: 
                     start: dict[str, Any] | None, state: Path) -> Any:
     """The final recipe's run, fitted to end by `until` when a --timeout set one; from the inherited
     student, or from `start`'s trained weights narrowed to `spec` (`distill.narrowed`). A run of a
-    fixed step count (no --timeout) saves its state in `state` every `final_save_every` steps, so a
+    fixed step count (no --timeout) saves its state in `state` every `final.save_every` steps, so a
     rerun of a search stopped during it goes on from there."""
     cfg, config, student = ctx.config, ctx.final_config(), None
-    config = replace(config, augment=cfg.augment_for(cache.data.num_train))
-    if config.augment and cfg.final_augment is None:
-        ctx.progress.note(f"{label}: the corpus gave {cache.data.num_train} {cfg.final_unit}s, too few for "
-                          f"{cfg.final_steps} steps to see each at most {FINAL_MAX_PASSES} times: {config.augment:.0%} "
+    config = replace(config, augment=cfg.final.augment_for(cache.data.num_train))
+    if config.augment and cfg.final.augment is None:
+        ctx.progress.note(f"{label}: the corpus gave {cache.data.num_train} {cfg.final.unit}s, too few for "
+                          f"{cfg.final.steps} steps to see each at most {FINAL_MAX_PASSES} times: {config.augment:.0%} "
                           "of the batches are perturbed, the teacher labelling them (--final-augment 0: none)")
     if start is not None:
         student = _narrowed_start(ctx, cache, spec, start, label)
@@ -49,27 +49,27 @@ def distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: 
             return DistillResult(student=student, spec=spec, config=config, init=_continued(start),
                                  metrics={"step": 0, **Evaluator(cache, strategy=config.eval_layer_map)(student)},
                                  precision=resolve_precision(config.precision, resolve_device(config.device)))
-    ctx.progress.phase(f"{label}: distill {cfg.final_steps} steps ({cfg.final_method})" + (
+    ctx.progress.phase(f"{label}: distill {cfg.final.steps} steps ({cfg.final.method})" + (
         "" if until is None else _fitted_to(cfg)))
     res = run_distill(spec, ctx.teacher, cache.data, config, cache=cache, until=until, student=student,
                       up_to=cfg.final_most, grow=_grower(ctx, cache, label),
-                      checkpoints=None if until is not None or not cfg.final_save_every
-                      else Checkpoints(state, cfg.final_save_every),
-                      on_step=ctx.progress.counter(f"{label}: distill ({cfg.final_method})"))
+                      checkpoints=None if until is not None or not cfg.final.save_every
+                      else Checkpoints(state, cfg.final.save_every),
+                      on_step=ctx.progress.counter(f"{label}: distill ({cfg.final.method})"))
     if start is not None:
         res.init = _continued(start)
     if res.cut_short:
-        ctx.progress.note(f"{label}: {res.steps} of {cfg.final_steps} steps fitted in the time --timeout "
-                          f"{cfg.timeout:g} s left")
+        ctx.progress.note(f"{label}: {res.steps} of {cfg.final.steps} steps fitted in the time --timeout "
+                          f"{cfg.run.timeout:g} s left")
     elif res.extended:
-        ctx.progress.note(f"{label}: {res.steps} steps, {res.steps - cfg.final_steps} more than --final-steps "
-                          f"{cfg.final_steps}: the time --timeout {cfg.timeout:g} s left (at most {cfg.final_most})")
+        ctx.progress.note(f"{label}: {res.steps} steps, {res.steps - cfg.final.steps} more than --final-steps "
+                          f"{cfg.final.steps}: the time --timeout {cfg.run.timeout:g} s left (at most {cfg.final_most})")
     return res
 
 
 def _grower(ctx: Any, cache: Any, label: str) -> Callable[[int], Any]:
-    """More transfer sentences for a final run that the time lets go past `final_steps`: none seen more
-    than FINAL_MAX_PASSES times over the steps it will now make (`SearchConfig.rows_for`), with a tenth
+    """More transfer sentences for a final run that the time lets go past `final.steps`: none seen more
+    than FINAL_MAX_PASSES times over the steps it will now make (`FinalRecipe.rows_for`), with a tenth
     to spare so that a run which speeds up a little does not grow again at once. On the demo's student
     (bf16, 2,400 steps) 15,360 sentences reach ρ 0.919 where the 7,680 seen ten times reach 0.908 and
     1,200 steps on them 0.904 (one-off benchmark, in git history): more steps pay with more text."""
@@ -78,16 +78,16 @@ def _grower(ctx: Any, cache: Any, label: str) -> Callable[[int], Any]:
     def grow(total: int) -> Any:
         nonlocal latest
         have, free = latest.data.num_train, _free_rows(cfg, latest, total)
-        if max(cfg.rows_for(total), free) <= have:
+        if max(cfg.final.rows_for(total), free) <= have:
             return None
-        rows = max(min(cfg.rows_for(math.ceil(1.1 * total)), cfg.rows_for(cfg.final_most)), free)
+        rows = max(min(cfg.final.rows_for(math.ceil(1.1 * total)), cfg.final.rows_for(cfg.final_most)), free)
         ctx.progress.phase(f"{label}: {total} steps fit the time left: the transfer set grows to {rows} "
-                           f"{cfg.final_unit}s (teacher targets of the new ones)")
+                           f"{cfg.final.unit}s (teacher targets of the new ones)")
         data = final_transfer_set(cfg, ctx.teacher, ctx.texts, rows)
         if data.num_train <= have:
             return None  # the corpus holds no more
         latest = latest.grown(data)
-        ctx.progress.phase(f"{label}: distill {total} steps ({cfg.final_method}) on {data.num_train} {cfg.final_unit}s")
+        ctx.progress.phase(f"{label}: distill {total} steps ({cfg.final.method}) on {data.num_train} {cfg.final.unit}s")
         return latest
 
     return grow
@@ -101,20 +101,20 @@ def _free_rows(cfg: Any, cache: Any, steps: int) -> int:
     from kdnas.distill import Needs
 
     stored = cache.stored_rows(Needs(hidden=frozenset({cache.teacher.dims.layers})))
-    return min(stored, steps * cfg.final_batch_size) if stored > cache.data.num_train else 0
+    return min(stored, steps * cfg.final.batch_size) if stored > cache.data.num_train else 0
 
 
 def with_stored_rows(ctx: Any, cache: Any) -> Any:
     """`cache`, grown to the rows of its corpus whose targets are on disk already (`_free_rows`)."""
-    rows = _free_rows(ctx.config, cache, ctx.config.final_steps)
+    rows = _free_rows(ctx.config, cache, ctx.config.final.steps)
     if rows <= cache.data.num_train:
         return cache
-    ctx.progress.phase(f"final: the teacher's targets of {rows} {ctx.config.final_unit}s are on disk: the run takes them")
+    ctx.progress.phase(f"final: the teacher's targets of {rows} {ctx.config.final.unit}s are on disk: the run takes them")
     return cache.grown(final_transfer_set(ctx.config, ctx.teacher, ctx.texts, rows))
 
 
 def _fitted_to(cfg: Any) -> str:
-    more = f"more, up to {cfg.final_most}, if time is left; " if cfg.final_most > cfg.final_steps else ""
+    more = f"more, up to {cfg.final_most}, if time is left; " if cfg.final_most > cfg.final.steps else ""
     return f", {more}fewer if they would not end by --timeout"
 
 
@@ -126,11 +126,11 @@ def _narrowed_start(ctx: Any, cache: Any, spec: StudentSpec, start: dict[str, An
 
 
 def _continued_steps(cfg: Any, start: dict[str, Any], until: float | None) -> int:
-    """The steps a continued run can make: `final_steps`, or those that fit before `until` at the
+    """The steps a continued run can make: `final.steps`, or those that fit before `until` at the
     pace of the refused run (whose FFN was wider, so a little slower: the estimate errs short)."""
     if until is None or not start.get("distill_s"):
-        return cfg.final_steps
-    return fit_steps(0, start["distill_s"] / max(start["steps"], 1), until - time.monotonic(), cfg.final_steps)
+        return cfg.final.steps
+    return fit_steps(0, start["distill_s"] / max(start["steps"], 1), until - time.monotonic(), cfg.final.steps)
 
 
 def _continued(start: dict[str, Any]) -> dict[str, Any]:

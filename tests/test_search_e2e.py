@@ -431,7 +431,7 @@ def test_pareto_objective_with_nsga2_end_to_end(tmp_path, budget_ms):
     assert len([t for t in study.trials if t.state.is_finished()]) == 4
     assert not any(t.intermediate_values for t in study.trials), "a Pareto study has no pruner reports"
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["settings"]["objective"] == "pareto" and summary["settings"]["sampler"] == "nsga2"
+    assert summary["settings"]["reward"]["objective"] == "pareto" and summary["settings"]["sampler"] == "nsga2"
     front = summary["pareto_front"]
     assert front and summary["final"][0]["trial"] in front
     rows = {int(r["number"]): r for r in csv.DictReader((out / "trials.csv").open())}

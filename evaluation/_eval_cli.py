@@ -41,7 +41,7 @@ tasks (bundled, offline; fixed seeded 80/10/10 splits, duplicates removed):
   category, sentiment, class, target, topic); a hub dataset name where the network is reachable.
 
 protocol: fine-tuning is CPU-sized by default — at most --train-size training and --eval-size test
-examples per task (stratified, the same examples for every model and seed), --epochs epochs at
+examples per task (stratified, the same examples for every model and seed), --finetune-epochs epochs at
 --max-len tokens. Use --train-size all --eval-size all for the full splits (a GPU is used when
 present). Probes always use the full splits; every measure reads --max-len tokens.
 
@@ -52,7 +52,7 @@ examples:
   kdnas evaluate runs/demo/best --baselines --measures fidelity,probe --card
                                                                   (beside its untrained baselines, into
                                                                   its model card)
-  kdnas evaluate --teacher none runs/s4 --tasks ./my_labels.csv --lr 1e-4 --epochs 2
+  kdnas evaluate --teacher none runs/s4 --tasks ./my_labels.csv --finetune-lr 1e-4 --finetune-epochs 2
 """
 
 TRANSFER_EPILOG = """\
@@ -96,11 +96,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated bundled task names and/or dataset paths (default: %(default)s)")
     _add_quality_flags(p)
     p.add_argument("--seeds", default="0,1,2", help="comma-separated fine-tuning seeds (default: %(default)s)")
-    p.add_argument("--lr", type=float, default=d.lr,
-                   help="peak learning rate (App. D's 2e-5 under-trains small models in a bundled task's few "
+    # Fine-tuning's own names: `kdnas distill --lr` / `--batch-size` are the distillation's.
+    p.add_argument("--finetune-lr", type=float, default=d.lr,
+                   help="fine-tuning's peak learning rate (App. D's 2e-5 under-trains small models in a bundled task's few "
                         "hundred steps; default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="(default: %(default)s)")
-    p.add_argument("--epochs", type=int, default=d.epochs, help="(default: %(default)s)")
+    p.add_argument("--finetune-batch-size", type=int, default=d.batch_size, help="(default: %(default)s)")
+    p.add_argument("--finetune-epochs", type=int, default=d.epochs, help="(default: %(default)s)")
     p.add_argument("--max-len", type=int, default=d.max_len, help="tokens per example, longer ones truncated (default: %(default)s)")
     p.add_argument("--train-size", default=str(d.train_size),
                    help="training examples per task, or 'all' (default: %(default)s)")
@@ -196,7 +197,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from .report import MEASURES, QualityConfig, check_measures, evaluate, format_table
 
     config = FinetuneConfig(
-        lr=args.lr, batch_size=args.batch_size, epochs=args.epochs, max_len=args.max_len,
+        lr=args.finetune_lr, batch_size=args.finetune_batch_size, epochs=args.finetune_epochs, max_len=args.max_len,
         train_size=_size(args.train_size, "--train-size"), eval_size=_size(args.eval_size, "--eval-size"),
         seeds=_int_list(args.seeds, "--seeds"), device=args.device, progress=not args.quiet,
         freeze_embeddings=not args.train_embeddings,

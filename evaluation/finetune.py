@@ -138,7 +138,7 @@ def train_classifier(
     optim = Optimization(lr=config.lr, steps=total, warmup_steps=int(config.warmup * total),
                          weight_decay=config.weight_decay)
     batches = shuffled_batches(len(rows), config.batch_size, torch.Generator().manual_seed(seed), drop_last=False)
-    reader = LossReader(f"fine-tuning, lr {config.lr}", "try a lower --lr")
+    reader = LossReader(f"fine-tuning, lr {config.lr}", "try a lower --finetune-lr")
     target = torch.tensor(labels, dtype=torch.long)
 
     def loss_of(index: torch.Tensor) -> torch.Tensor:

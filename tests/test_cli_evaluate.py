@@ -93,8 +93,8 @@ def test_an_out_or_latency_setting_that_would_fail_late_is_refused_before_measur
 def test_evaluate_writes_json_and_table(capsys, tmp_path, minilm_2l, isolated_cache):
     out = tmp_path / "eval.json"
     code = kdnas.cli.main(["evaluate", minilm_2l, "--teacher", minilm_2l, "--tasks", "topic", "--seeds", "0",
-                         "--train-size", "32", "--eval-size", "20", "--epochs", "1", "--max-len", "16",
-                         "--lr", "2e-4", "--no-latency", "--quiet", "--out", str(out), "--measures", "finetune"])
+                         "--train-size", "32", "--eval-size", "20", "--finetune-epochs", "1", "--max-len", "16",
+                         "--finetune-lr", "2e-4", "--no-latency", "--quiet", "--out", str(out), "--measures", "finetune"])
     assert code == 0
     table = capsys.readouterr().out
     assert "topic acc (F1)" in table and "(teacher)" in table and "majority class" in table
@@ -102,6 +102,19 @@ def test_evaluate_writes_json_and_table(capsys, tmp_path, minilm_2l, isolated_ca
     assert [m["role"] for m in report["models"]] == ["teacher", "student"]
     assert report["models"][1]["percent_of_teacher"]["topic"] == pytest.approx(100.0)
     assert report["protocol"]["seeds"] == [0]
+    assert report["protocol"]["lr"] == 2e-4 and report["protocol"]["epochs"] == 1
+
+
+def test_a_flag_name_means_one_thing_across_commands():
+    """`kdnas distill --lr` and `--batch-size` are the distillation's; fine-tuning in `kdnas evaluate` has its own
+    names, and the search names each rate by its run (--proxy-lr, --final-lr)."""
+    from kdnas.cli import build_parser
+    from kdnas._reference import commands
+
+    options = {name: {o for a in p._actions for o in a.option_strings} for name, p in commands(build_parser()).items()}
+    assert {"--lr", "--batch-size"} <= options["distill"]
+    assert not {"--lr", "--batch-size", "--epochs"} & (options["evaluate"] | options["search"])
+    assert {"--finetune-lr", "--finetune-batch-size", "--finetune-epochs"} <= options["evaluate"]
 
 
 def test_latency_beside_the_teacher_is_a_ratio_timed_side_by_side(capsys, tmp_path, minilm_2l, isolated_cache):
@@ -138,7 +151,7 @@ def test_card_puts_the_table_into_the_student_s_model_card_and_a_rerun_replaces_
     assert [m["role"] for m in report["models"]] == ["teacher", "student"] and "standard_errors" in report["models"][1]
     # a second run replaces its section, and only it
     assert kdnas.cli.main(["evaluate", *common, "--measures", "finetune", "--seeds", "0", "--train-size", "32",
-                           "--eval-size", "20", "--epochs", "1"]) == 0
+                           "--eval-size", "20", "--finetune-epochs", "1"]) == 0
     card = (student / "README.md").read_text()
     assert card.count(START) == card.count(END) == 1 and card.count("What the search wrote.") == 1
     assert "topic acc (F1)" in card and "topic probe" not in card

@@ -214,8 +214,9 @@ def proxy_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def latency_setting(settings: dict[str, Any]) -> str:
-    """How a study reads latency, in words."""
-    s = settings.get("latency") or {}
+    """How a study reads latency, in words (studies of earlier versions stored its fields flat)."""
+    s = settings.get("latency") or {"batch": settings.get("latency_batch"), "seq": settings.get("latency_seq"),
+                                    "threads": settings.get("threads"), "runtime": settings.get("runtime")}
     return f"batch {s.get('batch')}, seq {s.get('seq')}, {s.get('threads')} threads, {s.get('runtime')}"
 
 

@@ -100,7 +100,7 @@ def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: lis
     counts = ", ".join(f"{k} {v}" for k, v in sorted(facts["counts"].items()))
     lines = [
         f"teacher <b>{html.escape(str(s.get('teacher')))}</b>, corpus {html.escape(str(s.get('corpus')))}, "
-        f"objective {(s.get('reward') or {}).get('objective')}, sampler {s.get('sampler')}, {html.escape(_proxy(s))}",
+        f"objective {(s.get('reward') or s).get('objective')}, sampler {s.get('sampler')}, {html.escape(_proxy(s))}",
         f"{_budgets_line(facts)}; teacher latency "
         f"{_cell('latency', teacher.get('median_ms'))} ms ({html.escape(latency_setting(s))})",
         f"trials {facts['trials']}: {html.escape(counts)}; rejected before training: "

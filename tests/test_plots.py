@@ -27,3 +27,15 @@ def test_trials_are_drawn_with_two_standard_errors_and_the_hover_says_so():
     assert list(by_name["paper shapes, Table 1 scaled (proxy-distilled)"].y) == [0.3]
     assert list(by_name["finalist after --final-steps"].y) == [0.4]
     assert {t.name for t in fig.data} >= {"paper shapes, Table 1 scaled (proxy-distilled)", "finalist after --final-steps"}
+
+
+def test_a_study_s_settings_are_read_as_stored_now_and_as_earlier_versions_stored_them():
+    from kdnas.nas.plots import latency_setting, proxy_settings
+
+    nested = {"proxy": {"kind": "fidelity", "steps": 30}, "latency": {"batch": 1, "seq": 128, "threads": 2,
+                                                                       "runtime": "onnxruntime"}}
+    flat = {"proxy": "fidelity", "proxy_steps": 30, "latency_batch": 1, "latency_seq": 128, "threads": 2,
+            "runtime": "onnxruntime"}
+    assert latency_setting(nested) == latency_setting(flat) == "batch 1, seq 128, 2 threads, onnxruntime"
+    assert proxy_settings(nested)["kind"] == proxy_settings(flat)["kind"] == "fidelity"
+    assert proxy_settings(flat)["steps"] == 30 and proxy_settings({})["kind"] == "hs"  # before `proxy` existed

@@ -129,7 +129,7 @@ class ProxyRecipe:
         if self.kind != "fidelity":
             return
         for name in HS_PROXY_ONLY:
-            if getattr(self, name) != _DEFAULTS["proxy"][name]:
+            if getattr(self, name) != _PROXY_DEFAULTS[name]:
                 flag = "--" + _flag_of("proxy", name).replace("_", "-")
                 raise InputError(f"{flag} {getattr(self, name)!r} shapes the hs proxy only; the fidelity proxy (the "
                                  "default) trains every trial with the final recipe: add --proxy hs, or leave it out")
@@ -487,14 +487,14 @@ def _flag_of(group: str, name: str) -> str:
     return _OWN_FLAG.get((group, name), _PREFIX[group] + name)
 
 
+# Each group's dataclass, read off SearchConfig's own fields (one source for which class a group is).
+_GROUP_CLASSES = {f.name: f.default_factory for f in dataclasses.fields(SearchConfig) if f.name in GROUPS}
 # Every setting's flag name -> (its group, or None for a top-level field; its field).
 FLAGS: dict[str, tuple[str | None, str]] = {
     **{f.name: (None, f.name) for f in dataclasses.fields(SearchConfig) if f.name not in GROUPS},
-    **{_flag_of(g, f.name): (g, f.name) for g, cls in zip(GROUPS, (ProxyRecipe, LatencySettings, RewardSettings,
-                                                                    FinalRecipe, RunSettings))
-       for f in dataclasses.fields(cls)},
+    **{_flag_of(g, f.name): (g, f.name) for g, cls in _GROUP_CLASSES.items() for f in dataclasses.fields(cls)},
 }
-_DEFAULTS = {"proxy": {f.name: f.default for f in dataclasses.fields(ProxyRecipe)}}
+_PROXY_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ProxyRecipe)}
 
 
 def _positive_int(config: Any, name: str, label: str, why: str) -> None:

@@ -22,6 +22,25 @@ def tests_module(name: str):
     return module
 
 
+def kdnas(command: list[str]) -> list[str]:
+    """`kdnas ...` as this interpreter's module: a benchmark run with the venv's python but without the
+    venv on PATH still runs the kdnas it imports. The command recorded stays the one a user types."""
+    return [sys.executable, "-m", "kdnas", *command[1:]] if command[:1] == ["kdnas"] else command
+
+
+def ratio_list(text: str) -> list[float]:
+    """An argparse type: budgets as ratios of the teacher's latency, comma-separated, each in (0, 1]."""
+    import argparse
+
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated ratios of the teacher's latency, e.g. 0.5,0.25")
+    if not all(0 < v <= 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: each ratio in (0, 1]")
+    return values
+
+
 def environment() -> dict:
     import onnxruntime
     import optuna

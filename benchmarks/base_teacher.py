@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from _env import environment
+from _env import environment, kdnas, ratio_list
 
 TEACHER = "mpnet-base"
 FREE = "minilm-l6"  # all-MiniLM-L6-v2 as it comes
@@ -75,7 +75,7 @@ def run_search(name: str, ratios: list[float], timeout: int, work: Path, extra: 
                "--timeout", str(timeout), "--out", str(out), "--no-progress", *extra]
     print(" ".join(command), flush=True)
     t0 = time.time()
-    done = subprocess.run(command, check=False)
+    done = subprocess.run(kdnas(command), check=False)
     seconds = round(time.time() - t0, 1)
     summary_file = out / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
@@ -85,6 +85,17 @@ def run_search(name: str, ratios: list[float], timeout: int, work: Path, extra: 
             "best": [str(out / f) for f in folders] if len(ratios) > 1 else str(out / "best")}
 
 
+def budget_sets(text: str) -> list[str]:
+    """An argparse type: `--budgets`, checked before any work (a typo is one line, not a traceback an hour in)."""
+    parts = [part for name in text.split(",") for part in name.split("+") if part != "minilm"]
+    try:
+        ratio_list(",".join(parts or ["0.5"]))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r}: searches, comma-separated; each a ratio of the teacher's latency "
+                                         "in (0, 1], `minilm`, or ratios joined by + (0.5+0.25)") from None
+    return text.split(",")
+
+
 def _shipped(runs: list[dict]) -> list[str]:
     folders = [f for r in runs for f in (r["best"] if isinstance(r["best"], list) else [r["best"]])]
     return [f for f in folders if Path(f, "distill.json").is_file()]
@@ -92,7 +103,8 @@ def _shipped(runs: list[dict]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--budgets", default="minilm,0.5,0.25")
+    parser.add_argument("--budgets", type=budget_sets, default="minilm,0.5,0.25",
+                        help="searches, comma-separated; each a ratio, `minilm`, or ratios joined by +")
     parser.add_argument("--timeout", type=int, default=3600)
     parser.add_argument("--work", type=Path, default=Path("runs/base-teacher"))
     parser.add_argument("--search-args", default="", help="more `kdnas search` flags, e.g. \"--trials 30\"")
@@ -101,7 +113,7 @@ def main() -> int:
     parser.add_argument("--tasks", nargs="+", default=["sentiment", "topic"])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "base_teacher.json")
     args = parser.parse_args()
-    names = args.budgets.split(",")  # each a search; `0.5+0.25` one search of both
+    names = args.budgets  # each a search; `0.5+0.25` one search of both
     result: dict = {"what": __doc__.strip().splitlines()[0], "teacher": TEACHER, "timeout": args.timeout}
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if args.targets:

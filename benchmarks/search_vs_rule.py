@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _env import environment
+from _env import environment, kdnas, ratio_list
 
 FREE = {"mpnet-base": "minilm-l6"}  # what a user of the teacher has for free beside its INT8 graph
 
@@ -77,7 +77,7 @@ def student_row(record: dict[str, Any] | None, summary: dict[str, Any], budget_m
 def run(command: list[str]) -> tuple[int, float]:
     print(" ".join(command), flush=True)
     t0 = time.time()
-    return subprocess.run(command, check=False).returncode, round(time.time() - t0, 1)
+    return subprocess.run(kdnas(command), check=False).returncode, round(time.time() - t0, 1)
 
 
 def train_rule(teacher: str, budget: dict[str, Any], params: dict[str, int], head_size: int | None,
@@ -153,7 +153,7 @@ def probes(teacher: str, rows: list[dict[str, Any]], work: Path, tasks: list[str
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default="minilm-l6")
-    parser.add_argument("--budgets", default="0.5,0.25,0.125", help="the search's --budget-ratio (without --searches)")
+    parser.add_argument("--budgets", type=ratio_list, default="0.5,0.25,0.125", help="the search's --budget-ratio (without --searches)")
     parser.add_argument("--timeout", type=int, default=900, help="the search's --timeout (without --searches)")
     parser.add_argument("--searches", nargs="*", type=Path, default=[], help="finished searches to compare instead")
     parser.add_argument("--search-args", default="", help="more `kdnas search` flags, for the search and the rule's runs")
@@ -168,7 +168,7 @@ def main() -> int:
     searches = args.searches
     if not searches:
         out = work / "search"
-        command = ["kdnas", "search", "--teacher", args.teacher, "--corpus", "news", "--budget-ratio", args.budgets,
+        command = ["kdnas", "search", "--teacher", args.teacher, "--corpus", "news", "--budget-ratio", ",".join(f"{r:g}" for r in args.budgets),
                    "--timeout", str(args.timeout), "--out", str(out), "--no-progress", *extra]
         code, seconds = run(command)
         entry["searches"].append({"command": " ".join(command), "exit": code, "seconds": seconds})

@@ -72,3 +72,20 @@ def test_a_rule_shape_over_the_budget_gives_way_to_the_next_shallower_down_to_th
     (row,) = search_vs_rule.compare("minilm-l6", tmp_path, 6, tmp_path / "work", [])
     assert tried == ["3x12x384x1536"]  # then 2 layers: the search's own student, known to fit
     assert row["rule"]["same_as_search"] and row["rule"]["student"] == row["search"]
+
+
+def test_the_benchmarks_budget_flags_are_checked_before_any_work():
+    import argparse
+
+    import base_teacher
+    import pytest
+    from _env import kdnas, ratio_list
+
+    assert ratio_list("0.5,0.25") == [0.5, 0.25]
+    assert base_teacher.budget_sets("minilm,0.5+0.25") == ["minilm", "0.5+0.25"]
+    for check, bad in [(ratio_list, "0.5,abc"), (ratio_list, "0"), (ratio_list, "1.5"),
+                       (base_teacher.budget_sets, "0.5+abc"), (base_teacher.budget_sets, "minilm,0.5+0"),
+                       (base_teacher.budget_sets, "mini")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace("+", r"\+")):
+            check(bad)
+    assert kdnas(["kdnas", "search", "--trials", "1"])[1:] == ["-m", "kdnas", "search", "--trials", "1"]

@@ -4,8 +4,8 @@ The rule — "as many of the teacher's layers as the budget's share of its laten
 width" (`kdnas.nas.rule_params`) — needs no search. For each budget of a `kdnas search` (one search of several
 budgets, `--budget-ratio 0.5,0.25,0.125`, or the searches of `--searches`), the rule's student is trained with the
 search's own final recipe and exactly the steps its shipped student made: the same `kdnas search`, its space
-narrowed to the rule's one shape, one trial, `--final-steps` and `--final-max-steps` the shipped student's steps,
-no time limit, `--final-augment 0` (the search's time-fitted run perturbs no batch when its transfer set covers
+narrowed to the rule's one shape, one trial, `--final-steps` the shipped student's steps (without a time limit a
+final run makes exactly those), `--final-augment 0` (the search's time-fitted run perturbs no batch when its transfer set covers
 its steps; the rule's run takes the same rows whose targets are on disk). Where the search shipped the rule's own
 shape, the two are one student and nothing is trained; where the rule's shape reads over the budget, the next
 shallower full-width one is its student (`train_rule`). Both are judged as the product judges them: held-out
@@ -106,7 +106,7 @@ def _rule_run(teacher: str, budget: dict[str, Any], shape: dict[str, int], head_
     if head_size is None:
         space += ["--heads", str(shape["heads"])]
     command = ["kdnas", "search", "--teacher", teacher, "--corpus", "news", "--budget-ratio", f"{budget['ratio']:.6f}",
-               *space, "--trials", "1", "--final-steps", str(steps), "--final-max-steps", str(steps),
+               *space, "--trials", "1", "--final-steps", str(steps),
                "--final-augment", "0", "--out", str(out), "--no-progress", *extra]
     code, seconds = run(command)
     summary_file = out / "summary.json"

@@ -138,6 +138,19 @@ def compare(teacher: str, search_dir: Path, teacher_layers: int, work: Path, ext
     return rows
 
 
+def search_record(search_dir: Path) -> dict[str, Any]:
+    """What the search itself did, and the free alternative it measured: the teacher's own INT8 graph."""
+    summary = json.loads((search_dir / "summary.json").read_text())
+    teacher_ms, int8 = summary["teacher_latency"]["median_ms"], summary.get("teacher_int8") or {}
+    int8_ms = (int8.get("latency") or {}).get("median_ms")
+    settings = {k: summary["settings"].get(k) for k in ("teacher", "corpus", "budget_ratio", "budget_ms", "precision")}
+    return {"dir": str(search_dir), "settings": settings, "counts": summary["counts"], "trials": len(summary.get("trials_table") or []),
+            "seconds_per_trial": summary.get("seconds_per_trial"), "teacher_ms": teacher_ms,
+            "teacher_int8": None if int8_ms is None else {
+                "ms": int8_ms, "of_teacher": int8_ms / teacher_ms,
+                "spearman": (int8.get("fidelity") or {}).get("spearman")}}
+
+
 def probes(teacher: str, rows: list[dict[str, Any]], work: Path, tasks: list[str]) -> dict[str, Any] | None:
     folders = sorted({s["dir"] for r in rows for s in (r["search"], (r["rule"] or {}).get("student")) if s})
     folders = [f for f in folders if Path(f, "distill.json").is_file()]
@@ -175,6 +188,7 @@ def main() -> int:
         searches = [out]
     layers = load_teacher(args.teacher).dims.layers
     entry["budgets"] = [row for path in searches for row in compare(args.teacher, path, layers, work, extra)]
+    entry["search_runs"] = [search_record(path) for path in searches]
     if args.tasks:
         entry["quality"] = probes(args.teacher, entry["budgets"], work, args.tasks)
     result = json.loads(args.out.read_text()) if args.out.is_file() else {"what": __doc__.strip().splitlines()[0]}

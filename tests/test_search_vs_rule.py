@@ -89,3 +89,13 @@ def test_the_benchmarks_budget_flags_are_checked_before_any_work():
         with pytest.raises(argparse.ArgumentTypeError, match=repr(bad).replace("+", r"\+")):
             check(bad)
     assert kdnas(["kdnas", "search", "--trials", "1"])[1:] == ["-m", "kdnas", "search", "--trials", "1"]
+
+
+def test_a_searchs_record_keeps_the_free_alternative_it_measured(tmp_path):
+    summary = {**_summary({"0.5x": _record("3x12x384x1536", 7.6, 0.91)}), "counts": {"feasible": 9},
+               "trials_table": [{}] * 10, "teacher_int8": {"latency": {"median_ms": 8.0}, "fidelity": {"spearman": 0.99}}}
+    summary["settings"].update(teacher="minilm-l6", budget_ratio=[0.5])
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    record = search_vs_rule.search_record(tmp_path)
+    assert record["teacher_int8"] == {"ms": 8.0, "of_teacher": 0.5, "spearman": 0.99}
+    assert record["trials"] == 10 and record["settings"]["budget_ratio"] == [0.5]

@@ -74,18 +74,21 @@ def student_row(record: dict[str, Any] | None, summary: dict[str, Any], budget_m
             "baselines": {k: v.get("spearman") for k, v in (quality.get("fidelity") or {}).items() if k != "student"}}
 
 
-def run(command: list[str]) -> tuple[int, float]:
+def run(command: list[str]) -> tuple[int, float, str]:
+    """Exit status, seconds, and the last line it wrote to stderr (a refusal's one line)."""
     print(" ".join(command), flush=True)
     t0 = time.time()
-    return subprocess.run(kdnas(command), check=False).returncode, round(time.time() - t0, 1)
+    done = subprocess.run(kdnas(command), check=False, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(done.stderr)
+    return done.returncode, round(time.time() - t0, 1), (done.stderr.strip().splitlines() or [""])[-1]
 
 
 def train_rule(teacher: str, budget: dict[str, Any], params: dict[str, int], head_size: int | None,
                steps: int, searched: dict[str, Any], work: Path, extra: list[str]) -> dict[str, Any]:
     """The rule's student: the search's own command on the rule's one shape, the shipped student's steps. Its
     depth is the budget's share of the teacher's layers, yet the embeddings and the rest of the graph cost too:
-    where that shape reads over the budget (its one trial is not trained), the next shallower full-width shape
-    is tried, as a user applying the rule with a stopwatch would — down to the search's own shape, which is known
+    where that shape is over the budget (its one trial reads over and is not trained; its student reads over as
+    shipped; or the budget is under it, which `kdnas search` refuses), the next shallower full-width shape is tried, as a user applying the rule with a stopwatch would — down to the search's own shape, which is known
     to fit (its student shipped within the budget), so nothing is trained twice."""
     attempts: list[dict[str, Any]] = []
     for layers in range(params["layers"], 0, -1):
@@ -108,15 +111,17 @@ def _rule_run(teacher: str, budget: dict[str, Any], shape: dict[str, int], head_
     command = ["kdnas", "search", "--teacher", teacher, "--corpus", "news", "--budget-ratio", f"{budget['ratio']:.6f}",
                *space, "--trials", "1", "--final-steps", str(steps),
                "--final-augment", "0", "--out", str(out), "--no-progress", *extra]
-    code, seconds = run(command)
+    code, seconds, last_line = run(command)
     summary_file = out / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
     trials = summary.get("trials_table") or []
     record = (summary.get("final") or [None])[-1]
+    student = None if record is None else student_row(record, summary, budget["budget_ms"])
     return {"arch": arch, "command": " ".join(command), "exit": code, "seconds": seconds,
             "trial_ms": trials[0]["latency_median_ms"] if trials else None,
-            "over_budget": bool(trials) and trials[0]["status"] == "infeasible",
-            "student": None if record is None else student_row(record, summary, budget["budget_ms"])}
+            # no student within the budget, whatever the reason: a rule user with a stopwatch goes shallower
+            "over_budget": student is None or not student["within_budget"],
+            "message": last_line if code else None, "student": student}
 
 
 def compare(teacher: str, search_dir: Path, teacher_layers: int, work: Path, extra: list[str]) -> list[dict[str, Any]]:
@@ -183,7 +188,7 @@ def main() -> int:
         out = work / "search"
         command = ["kdnas", "search", "--teacher", args.teacher, "--corpus", "news", "--budget-ratio", ",".join(f"{r:g}" for r in args.budgets),
                    "--timeout", str(args.timeout), "--out", str(out), "--no-progress", *extra]
-        code, seconds = run(command)
+        code, seconds, _ = run(command)
         entry["searches"].append({"command": " ".join(command), "exit": code, "seconds": seconds})
         searches = [out]
     layers = load_teacher(args.teacher).dims.layers

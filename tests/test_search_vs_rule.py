@@ -99,3 +99,12 @@ def test_a_searchs_record_keeps_the_free_alternative_it_measured(tmp_path):
     record = search_vs_rule.search_record(tmp_path)
     assert record["teacher_int8"] == {"ms": 8.0, "of_teacher": 0.5, "spearman": 0.99}
     assert record["trials"] == 10 and record["settings"]["budget_ratio"] == [0.5]
+
+
+def test_a_rule_run_that_ships_nothing_within_the_budget_counts_as_over_it(tmp_path, monkeypatch):
+    refusal = "kdnas search: error: no finalist fits the budget of 5.44 ms as shipped (3x12x384x1536 5.50 ms)"
+    monkeypatch.setattr(search_vs_rule, "run", lambda command: (2, 1.0, refusal))
+    budget = {"label": "0.5x", "ratio": 0.5, "budget_ms": 5.44}
+    shape = {"layers": 3, "heads": 12, "hidden": 384, "ffn": 1536}
+    attempt = search_vs_rule._rule_run("minilm-l6", budget, shape, 32, 2000, tmp_path, [])
+    assert attempt["over_budget"] and attempt["student"] is None and attempt["message"] == refusal

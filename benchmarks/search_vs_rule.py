@@ -15,6 +15,7 @@ run, as a share of the teacher read side by side with it), and linear probes (`b
     python benchmarks/search_vs_rule.py --teacher minilm-l6 --budgets 0.5,0.25,0.125 --timeout 900
     python benchmarks/search_vs_rule.py --teacher mpnet-base \\
         --searches runs/base-teacher/search-minilm runs/base-teacher/search-0.5+0.25   # base_teacher.py's searches
+    python benchmarks/search_vs_rule.py --table                     # the docs' tables of the result, nothing run
 Writes benchmarks/results/search_vs_rule.json (a run of one teacher keeps the other's entry).
 """
 
@@ -168,6 +169,44 @@ def probes(teacher: str, rows: list[dict[str, Any]], work: Path, tasks: list[str
     return json.loads(out.read_text()) if out.is_file() else None
 
 
+def _probe_cells(quality: dict[str, Any] | None, folder: str | None, tasks: list[str]) -> str:
+    rows = {m["model"]: m for m in (quality or {}).get("models", [])}
+    row = rows.get(folder or "")
+    return " / ".join(f"{100 * row['probes'][t]['full']:.1f}" for t in tasks) if row else "-"
+
+
+def _student_cells(who: str, st: dict[str, Any] | None, quality: dict[str, Any] | None, tasks: list[str]) -> list[str]:
+    if st is None:
+        return [who, "none within the budget", "-", "-", "-", "-", "-"]
+    int8 = "-" if st["int8_of_teacher"] is None else f"{st['int8_of_teacher']:.3f}"
+    return [who, st["arch"], f"{st['steps']:,}", f"{st['spearman']:.3f} ± {st['spearman_se']:.3f}",
+            f"{st['int8_spearman']:.3f}", f"{st['fp32_of_teacher']:.3f} / {int8}", _probe_cells(quality, st["dir"], tasks)]
+
+
+def table(entry: dict[str, Any]) -> str:
+    """One teacher's rows as the docs show them: per budget the search's student, the rule's, and the better
+    of the search student's two untrained baselines; then the teacher's own INT8 graph."""
+    quality = entry.get("quality")
+    tasks = list((quality or {}).get("tasks") or [])
+    head = ["budget", "student", "shape", "steps", "ρ fp32", "ρ INT8", "latency fp32 / INT8, × teacher",
+            " / ".join(f"{t} probe" for t in tasks) or "probes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in entry["budgets"]:
+        budget = f"{row['label'] or row['ratio']} ({row['budget_ms']:.2f} ms)"
+        search, rule = row["search"], (row["rule"] or {})
+        rule_who = "rule" if not rule.get("same_as_search") else "rule (= the search's)"
+        lines.append("| " + " | ".join([budget, *_student_cells("search", search, quality, tasks)]) + " |")
+        lines.append("| " + " | ".join(["", *_student_cells(rule_who, rule.get("student"), quality, tasks)]) + " |")
+        if search and search["baselines"]:
+            name, rho = max(search["baselines"].items(), key=lambda kv: kv[1] or 0)
+            lines.append(f"| | untrained: {name} | | | {rho:.3f} | | | |")
+    for run in entry.get("search_runs", []):
+        if run.get("teacher_int8"):
+            t8 = run["teacher_int8"]
+            lines.append(f"| any | the teacher as INT8 (free) | | | {t8['spearman']:.3f} | | - / {t8['of_teacher']:.3f} | |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default="minilm-l6")
@@ -178,7 +217,12 @@ def main() -> int:
     parser.add_argument("--tasks", nargs="*", default=["sentiment", "topic"], help="probes; none: skip them")
     parser.add_argument("--work", type=Path, default=Path("runs/search-vs-rule"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "search_vs_rule.json")
+    parser.add_argument("--table", action="store_true", help="print the docs' tables of --out, run nothing")
     args = parser.parse_args()
+    if args.table:
+        for teacher, entry in json.loads(args.out.read_text())["teachers"].items():
+            print(f"{teacher}\n\n{table(entry)}\n")
+        return 0
     from kdnas.distill import load_teacher
 
     work, extra = args.work / args.teacher, args.search_args.split()

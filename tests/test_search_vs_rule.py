@@ -108,3 +108,17 @@ def test_a_rule_run_that_ships_nothing_within_the_budget_counts_as_over_it(tmp_p
     shape = {"layers": 3, "heads": 12, "hidden": 384, "ffn": 1536}
     attempt = search_vs_rule._rule_run("minilm-l6", budget, shape, 32, 2000, tmp_path, [])
     assert attempt["over_budget"] and attempt["student"] is None and attempt["message"] == refusal
+
+
+def test_the_docs_table_sets_each_budgets_students_side_by_side_with_the_free_alternative():
+    summary = _summary({"0.5x": _record("3x12x384x1280", 7.6, 0.91)})
+    searched = search_vs_rule.student_row(summary["budgets"][0]["final"][0], summary, 8.0)
+    rule = {**searched, "arch": "2x12x384x1536", "spearman": 0.88, "dir": "runs/rule"}
+    entry = {"budgets": [{"label": "0.5x", "ratio": 0.5, "budget_ms": 8.0, "search": searched,
+                          "rule": {"attempts": [], "same_as_search": False, "student": rule}}],
+             "search_runs": [{"teacher_int8": {"ms": 8.0, "of_teacher": 0.5, "spearman": 0.99}}],
+             "quality": {"tasks": {"topic": {}}, "models": [{"model": "runs/rule", "probes": {"topic": {"full": 0.9}}}]}}
+    lines = search_vs_rule.table(entry).splitlines()
+    assert lines[2].startswith("| 0.5x (8.00 ms) | search | 3x12x384x1280 | 2,400 | 0.910 ± 0.010 | 0.900 | 0.475 / 0.237 | - |")
+    assert lines[3] == "|  | rule | 2x12x384x1536 | 2,400 | 0.880 ± 0.010 | 0.900 | 0.475 / 0.237 | 90.0 |"
+    assert "0.500" in lines[5] and "0.990" in lines[5]  # the teacher's own INT8 graph

@@ -122,7 +122,8 @@ def _rule_run(teacher: str, budget: dict[str, Any], shape: dict[str, int], head_
             "trial_ms": trials[0]["latency_median_ms"] if trials else None,
             # no student within the budget, whatever the reason: a rule user with a stopwatch goes shallower
             "over_budget": student is None or not student["within_budget"],
-            "message": last_line if code else None, "student": student}
+            "message": last_line if code else None, "student": student,
+            "over_as_shipped_ms": [r["latency_ms"] for r in summary.get("final_over_budget") or []]}
 
 
 def compare(teacher: str, search_dir: Path, teacher_layers: int, work: Path, extra: list[str]) -> list[dict[str, Any]]:

@@ -200,7 +200,7 @@ def table(entry: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(["", *_student_cells(rule_who, rule.get("student"), quality, tasks)]) + " |")
         if search and search["baselines"]:
             name, rho = max(search["baselines"].items(), key=lambda kv: kv[1] or 0)
-            lines.append(f"| | untrained: {name} | | | {rho:.3f} | | | |")
+            lines.append(f"| | untrained ({name.replace(' (untrained)', '')}) | | | {rho:.3f} | | | |")
     for run in entry.get("search_runs", []):
         if run.get("teacher_int8"):
             t8 = run["teacher_int8"]

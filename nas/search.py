@@ -298,9 +298,13 @@ def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.S
                                     sampler=_sampler(cfg, 0), pruner=_pruner(cfg))
     except optuna.exceptions.DuplicatedStudyError:
         return None
-    # the first trials: the shape the one-line rule gives for each budget (`_new_facts`)
-    for rule in _distinct([rule for rule in attrs.get("rules") or [attrs.get("rule")] if rule]):
-        study.enqueue_trial(rule, user_attrs={"origin": "rule"})
+    # the first trials: the shape the one-line rule gives for each budget (`_new_facts`), each with the
+    # smallest budget it is the rule of (where it reads over that, a shallower one follows: `Objective`)
+    budgets_ms = [b["ms"] for b in attrs.get("budgets") or []] or [attrs["budget_ms"]]
+    rules = attrs.get("rules") or [attrs.get("rule")]
+    for rule in _distinct([rule for rule in rules if rule]):
+        budget = min(ms for ms, r in zip(budgets_ms, rules) if r == rule)
+        study.enqueue_trial(rule, user_attrs={"origin": "rule", "rule_budget_ms": budget})
     # Settings last: a study without them is not a kdnas study (see check_settings).
     for key, value in attrs.items():
         study.set_user_attr(key, value)

@@ -157,3 +157,33 @@ def test_a_finalist_record_is_the_json_search_json_the_card_and_the_summary_read
     import json
 
     assert json.loads(json.dumps(record)) == record  # plain JSON, as the study stores it
+
+
+def test_a_rule_shape_over_its_budget_queues_the_next_shallower_full_width_one():
+    """The rule as a user with a stopwatch applies it (nas.trial.Objective._rule_fallback): each budget's
+    rule trial carries the smallest budget it stands for; over it, the shape one layer shallower follows."""
+    from types import SimpleNamespace
+
+    from kdnas.nas.search import _create_study
+    from kdnas.nas.space import SearchSpace
+    from kdnas.nas.trial import Objective
+
+    cfg = SearchConfig.from_flags(budget_ratio=(0.5, 0.25), sampler="random")
+    rules = [{"layers": 6, "hidden": 768, "ffn": 3072}, {"layers": 3, "hidden": 768, "ffn": 3072}]
+    attrs = {"budget_ms": 43.0, "budgets": [{"label": "0.5x", "ms": 43.0}, {"label": "0.25x", "ms": 21.5}],
+             "rules": rules, "rule": rules[0]}
+    study = _create_study(cfg, None, attrs)
+    queued = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING]
+    assert [(t.system_attrs["fixed_params"]["layers"], t.user_attrs["rule_budget_ms"]) for t in queued] == [(6, 43.0), (3, 21.5)]
+
+    space = SearchSpace(layers=(1, 2, 3, 4, 5, 6), heads=(12,), hidden=(384, 768), ffn=(1536, 3072), head_size=64)
+    objective = Objective.__new__(Objective)
+    objective.ctx = SimpleNamespace(space=space, budget_ms=43.0)
+    # the 6 layers fit 0.5x (the 3 wait their turn); the 3 read over 0.25x: the 2 follow
+    for median_ms, expect in ((40.0, [(3, 21.5)]), (21.9, [(2, 21.5)])):
+        trial = study.ask()
+        space.suggest(trial)
+        objective._rule_fallback(trial, median_ms)
+        study.tell(trial, 0.5)
+        waiting = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING]
+        assert [(t.system_attrs["fixed_params"]["layers"], t.user_attrs["rule_budget_ms"]) for t in waiting] == expect

@@ -5,16 +5,16 @@ width" (`kdnas.nas.rule_params`) — needs no search. For each budget of a `kdna
 budgets, `--budget-ratio 0.5,0.25,0.125`, or the searches of `--searches`), the rule's student is trained with the
 search's own final recipe and exactly the steps its shipped student made: the same `kdnas search`, its space
 narrowed to the rule's one shape, one trial, `--final-steps` the shipped student's steps (without a time limit a
-final run makes exactly those), `--final-augment 0` (the search's time-fitted run perturbs no batch when its transfer set covers
-its steps; the rule's run takes the same rows whose targets are on disk). Where the search shipped the rule's own
-shape, the two are one student and nothing is trained; where the rule's shape reads over the budget, the next
-shallower full-width one is its student (`train_rule`). Both are judged as the product judges them: held-out
+final run makes exactly those), `--final-augment 0` (the search's time-fitted run perturbs no batch when its
+transfer set covers its steps; the rule's run takes the rows whose targets are on disk, up to one pass). Where
+the search shipped the rule's own shape, the two are one student and nothing is trained; where the rule's shape
+is over the budget, the next shallower full-width one is its student (`train_rule`). Both are judged as the product judges them: held-out
 fidelity ρ (fp32 and INT8, the same sentences), the shipped graphs' latency beside the teacher (each in its own
 run, as a share of the teacher read side by side with it), and linear probes (`benchmarks/student_quality.py`).
 
     python benchmarks/search_vs_rule.py --teacher minilm-l6 --budgets 0.5,0.25,0.125 --timeout 900
-    python benchmarks/search_vs_rule.py --teacher mpnet-base \\
-        --searches runs/base-teacher/search-minilm runs/base-teacher/search-0.5+0.25   # base_teacher.py's searches
+    python benchmarks/search_vs_rule.py --teacher mpnet-base --budgets 0.5,0.25,0.125 --timeout 1800
+    python benchmarks/search_vs_rule.py --teacher mpnet-base --searches runs/base-teacher/search-0.5+0.25  # finished
     python benchmarks/search_vs_rule.py --table                     # the docs' tables of the result, nothing run
 Writes benchmarks/results/search_vs_rule.json (a run of one teacher keeps the other's entry).
 """
@@ -89,7 +89,8 @@ def train_rule(teacher: str, budget: dict[str, Any], params: dict[str, int], hea
     """The rule's student: the search's own command on the rule's one shape, the shipped student's steps. Its
     depth is the budget's share of the teacher's layers, yet the embeddings and the rest of the graph cost too:
     where that shape is over the budget (its one trial reads over and is not trained; its student reads over as
-    shipped; or the budget is under it, which `kdnas search` refuses), the next shallower full-width shape is tried, as a user applying the rule with a stopwatch would — down to the search's own shape, which is known
+    shipped; or the budget is under it, which `kdnas search` refuses), the next shallower full-width shape is
+    tried, as a user applying the rule with a stopwatch would — down to the search's own shape, which is known
     to fit (its student shipped within the budget), so nothing is trained twice."""
     attempts: list[dict[str, Any]] = []
     for layers in range(params["layers"], 0, -1):
@@ -151,8 +152,9 @@ def search_record(search_dir: Path) -> dict[str, Any]:
     teacher_ms, int8 = summary["teacher_latency"]["median_ms"], summary.get("teacher_int8") or {}
     int8_ms = (int8.get("latency") or {}).get("median_ms")
     settings = {k: summary["settings"].get(k) for k in ("teacher", "corpus", "budget_ratio", "budget_ms", "precision")}
-    return {"dir": str(search_dir), "settings": settings, "counts": summary["counts"], "trials": len(summary.get("trials_table") or []),
-            "seconds_per_trial": summary.get("seconds_per_trial"), "teacher_ms": teacher_ms,
+    return {"dir": str(search_dir), "settings": settings, "counts": summary["counts"],
+            "trials": len(summary.get("trials_table") or []), "seconds_per_trial": summary.get("seconds_per_trial"),
+            "teacher_ms": teacher_ms,
             "teacher_int8": None if int8_ms is None else {
                 "ms": int8_ms, "of_teacher": int8_ms / teacher_ms,
                 "spearman": (int8.get("fidelity") or {}).get("spearman")}}
@@ -211,7 +213,8 @@ def table(entry: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default="minilm-l6")
-    parser.add_argument("--budgets", type=ratio_list, default="0.5,0.25,0.125", help="the search's --budget-ratio (without --searches)")
+    parser.add_argument("--budgets", type=ratio_list, default="0.5,0.25,0.125",
+                        help="the search's --budget-ratio (without --searches)")
     parser.add_argument("--timeout", type=int, default=900, help="the search's --timeout (without --searches)")
     parser.add_argument("--searches", nargs="*", type=Path, default=[], help="finished searches to compare instead")
     parser.add_argument("--search-args", default="", help="more `kdnas search` flags, for the search and the rule's runs")
@@ -231,7 +234,8 @@ def main() -> int:
     searches = args.searches
     if not searches:
         out = work / "search"
-        command = ["kdnas", "search", "--teacher", args.teacher, "--corpus", "news", "--budget-ratio", ",".join(f"{r:g}" for r in args.budgets),
+        ratios = ",".join(f"{r:g}" for r in args.budgets)
+        command = ["kdnas", "search", "--teacher", args.teacher, "--corpus", "news", "--budget-ratio", ratios,
                    "--timeout", str(args.timeout), "--out", str(out), "--no-progress", *extra]
         code, seconds, _ = run(command)
         entry["searches"].append({"command": " ".join(command), "exit": code, "seconds": seconds})

@@ -316,11 +316,13 @@ def _distinct(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _found_study(storage, name: str) -> optuna.Study | None:
-    """The existing study called `name`, or None. One with neither settings nor trials was created a moment
-    ago by a worker started beside this one (three workers on one journal file: one of them saw the study
-    before its creator had written the settings, and refused it as not kdnas's): it is read once they are."""
+    """The existing study called `name`, or None. One with neither settings nor trials but the queued first
+    ones (`_create_study` queues the rule's shapes, then writes the settings) was created a moment ago by a
+    worker started beside this one (three workers on one journal file: one of them saw the study before its
+    creator had written the settings, and refused it as not kdnas's): it is read once they are."""
     existing = find_study(storage, name)
-    if existing is None or SETTINGS_ATTR in existing.user_attrs or existing.trials:
+    if existing is None or SETTINGS_ATTR in existing.user_attrs or any(
+            t.state != optuna.trial.TrialState.WAITING for t in existing.trials):
         return existing
     return _settled_study(storage, name)
 

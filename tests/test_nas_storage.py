@@ -40,7 +40,8 @@ def test_settings_mismatch_is_one_line_and_leaves_the_study_untouched(tmp_path):
 
 def test_a_study_a_worker_beside_this_one_just_created_is_read_once_its_settings_are_written(tmp_path):
     """Three workers on one journal file: one found the study between its creator's create and settings,
-    and refused it as not kdnas's (exit 2). Found without settings and trials, it is read once they are."""
+    and refused it as not kdnas's (exit 2). Found without settings and with no trial but queued ones, it is
+    read once they are."""
     import threading
 
     from kdnas.nas.search import _found_study
@@ -48,13 +49,15 @@ def test_a_study_a_worker_beside_this_one_just_created_is_read_once_its_settings
     storage = open_storage(f"journal:{tmp_path / 'study.log'}")
     assert _found_study(storage, "s") is None
     created = optuna.create_study(storage=storage, study_name="s", direction="maximize")
+    created.enqueue_trial({"x": 1})  # the creator queues the rule's shapes before it writes the settings
     threading.Timer(0.3, created.set_user_attr, (SETTINGS_ATTR, {"budget_ms": 8.0})).start()
     t0 = time.monotonic()
     found = _found_study(open_storage(f"journal:{tmp_path / 'study.log'}"), "s")
     assert found.user_attrs[SETTINGS_ATTR] == {"budget_ms": 8.0} and time.monotonic() - t0 >= 0.3
-    # a study with trials and no settings is another tool's: found as it is, at once (check_settings refuses it)
+    # a study with a trial that ran and no settings is another tool's: found as it is, at once (check_settings
+    # refuses it)
     other = optuna.create_study(storage=storage, study_name="other", direction="maximize")
-    other.enqueue_trial({"x": 1})
+    other.add_trial(optuna.trial.create_trial(value=1.0))
     t0 = time.monotonic()
     assert SETTINGS_ATTR not in _found_study(storage, "other").user_attrs and time.monotonic() - t0 < 5
     with pytest.raises(KdnasError, match="was not created by kdnas search"):

@@ -300,10 +300,9 @@ def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.S
         return None
     # the first trials: the shape the one-line rule gives for each budget (`_new_facts`), each with the
     # smallest budget it is the rule of (where it reads over that, a shallower one follows: `Objective`)
-    budgets_ms = [b["ms"] for b in attrs.get("budgets") or []] or [attrs["budget_ms"]]
-    rules = attrs.get("rules") or [attrs.get("rule")]
+    budgets, rules = study_budgets(attrs), attrs.get("rules") or [attrs.get("rule")]
     for rule in _distinct([rule for rule in rules if rule]):
-        budget = min(ms for ms, r in zip(budgets_ms, rules) if r == rule)
+        budget = min(b.ms for b, r in zip(budgets, rules) if r == rule)
         study.enqueue_trial(rule, user_attrs={"origin": "rule", "rule_budget_ms": budget})
     # Settings last: a study without them is not a kdnas study (see check_settings).
     for key, value in attrs.items():

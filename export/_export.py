@@ -46,6 +46,9 @@ class ExportReport:
     int8_cosine: float | None = None  # min over the check sentences; None without --int8
     int8_mean_cosine: float | None = None  # the quality check's figure (warns under 0.99)
     int8_recipe: str | None = None
+    # whether INT8 weights use all 8 bits, and why (`int8_range`: this CPU's VNNI/AMX, or asked for)
+    int8_full_range: bool | None = None
+    int8_range_reason: str | None = None
     sizes: dict[str, int] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
@@ -65,7 +68,7 @@ def export_model(
     int8: bool = False,
     int8_fp32_attention: bool = False,
     int8_fp32_embeddings: bool = False,
-    int8_full_range: bool = False,
+    int8_full_range: bool | None = None,
     opset: int | None = None,
     optimize: bool = True,
     tokenizer=None,
@@ -78,8 +81,8 @@ def export_model(
     bundled teacher name (minilm-l6, mpnet-base). `tokenizer`: a tokenizer, or a folder/teacher name
     to load one from; by default the model folder's own. `model.onnx` is the optimized (fused)
     graph when `optimize`, since that is what runs fastest and it passes the same parity check.
-    `int8_fp32_attention` / `int8_fp32_embeddings` / `int8_full_range`: see `quantize_int8` (what each keeps
-    fp32, at what cost; full-range weights are right only on CPUs with VNNI).
+    `int8_fp32_attention` / `int8_fp32_embeddings` / `int8_full_range`: see `quantize_int8` (None: full-range
+    weights where this CPU has VNNI or AMX, `int8_range`); per-group plans: `evaluation.choose_precision`.
     `normalize` / `pooling`: how the graph's `sentence_embedding` is made, so it equals
     `SentenceTransformer(folder).encode`; None reads them from the model folder's sentence-transformers
     modules (modules.json: a Normalize module -> normalized), else mean pooling, not normalized.
@@ -87,9 +90,10 @@ def export_model(
     """
     started = time.perf_counter()
     out = Path(out_dir).expanduser()
-    recipe_options = {"fp32_attention": int8_fp32_attention, "fp32_embeddings": int8_fp32_embeddings,
-                      "full_range": int8_full_range}
-    _check_arguments(out, opset, int8, recipe_options, pooling)
+    asked = {"fp32_attention": int8_fp32_attention, "fp32_embeddings": int8_fp32_embeddings, "full_range": int8_full_range}
+    _check_arguments(out, opset, int8, {**asked, "full_range": int8_full_range is not None}, pooling)
+    full_range, range_reason = _graph.int8_range(int8_full_range)
+    recipe_options = {**asked, "full_range": full_range}
     model, source, tok_source = _load_model(model_or_dir)
     parity_tokens = min(256, _positions(model, source))  # a model with fewer positions is checked at its own
     pooling, normalize = _embedding_pipeline(tok_source, pooling, normalize)
@@ -101,18 +105,17 @@ def export_model(
         batches = _parity.tokenized_batches(tok, graph.inputs, max_length=parity_tokens)
         reference = [_graph.torch_encode(model, b, pooling=pooling, normalize=normalize) for b in batches]
         parity = _check_parity(graph.path, batches, reference)
-        int8_min = int8_mean = recipe = None
         if int8:
             int8_min, int8_mean, recipe = _quantize(stage, batches, reference, notes, **recipe_options)
-
         tok.save_pretrained(stage)
         model.config.save_pretrained(stage)
+        int8_facts = {"int8_cosine": int8_min, "int8_mean_cosine": int8_mean, "int8_recipe": recipe,
+                      "int8_full_range": full_range, "int8_range_reason": range_reason} if int8 else {}
         report = ExportReport(
             out_dir=str(out), source=source, model_type=str(model.config.model_type), arch=_arch(model.config),
             opset=graph.opset, exporter=_graph.EXPORTER, inputs=graph.inputs, outputs=graph.outputs,
             optimized=graph.optimized, fused=graph.fused, attention_fused=graph.attention_fused,
-            fusion=graph.fusion_summary(), parity=parity, pooling=pooling, normalize=normalize,
-            int8_cosine=int8_min, int8_mean_cosine=int8_mean, int8_recipe=recipe,
+            fusion=graph.fusion_summary(), parity=parity, pooling=pooling, normalize=normalize, **int8_facts,
             sizes={p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}, versions=_versions(),
             warnings=tuple(notes), seconds=round(time.perf_counter() - started, 2),
         )
@@ -147,11 +150,15 @@ def _matching_tokenizer(tokenizer_or_source, source: str, model):
     return tok
 
 
+_OPTION_FLAGS = {"fp32_attention": "--int8-fp32-attention", "fp32_embeddings": "--int8-fp32-embeddings",
+                 "full_range": "--int8-range"}
+
+
 def _check_arguments(out: Path, opset: int | None, int8: bool, recipe_options: dict[str, bool],
                      pooling: str | None) -> None:
     check_out_folder(out, "an earlier kdnas export", MANIFEST)  # never clobber a folder we did not write
     _graph.check_opset(opset)
-    given = ["--int8-" + name.replace("_", "-") for name, on in recipe_options.items() if on]
+    given = [_OPTION_FLAGS[name] for name, on in recipe_options.items() if on]
     if given and not int8:
         raise InputError(f"{given[0]} chooses how model.int8.onnx is quantized: add --int8 to write it")
     if pooling is not None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from kdnas.core.errors import InputError
+from kdnas.core.host import int8_extensions
 
 DEFAULT_OPSET = 17
 EXPORTER = "torchscript"
@@ -161,16 +162,28 @@ def count_ops(path: str | os.PathLike) -> dict[str, int]:
 EMBEDDING_OPS = ("EmbedLayerNormalization", "Gather")
 
 
-def int8_recipe(*, fp32_attention: bool = False, fp32_embeddings: bool = False, full_range: bool = False) -> str:
+def int8_range(full_range: bool | None = None) -> tuple[bool, str]:
+    """Whether INT8 weights use their full 8-bit range, and why: `full_range` where given, else full where this
+    CPU has an int8 dot-product extension (VNNI, AMX), 7 bits where it has none (`quantize_int8` says why)."""
+    if full_range is not None:
+        return bool(full_range), "asked for"
+    found = int8_extensions()
+    if found:
+        return True, f"this CPU has {', '.join(found)}"
+    return False, "this CPU has no VNNI/AMX, whose absence makes full-range int8 weights saturate"
+
+
+def int8_recipe(*, fp32_attention: bool = False, fp32_embeddings: bool = False, full_range: bool | None = None) -> str:
     """What `quantize_int8` does with these options, in words (export.json's `int8_recipe`)."""
+    full = int8_range(full_range)[0]
     return ("dynamic, per-channel int8 weights"
-            + (", full 8-bit range (VNNI CPUs only)" if full_range else " in a 7-bit range")
+            + (", full 8-bit range (VNNI CPUs only)" if full else " in a 7-bit range")
             + (", fused attention fp32" if fp32_attention else ", attention quantized too")
             + (", embedding tables fp32" if fp32_embeddings else ", embedding tables int8"))
 
 
 def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attention: bool = False,
-                  fp32_embeddings: bool = False, full_range: bool = False) -> None:
+                  fp32_embeddings: bool = False, full_range: bool | None = None) -> None:
     """Dynamic INT8 quantization: per-channel int8 weights, activations quantized at run time.
 
     Every weight MatMul is quantized, and a fused `Attention` becomes `QAttention`: on this kind of
@@ -181,15 +194,18 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attent
     The embedding tables are stored int8 too (one scale per table; `QEmbedLayerNormalization` in a
     fused graph): the file is a third of what it was with them fp32 and a quarter of fp32's, for a mean
     cosine 0.0003-0.0004 lower and the same speed (one-off benchmark, in git history; docs/export.md);
-    `fp32_embeddings=True` keeps them fp32.
+    `fp32_embeddings=True` keeps them fp32. Which groups of a graph stay fp32 beyond these is a
+    precision plan's choice (export.plan_graph).
 
-    Weights use 7 of their 8 bits (onnxruntime's `reduce_range`) unless `full_range`: on an x86 CPU
-    without VNNI (AVX2, or AVX-512 without VNNI) onnxruntime multiplies uint8 activations by int8
-    weights with an instruction that adds pairs of products into int16 and saturates there, so a
-    layer with large inputs returns wrong sums on exactly the CPUs many deploy to. Measured
-    (benchmarks/int8_recipes.py): an MPNet student's INT8 graph fell to mean cosine 0.51 to its fp32
-    graph with full-range weights and reached 0.996 with 7-bit ones, at the same speed. A graph
-    quantized with `full_range=True` is only right on CPUs with VNNI (AVX512-VNNI, AVX-VNNI, AMX).
+    Weights use 7 of their 8 bits (onnxruntime's `reduce_range`) unless `full_range`, which by default
+    (None) holds where the CPU has VNNI or AMX (`int8_range`): on an x86 CPU without them (AVX2, or
+    AVX-512 without VNNI) onnxruntime multiplies uint8 activations by int8 weights with an instruction
+    that adds pairs of products into int16 and saturates there, so a layer with large inputs returns
+    wrong sums on exactly the CPUs many deploy to. Measured (benchmarks/int8_recipes.py): an MPNet
+    student's INT8 graph fell to mean cosine 0.51 to its fp32 graph with full-range weights and reached
+    0.996 with 7-bit ones, at the same speed. A graph quantized with full-range weights is only right
+    on CPUs with VNNI (AVX512-VNNI, AVX-VNNI, AMX): one built for a CPU without them takes
+    `full_range=False`.
     """
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -200,8 +216,8 @@ def quantize_int8(src: str | os.PathLike, dst: str | os.PathLike, *, fp32_attent
     try:
         logger_level = _quiet_root_logger()
         quantize_dynamic(
-            str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True, reduce_range=not full_range,
-            op_types_to_quantize=ops,
+            str(src), str(tmp), weight_type=QuantType.QInt8, per_channel=True,
+            reduce_range=not int8_range(full_range)[0], op_types_to_quantize=ops,
             # A fused graph carries contrib ops without type inference; tell the quantizer they are fp32.
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )

@@ -47,7 +47,7 @@ def version_line() -> str:
 def build_parser() -> argparse.ArgumentParser:
     from kdnas.distill import _cli as distill_cli
     from kdnas.evaluation import _eval_cli as evaluate_cli
-    from kdnas.export import _cli as export_cli
+    from kdnas.evaluation import _export_cli as export_cli
     from kdnas.latency import _cli as latency_cli
 
     parser = _Parser(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kdnas.core.errors import InputError, LatencyError, check_choice
 from kdnas.core.files import atomic_write_text, ensure_writable_dir, staged_folder
+from kdnas.core.host import cpu_info, int8_extensions
 from kdnas.core.quiet import quiet_host, reserved_latency_cores
 from kdnas.core.sentence import usable_positions
 from kdnas.core.spec import StudentSpec, parse_arch
@@ -338,29 +339,15 @@ def default_cache_dir() -> Path:
     return cache_root() / "latency"
 
 
-def _cpuinfo() -> tuple[str, set[str]]:
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and ":" in line:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and ":" in line:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return model, flags
-
-
 def cpu_model() -> str:
     """The CPU model's name: latencies measured on two different models do not compare."""
-    return _cpuinfo()[0]
+    return cpu_info()[0]
 
 
 def cpu_name() -> str:
     """CPU model, core count and the int8 dot-product extensions that decide INT8 speed."""
-    model, flags = _cpuinfo()
-    extensions = [f for f in ("avx512_vnni", "avx_vnni", "amx_int8") if f in flags]
-    return f"{model} ({os.cpu_count()} cpus{', ' + ', '.join(extensions) if extensions else ''})"
+    extensions = int8_extensions()
+    return f"{cpu_model()} ({os.cpu_count()} cpus{', ' + ', '.join(extensions) if extensions else ''})"
 
 
 def library_versions(runtime: str) -> dict[str, str]:

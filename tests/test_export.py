@@ -74,7 +74,11 @@ def test_tiny_student_export_parity_fusion_int8(student_dir, tmp_path):
     ops = Counter(node.op_type for node in onnx.load(str(out / "model.int8.onnx")).graph.node)
     assert ops["QAttention"] == 2 and ops["Attention"] == 0 and ops["DynamicQuantizeMatMul"] + ops["MatMulInteger"] > 0
     assert ops["QEmbedLayerNormalization"] == 1 and ops["EmbedLayerNormalization"] == 0
-    assert manifest["int8_recipe"] == "dynamic, per-channel int8 weights in a 7-bit range, attention quantized too, embedding tables int8"
+    from kdnas.export import int8_range
+
+    weights = "full 8-bit range (VNNI CPUs only)" if int8_range()[0] else "int8 weights in a 7-bit range"
+    assert manifest["int8_recipe"].startswith("dynamic, per-channel int8 weights") and weights in manifest["int8_recipe"]
+    assert manifest["int8_recipe"].endswith("attention quantized too, embedding tables int8")
 
     # Exporting again into the same folder replaces the earlier export.
     again = export_model(student_dir, out, optimize=False, opset=14)
@@ -131,17 +135,26 @@ def _quantized_weight_range(path) -> tuple[int, int]:
     return min(int(w.min()) for w in weights), max(int(w.max()) for w in weights)
 
 
-def test_int8_weights_use_seven_bits_unless_full_range_is_asked_for(student_dir, tmp_path):
+def test_int8_weights_use_seven_bits_unless_the_cpu_has_vnni_or_full_range_is_asked_for(student_dir, tmp_path):
     # Full-range int8 weights saturate onnxruntime's int16 sums on x86 CPUs without VNNI (an MPNet
-    # student's INT8 graph fell to mean cosine 0.51 to its fp32 graph): by default weights stay in 7 bits.
-    default = export_model(student_dir, tmp_path / "seven", int8=True)
+    # student's INT8 graph fell to mean cosine 0.51 to its fp32 graph): there weights stay in 7 bits.
+    from kdnas.core.host import int8_extensions
+    from kdnas.export import int8_range
+
+    seven = export_model(student_dir, tmp_path / "seven", int8=True, int8_full_range=False)
     low, high = _quantized_weight_range(tmp_path / "seven" / "model.int8.onnx")
     assert -64 <= low and high <= 64 and high - low > 100
-    assert "7-bit" in default.int8_recipe
+    assert "7-bit" in seven.int8_recipe and seven.int8_full_range is False
     full = export_model(student_dir, tmp_path / "full", int8=True, int8_full_range=True)
     low, high = _quantized_weight_range(tmp_path / "full" / "model.int8.onnx")
     assert low < -100 or high > 100
     assert "full 8-bit range" in full.int8_recipe and "full 8-bit range" in (tmp_path / "full" / "export.json").read_text()
+    # by default the range is this CPU's, and export.json says why
+    default = export_model(student_dir, tmp_path / "default", int8=True)
+    assert default.int8_full_range is bool(int8_extensions()) is int8_range()[0]
+    manifest = json.loads((tmp_path / "default" / "export.json").read_text())
+    assert manifest["int8_full_range"] is default.int8_full_range and manifest["int8_range_reason"]
+    assert ("VNNI" in manifest["int8_range_reason"]) is (not default.int8_full_range)
 
 
 def test_a_graph_with_segment_ids_runs_from_a_tokenizer_that_gives_none(student_dir, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 FLOORS = {"core": 0, "distill": 1, "export": 1, "latency": 1, "evaluation": 2, "nas": 3, "kdnas": 4}
 SIDEWAYS = {("latency", "export")}
-COMMAND_MODULES = {"_cli", "_eval_cli"}  # what kdnas.cli registers
+COMMAND_MODULES = {"_cli", "_eval_cli", "_export_cli"}  # what kdnas.cli registers
 
 
 def _imports(path: Path) -> list[str]:

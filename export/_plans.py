@@ -1,0 +1,246 @@
+"""Choosing a precision plan: measure what keeping each group fp32 gives back, then grow a plan along that
+order to the best fidelity within a latency budget, or to the fastest plan that holds a fidelity target.
+
+The planner is told how to score a graph (its embedding fidelity against a reference: the model's own fp32
+graph, or the teacher) and how to time one (the caller's latency reading); every plan it looks at is
+built (`plan_graph`), scored and timed at most once.
+
+The sensitivity pass quantizes everything but one group, for each group: its *gain* is the fidelity that
+graph has over the all-INT8 one. Groups are then ordered by gain per unit of cost — the multiply-adds per
+token of their weights, what an fp32 group adds to the INT8 graph's time — the groups with no gain last.
+Plan k keeps the first k fp32. Fidelity rises with k and latency with it, so a budget is met by the
+largest k that fits and a target by the smallest k that holds it, each found by bisection (about
+log2(groups) readings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kdnas.core.errors import InputError
+
+from ._graph import quantize_int8
+from ._precision import Group, Plan, plan_graph, weight_groups
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One group's measured effect: the fidelity of the all-INT8 graph with this group fp32, and its gain."""
+
+    group: str
+    fidelity: float
+    gain: float
+    cost: int  # multiply-adds per token of the group's weights (0 for a table lookup)
+
+    def to_dict(self) -> dict:
+        return {"group": self.group, "fidelity": round(self.fidelity, 5), "gain": round(self.gain, 5),
+                "cost": self.cost}
+
+
+@dataclass(frozen=True)
+class PlanPoint:
+    """A plan measured: the first `kept` groups of the order fp32, its fidelity and latency where read."""
+
+    kept: int
+    plan: Plan
+    label: str
+    fidelity: float | None = None
+    latency_ms: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"kept": self.kept, "label": self.label, **self.plan.to_dict(),
+                "fidelity": None if self.fidelity is None else round(self.fidelity, 5),
+                "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 4)}
+
+
+@dataclass
+class Planner:
+    """The plans of one fp32 graph. `score(graph)`: its fidelity; `latency(graph)`: its milliseconds as the
+    caller's budget judges them; `workdir`: where plan graphs are written (the caller's to remove); `int8`:
+    the graph's all-INT8 twin in the plans' weight range (`full_range`), quantized here when None."""
+
+    fp32: Path
+    workdir: Path
+    score: Callable[[Path], float]
+    latency: Callable[[Path], float]
+    full_range: bool = False
+    int8: Path | None = None
+    groups: list[Group] = field(default_factory=list)
+    _graphs: dict[tuple[str, ...], Path] = field(default_factory=dict)
+    _fidelity: dict[tuple[str, ...], float] = field(default_factory=dict)
+    _latency: dict[tuple[str, ...], float] = field(default_factory=dict)
+    _order: list[Effect] | None = None
+
+    def __post_init__(self) -> None:
+        self.fp32, self.workdir = Path(self.fp32), Path(self.workdir)
+        self.groups = self.groups or weight_groups(self.fp32)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.int8 is None:
+            self.int8 = self.workdir / "all-int8.onnx"
+            quantize_int8(self.fp32, self.int8, full_range=self.full_range)
+        self._graphs[()] = Path(self.int8)
+
+    # -- one plan -------------------------------------------------------------------------------
+
+    def plan(self, fp32_groups: tuple[str, ...]) -> Plan:
+        return Plan(tuple(fp32_groups), self.full_range)
+
+    def graph(self, plan: Plan) -> Path:
+        """The plan's graph: the all-INT8 file, the fp32 file itself when every group is kept, else built."""
+        key = tuple(sorted(plan.fp32))
+        if key not in self._graphs:
+            if len(key) == len(self.groups):
+                self._graphs[key] = self.fp32
+            else:
+                name = hashlib.sha256("\n".join(key).encode()).hexdigest()[:12]
+                self._graphs[key] = plan_graph(self.fp32, self._graphs[()], self.workdir / f"plan-{name}.onnx",
+                                               plan, self.groups)
+        return self._graphs[key]
+
+    def fidelity(self, plan: Plan) -> float:
+        key = tuple(sorted(plan.fp32))
+        if key not in self._fidelity:
+            self._fidelity[key] = float(self.score(self.graph(plan)))
+        return self._fidelity[key]
+
+    def _scored_once(self, plan: Plan) -> float:
+        """The fidelity of a plan the sensitivity pass builds once: its graph (as large as the model) is
+        removed once scored, so a pass over 49 groups does not hold 49 copies on disk."""
+        key = tuple(sorted(plan.fp32))
+        built = key not in self._graphs
+        fidelity = self.fidelity(plan)
+        if built and self._graphs[key] not in (self.fp32, self._graphs[()]):
+            self._graphs.pop(key).unlink(missing_ok=True)
+        return fidelity
+
+    def latency_ms(self, plan: Plan) -> float:
+        key = tuple(sorted(plan.fp32))
+        if key not in self._latency:
+            self._latency[key] = float(self.latency(self.graph(plan)))
+        return self._latency[key]
+
+    def point(self, kept: int, *, fidelity: bool = False, latency: bool = False) -> PlanPoint:
+        plan = self.along(kept)
+        return PlanPoint(kept, plan, plan.label(len(self.groups)),
+                         self.fidelity(plan) if fidelity else self._fidelity.get(tuple(sorted(plan.fp32))),
+                         self.latency_ms(plan) if latency else self._latency.get(tuple(sorted(plan.fp32))))
+
+    # -- the order ------------------------------------------------------------------------------
+
+    def effects(self) -> list[Effect]:
+        """Every group's effect, in the order plans grow (best gain per cost first; no gain last)."""
+        if self._order is None:
+            base = self.fidelity(self.plan(()))
+            costs = group_costs(self.fp32, self.groups)
+            measured = [Effect(g.name, f, f - base, costs[g.name])
+                        for g in self.groups for f in [self._scored_once(self.plan((g.name,)))]]
+            self._order = growth_order(measured)
+        return self._order
+
+    def along(self, kept: int) -> Plan:
+        """The plan keeping the first `kept` groups of the order fp32 (none or all: no order needed)."""
+        if kept == 0:
+            return self.plan(())
+        if kept >= len(self.groups):
+            return self.plan(tuple(g.name for g in self.groups))
+        return self.plan(tuple(e.group for e in self.effects()[:kept]))
+
+    # -- growing --------------------------------------------------------------------------------
+
+    def within_budget(self, budget_ms: float) -> PlanPoint | None:
+        """The plan of best fidelity whose latency is within `budget_ms`: the most groups fp32 along the
+        order that fit; None when even the all-INT8 graph does not."""
+        if self.latency_ms(self.plan(())) > budget_ms:
+            return None
+        n = len(self.groups)
+        if self.latency_ms(self.along(n)) <= budget_ms:
+            return self.point(n, fidelity=True, latency=True)
+        low, high = 0, n  # latency(low) fits, latency(high) does not
+        while high - low > 1:
+            mid = (low + high) // 2
+            if self.latency_ms(self.along(mid)) <= budget_ms:
+                low = mid
+            else:
+                high = mid
+        return self.point(low, fidelity=True, latency=True)
+
+    def to_target(self, target: float) -> PlanPoint | None:
+        """The fastest plan along the order whose fidelity holds `target`: the fewest groups fp32 that do;
+        None when not even every group fp32 does (a reference other than the graph's own fp32 one)."""
+        n = len(self.groups)
+        if self.fidelity(self.plan(())) >= target:
+            return self.point(0, fidelity=True, latency=True)
+        if self.fidelity(self.along(n)) < target:
+            return None
+        low, high = 0, n  # fidelity(low) misses, fidelity(high) holds
+        while high - low > 1:
+            mid = (low + high) // 2
+            if self.fidelity(self.along(mid)) >= target:
+                high = mid
+            else:
+                low = mid
+        return self.point(high, fidelity=True, latency=True)
+
+    def measured(self) -> list[PlanPoint]:
+        """Every plan along the order that growing scored or timed, fewest fp32 groups first."""
+        points = {}
+        for key in (*self._fidelity, *self._latency):
+            kept = len(key)
+            if kept in (0, len(self.groups)) or (self._order is not None and key == tuple(sorted(self.along(kept).fp32))):
+                points[kept] = PlanPoint(kept, self.plan(key), self.plan(key).label(len(self.groups)),
+                                         self._fidelity.get(key), self._latency.get(key))
+        return [points[k] for k in sorted(points)]
+
+
+def growth_order(effects: list[Effect]) -> list[Effect]:
+    """Groups with a gain first, most gain per multiply-add first (a lookup table costs none: by gain, ahead);
+    then those without, by gain."""
+    gaining = [e for e in effects if e.gain > 0]
+    rest = [e for e in effects if e.gain <= 0]
+    gaining.sort(key=lambda e: (e.cost > 0, -e.gain / max(e.cost, 1), e.group))
+    rest.sort(key=lambda e: (-e.gain, e.group))
+    return gaining + rest
+
+
+def group_costs(graph: str | os.PathLike, groups: list[Group]) -> dict[str, int]:
+    """Multiply-adds per token of each group's weights: the product of each weight matrix's dims (the
+    fused Attention's Q/K/V matrix included); 0 for the embedding tables, which are read, not multiplied."""
+    import onnx
+
+    model = onnx.load(str(graph), load_external_data=False)
+    dims = {i.name: list(i.dims) for i in model.graph.initializer}
+    nodes = {n.name: n for n in model.graph.node}
+    costs = {}
+    for g in groups:
+        total = 0
+        for name in g.nodes:
+            node = nodes[name]
+            if node.op_type in ("MatMul", "Attention"):
+                total += sum(_product(dims[i]) for i in node.input[1:2] if i in dims and len(dims[i]) == 2)
+        costs[g.name] = total
+    return costs
+
+
+def _product(dims: list[int]) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
+
+
+def check_goal(target_fidelity: float | None, budget_ms: float | None) -> None:
+    """One goal for an automatic plan, each in its range; one line naming the value otherwise."""
+    if target_fidelity is not None and (isinstance(target_fidelity, bool) or not 0 < target_fidelity <= 1):
+        raise InputError(f"--target-fidelity {target_fidelity!r} is not a fidelity: give Spearman's rho "
+                         "above 0 and at most 1 (e.g. 0.97)")
+    if budget_ms is not None and (isinstance(budget_ms, bool) or not budget_ms > 0):
+        raise InputError(f"--budget-ms {budget_ms!r} must be a positive number of milliseconds")
+    if target_fidelity is None and budget_ms is None:
+        raise InputError("--int8 auto chooses a precision plan for a goal: add --target-fidelity F (the fastest "
+                         "plan that keeps rho F to the fp32 graph) or --budget-ms M (the closest plan within M ms)")
+    if target_fidelity is not None and budget_ms is not None:
+        raise InputError("--int8 auto takes one goal: --target-fidelity or --budget-ms, not both")

@@ -1,0 +1,238 @@
+"""Precision plans: the groups of real exported graphs, a plan's graph against onnxruntime's own exclusion,
+the planner's growth (with fake score and latency, one function at a time), and `kdnas export --int8 auto`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from kdnas.core.errors import InputError
+from kdnas.core.spec import StudentSpec, build_student
+from kdnas.export import (EMBEDDINGS, Effect, Plan, Planner, check_goal, export_model, growth_order, plan_graph,
+                          weight_groups)
+from kdnas.export import _parity
+
+TINY = StudentSpec(layers=2, heads=4, hidden=64, ffn=128)
+TINY_MPNET = StudentSpec(layers=2, heads=4, hidden=64, ffn=128, family="mpnet", vocab_size=30527,
+                         max_position=512, type_vocab_size=1, pad_token_id=1)
+
+
+def _folder(tmp_path_factory, spec: StudentSpec, teacher: str) -> Path:
+    from transformers import AutoTokenizer
+
+    from kdnas.core.assets import teacher_path
+
+    folder = tmp_path_factory.mktemp(f"tiny-{spec.family}")
+    build_student(spec, seed=0).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(teacher_path(teacher)).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    """A tiny random BERT teacher, exported fused with its all-INT8 twin (7-bit weights, right on any CPU)."""
+    out = tmp_path_factory.mktemp("tiny-export") / "onnx"
+    export_model(_folder(tmp_path_factory, TINY, "minilm-l6"), out, int8=True, int8_full_range=False)
+    return out
+
+
+def _weight_matmuls(graph: onnx.GraphProto) -> set[str]:
+    weights = {i.name for i in graph.initializer}
+    return {n.name for n in graph.node if n.op_type in ("MatMul", "Attention") and any(i in weights for i in n.input)}
+
+
+def test_a_fused_bert_has_four_groups_a_layer_and_its_embeddings(exported):
+    groups = weight_groups(exported / "model.onnx")
+    assert [g.name for g in groups] == [EMBEDDINGS, "0.qkv", "0.attn_out", "0.ffn_in", "0.ffn_out",
+                                        "1.qkv", "1.attn_out", "1.ffn_in", "1.ffn_out"]
+    qkv = next(g for g in groups if g.name == "1.qkv")
+    assert len(qkv.nodes) == 1 and qkv.nodes[0].startswith("Attention")  # fused: Q/K/V are one node
+    every = [n for g in groups for n in g.nodes]
+    assert len(every) == len(set(every))  # each node in one group
+
+
+def test_a_plan_keeps_exactly_its_groups_fp32_and_matches_onnxruntimes_exclusion(exported, tmp_path):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    groups = weight_groups(exported / "model.onnx")
+    plan = Plan(("0.ffn_out", "1.qkv", EMBEDDINGS))
+    out = plan_graph(exported / "model.onnx", exported / "model.int8.onnx", tmp_path / "mixed.onnx", plan, groups)
+    graph = onnx.load(str(out)).graph
+    kept = {n for g in groups if g.name in plan.fp32 for n in g.nodes}
+    assert _weight_matmuls(graph) == kept - {n for g in groups if g.name == EMBEDDINGS for n in g.nodes}
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("QAttention") == 1 and ops.count("Attention") == 1
+    assert "EmbedLayerNormalization" in ops and "QEmbedLayerNormalization" not in ops
+    assert ops.count("MatMulInteger") == 5  # 6 weight MatMuls, 1 kept
+    # the same graph as onnxruntime's own quantizer told to leave those nodes alone
+    reference = tmp_path / "excluded.onnx"
+    quantize_dynamic(str(exported / "model.onnx"), str(reference), weight_type=QuantType.QInt8, per_channel=True,
+                     reduce_range=True, op_types_to_quantize=["MatMul", "Attention", "EmbedLayerNormalization", "Gather"],
+                     nodes_to_exclude=sorted(kept), extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(exported))
+    batches = _parity.tokenized_batches(tokenizer, ("input_ids", "attention_mask", "token_type_ids"))
+    for ours, theirs in zip(_parity.run_onnx(str(out), batches), _parity.run_onnx(str(reference), batches)):
+        assert np.abs(ours[1] - theirs[1]).max() <= 1e-6
+
+
+def test_a_plan_of_every_group_fp32_is_the_fp32_graph(exported, tmp_path):
+    from transformers import AutoTokenizer
+
+    groups = weight_groups(exported / "model.onnx")
+    every = Plan(tuple(g.name for g in groups))
+    out = plan_graph(exported / "model.onnx", exported / "model.int8.onnx", tmp_path / "all.onnx", every, groups)
+    assert not {n.op_type for n in onnx.load(str(out)).graph.node} & {"MatMulInteger", "QAttention",
+                                                                      "QEmbedLayerNormalization", "DynamicQuantizeLinear"}
+    tokenizer = AutoTokenizer.from_pretrained(str(exported))
+    batches = _parity.tokenized_batches(tokenizer, ("input_ids", "attention_mask", "token_type_ids"))
+    reference = _parity.run_onnx(str(exported / "model.onnx"), batches)  # within 1e-4 of PyTorch (the export's check)
+    parity = _parity.compare(reference, _parity.run_onnx(str(out), batches), batches, _parity.FP32_MAX_ABS)
+    assert parity.passed and parity.max_abs <= 1e-6
+
+
+def test_an_mpnet_graph_groups_its_three_projections_and_its_tables(tmp_path_factory, tmp_path):
+    folder = _folder(tmp_path_factory, TINY_MPNET, "mpnet-base")
+    out = tmp_path / "onnx"
+    export_model(folder, out, int8=True, int8_full_range=False)
+    groups = {g.name: g for g in weight_groups(out / "model.onnx")}
+    assert set(groups) == {EMBEDDINGS} | {f"{i}.{r}" for i in (0, 1) for r in ("qkv", "attn_out", "ffn_in", "ffn_out")}
+    assert len(groups["0.qkv"].nodes) == 3  # unfused: Q, K and V each a MatMul
+    assert len(groups[EMBEDDINGS].nodes) == 3  # word, position and the relative position bias tables
+    plan = Plan(("1.ffn_out",))
+    mixed = plan_graph(out / "model.onnx", out / "model.int8.onnx", tmp_path / "m.onnx", plan, list(groups.values()))
+    assert _weight_matmuls(onnx.load(str(mixed)).graph) == set(groups["1.ffn_out"].nodes)
+
+
+def test_a_plan_naming_a_group_the_graph_lacks_is_refused(exported, tmp_path):
+    with pytest.raises(InputError, match="'7.ffn_out' is not in this graph"):
+        plan_graph(exported / "model.onnx", exported / "model.int8.onnx", tmp_path / "x.onnx", Plan(("7.ffn_out",)),
+                   weight_groups(exported / "model.onnx"))
+    assert not (tmp_path / "x.onnx").exists()
+
+
+# -- the planner, with injected measurements ----------------------------------------------------
+
+GAINS = {EMBEDDINGS: 0.001, "0.qkv": 0.0, "0.attn_out": 0.002, "0.ffn_in": 0.004, "0.ffn_out": 0.02,
+         "1.qkv": -0.001, "1.attn_out": 0.001, "1.ffn_in": 0.003, "1.ffn_out": 0.05}
+COST_MS = {EMBEDDINGS: 0.0, "0.qkv": 0.3, "0.attn_out": 0.1, "0.ffn_in": 0.4, "0.ffn_out": 0.4,
+           "1.qkv": 0.3, "1.attn_out": 0.1, "1.ffn_in": 0.4, "1.ffn_out": 0.4}
+
+
+class FakeGraphs:
+    """Fidelity and latency of a plan read off which groups its graph keeps fp32 (additive, as a test)."""
+
+    def __init__(self, exported: Path) -> None:
+        self.groups = {n: g.name for g in weight_groups(exported / "model.onnx") for n in g.nodes}
+        self.fp32 = exported / "model.onnx"
+        self.scored: list[frozenset[str]] = []
+        self.timed: list[frozenset[str]] = []
+
+    def kept(self, graph: Path) -> frozenset[str]:
+        if Path(graph) == self.fp32:
+            return frozenset(self.groups.values())
+        model = onnx.load(str(graph)).graph
+        names = {n.name for n in model.node if n.op_type in ("MatMul", "Attention", "EmbedLayerNormalization")}
+        return frozenset(self.groups[n] for n in names if n in self.groups)
+
+    def score(self, graph: Path) -> float:
+        kept = self.kept(graph)
+        self.scored.append(kept)
+        return 0.90 + sum(GAINS[g] for g in kept)
+
+    def latency(self, graph: Path) -> float:
+        kept = self.kept(graph)
+        self.timed.append(kept)
+        return 2.0 + sum(COST_MS[g] for g in kept)
+
+
+def test_groups_grow_by_gain_per_cost_and_those_without_gain_come_last():
+    effects = [Effect("a", 0.9, 0.02, 100), Effect("b", 0.9, 0.03, 300), Effect("t", 0.9, 0.001, 0),
+               Effect("z", 0.9, 0.0, 10), Effect("n", 0.9, -0.01, 10)]
+    assert [e.group for e in growth_order(effects)] == ["t", "a", "b", "z", "n"]
+
+
+def test_the_planner_keeps_the_most_groups_that_fit_a_budget(exported, tmp_path):
+    fake = FakeGraphs(exported)
+    planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency, int8=exported / "model.int8.onnx")
+    point = planner.within_budget(2.6)
+    order = [e.group for e in planner.effects()]
+    assert order[:3] == [EMBEDDINGS, "1.ffn_out", "0.ffn_out"]
+    assert point.plan.fp32 == tuple(order[:point.kept])
+    assert point.latency_ms <= 2.6 and fake.latency(planner.graph(planner.along(point.kept + 1))) > 2.6
+    assert point.fidelity == pytest.approx(0.90 + sum(GAINS[g] for g in point.plan.fp32))
+    assert len(fake.timed) <= 2 + 5  # both ends, then a bisection over 9 groups
+    assert planner.within_budget(1.9) is None  # under the all-INT8 graph
+    everything = planner.within_budget(100.0)
+    assert everything.kept == 9 and planner.graph(everything.plan) == exported / "model.onnx"
+
+
+def test_the_planner_finds_the_fewest_groups_that_hold_a_target(exported, tmp_path):
+    fake = FakeGraphs(exported)
+    planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency, int8=exported / "model.int8.onnx")
+    assert planner.to_target(0.85).kept == 0  # all-INT8 holds it, and no sensitivity pass was needed
+    assert planner._order is None
+    point = planner.to_target(0.97)
+    assert point.fidelity >= 0.97 and planner.fidelity(planner.along(point.kept - 1)) < 0.97
+    assert planner.to_target(0.999) is None  # more than every group fp32 gives against this reference
+    assert not list((tmp_path / "w").glob("plan-*.onnx")) or len(list((tmp_path / "w").glob("plan-*.onnx"))) < 9
+
+
+@pytest.mark.parametrize("target, budget, message", [
+    (1.5, None, "--target-fidelity 1.5 is not a fidelity"),
+    (0.0, None, "--target-fidelity 0.0 is not a fidelity"),
+    (None, None, "add --target-fidelity F"),
+    (0.9, 5.0, "one goal"),
+    (None, -1.0, "--budget-ms -1.0 must be a positive"),
+])
+def test_a_plan_goal_out_of_range_is_one_line(target, budget, message):
+    with pytest.raises(InputError, match=message):
+        check_goal(target, budget)
+
+
+# -- kdnas export --int8 auto -------------------------------------------------------------------
+
+
+def test_export_auto_to_a_target_writes_the_plan_and_its_record(minilm_2l, tmp_path, isolated_cache):
+    """Real weights (the teacher's first two layers): all-INT8 falls short of the target, fp32 holds it, and a
+    plan between them is written as model.mixed.onnx with exactly its groups' MatMuls left fp32."""
+    from kdnas.cli import main
+
+    out = tmp_path / "auto"
+    assert main(["export", minilm_2l, "--out", str(out), "--int8", "auto", "--target-fidelity", "0.9995",
+                 "--int8-range", "7bit"]) == 0
+    manifest = json.loads((out / "export.json").read_text())
+    precision = manifest["precision"]
+    assert precision["goal"] == {"target_fidelity": 0.9995} and precision["reference"] == "fp32"
+    assert precision["int8_fidelity"]["fp32"] < 0.9995 <= precision["fidelity"]["fp32"]
+    assert precision["graph"] == "model.mixed.onnx" and "model.mixed.onnx" in manifest["sizes"]
+    assert manifest["int8_full_range"] is False and precision["plan"]["full_range"] is False
+    kept = set(precision["plan"]["fp32_groups"])
+    assert kept and len(precision["effects"]) == 9 and precision["latency_ms"] > 0
+    assert [e["group"] for e in precision["effects"]][:len(kept)] == precision["plan"]["fp32_groups"]
+    groups = weight_groups(out / "model.onnx")
+    expected = {n for g in groups if g.name in kept and g.name != EMBEDDINGS for n in g.nodes}
+    assert _weight_matmuls(onnx.load(str(out / "model.mixed.onnx")).graph) == expected
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--int8", "auto", "--target-fidelity", "1.5"], "--target-fidelity 1.5 is not a fidelity"),
+    (["--int8", "auto"], "--int8 auto chooses a precision plan for a goal"),
+    (["--target-fidelity", "0.9"], "--target-fidelity is the goal of a precision plan: add --int8 auto"),
+    (["--int8", "auto", "--budget-ms", "0.001"], "--budget-ms 0.001 is under every precision plan"),
+])
+def test_export_auto_bad_input_is_one_line_and_writes_nothing(tmp_path_factory, tmp_path, capsys, isolated_cache,
+                                                              args, message):
+    from kdnas.cli import main
+
+    folder = _folder(tmp_path_factory, TINY, "minilm-l6")
+    out = tmp_path / "never"
+    assert main(["export", str(folder), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()

@@ -35,7 +35,7 @@ MAX_CV = 0.10  # above this spread a measurement is retried, then flagged noisy
 RETRIES = 2
 BLOCKS = 3  # timed blocks per measurement; the least disturbed one is reported
 # Bumped when the way a figure is measured changes, so cached figures from the old way are not mixed in.
-PROTOCOL = 3
+PROTOCOL = 4  # 4: every session of a measuring process on one onnxruntime thread pool
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,13 @@ def profile_pair(target, reference, *, batch: int = 1, seq: int = 128, threads: 
              for key in ("target", "reference")}
     return PairResult(ratio=reply["ratio"], ratio_low=reply["ratio_low"], ratio_high=reply["ratio_high"],
                       rounds=reply["rounds"], **timed)
+
+
+def random_weight_graph(target, *, int8: bool = False, optimized: bool = True) -> Path:
+    """The ONNX graph `profile` times for a shape or model folder (random weights; INT8 with `int8`), built once
+    per cache: what a caller times beside another graph of its own choosing (`profile_pair` with two files)."""
+    resolved = _resolve(target)
+    return Path(resolved["worker"]["path"]) if resolved["kind"] == "onnx" else _exported_graph(resolved, optimized, int8)
 
 
 def _exported_graph(resolved: dict, optimized: bool, int8: bool = False) -> Path:

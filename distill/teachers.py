@@ -168,19 +168,24 @@ def load_teacher(name_or_path: str, *, mlm: bool = False, device: str | torch.de
     path = assets.teacher_path(name_or_path)
     try:
         config = AutoConfig.from_pretrained(path)
-        tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
         raise InputError(f"teacher {name_or_path!r} could not be loaded: {first_line(err)}") from None
+    try:  # a damaged tokenizer file raises the tokenizers library's own Exception, not an OSError
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as err:  # noqa: BLE001 - any failure here is the folder's, said in one line
+        raise InputError(f"teacher {name_or_path!r}: its tokenizer ({_files(path, 'tokenizer')}) does not load: "
+                         f"{first_line(err)}") from None
     _family(config.model_type)  # fail early, with the list of supported families
 
     has_head = any("ForMaskedLM" in a for a in (config.architectures or []))
     try:  # a folder with a config and a tokenizer but no (readable) weights
-        if mlm:
-            model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
-        else:
-            model = AutoModel.from_pretrained(path)
-    except (OSError, ValueError) as err:
-        raise InputError(f"teacher {name_or_path!r}: its weights could not be loaded: {first_line(err)}") from None
+        # shapes that do not match the config are reported (and refused below), not raised without saying which
+        auto = AutoModelForMaskedLM if mlm else AutoModel
+        model, info = auto.from_pretrained(path, output_loading_info=True, ignore_mismatched_sizes=True)
+    except Exception as err:  # noqa: BLE001 - a truncated download raises safetensors' own error type
+        raise InputError(f"teacher {name_or_path!r}: its weights ({_files(path, 'model')}) could not be loaded: "
+                         f"{first_line(err)}") from None
+    _check_loaded(name_or_path, path, info, mlm)
     if mlm:
         missing = [k for k in info.get("missing_keys", []) if "lm_head" in k or "cls.predictions" in k]
         if missing or not has_head:
@@ -196,6 +201,27 @@ def load_teacher(name_or_path: str, *, mlm: bool = False, device: str | torch.de
         fingerprint=_fingerprint(name_or_path, path, mlm),
         has_mlm_head=mlm,
     )
+
+
+def _files(path: str, stem: str) -> str:
+    """The teacher folder's files named `stem*` (model.safetensors, tokenizer.json ...), for an error line."""
+    from pathlib import Path
+
+    found = sorted(p.name for p in Path(path).glob(f"{stem}*") if p.is_file())
+    return ", ".join(str(Path(path) / name) for name in found) or f"no {stem} file in {path}"
+
+
+def _check_loaded(name: str, path: str, info: dict, mlm: bool) -> None:
+    """Weights whose shapes do not match the config (a config.json edited, or of another model) leave
+    tensors freshly initialised: refused, naming the first, rather than a teacher of random layers."""
+    problems = [f"{k} {tuple(a)} in the weights, {tuple(b)} in config.json"
+                for k, a, b in (info.get("mismatched_keys") or [])]
+    missing = [k for k in info.get("missing_keys") or [] if not (mlm and ("lm_head" in k or "cls.predictions" in k))
+               and "position_ids" not in k]
+    if problems or missing:
+        what = problems[0] if problems else f"{missing[0]} is missing from the weights"
+        raise InputError(f"teacher {name!r}: its weights ({_files(path, 'model')}) do not match its config.json: "
+                         f"{what}" + (f" (and {len(problems) + len(missing) - 1} more)" if len(problems) + len(missing) > 1 else ""))
 
 
 def teacher_from_model(name: str, model: nn.Module, tokenizer: object) -> Teacher:

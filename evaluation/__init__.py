@@ -18,6 +18,7 @@ Public API:
     students_baselines, distinct_refs, with_verdicts               each student's untrained baselines, judged
     load_task, Task                                                bundled or local labelled tasks
     TransferConfig, task_transfer                                  task-specific distillation
+    choose_precision, FidelityScorer, PrecisionChoice              a graph's precision plan, chosen by measurement
 """
 
 from .baselines import distinct_refs, students_baselines, with_verdicts
@@ -25,12 +26,15 @@ from .compare import compare
 from .fidelity import embedding_fidelity
 from .finetune import FinetuneConfig
 from .models import resolve_model, sentence_embeddings
+from .precision import (MIXED_GRAPH, FidelityScorer, PrecisionChoice, choose_precision, graph_embeddings,
+                        int8_graph_of)
 from .probe import probe_scores
 from .report import QualityConfig, evaluate, format_table, measure_model
 from .task_transfer import TransferConfig, task_transfer
 from .tasks import Task, load_task
 
 __all__ = [
+    "MIXED_GRAPH", "FidelityScorer", "PrecisionChoice", "choose_precision", "graph_embeddings", "int8_graph_of",
     "FinetuneConfig", "QualityConfig", "Task", "TransferConfig", "compare", "embedding_fidelity", "evaluate", "format_table",
     "distinct_refs", "load_task", "measure_model", "probe_scores", "resolve_model", "sentence_embeddings",
     "students_baselines", "task_transfer", "with_verdicts",

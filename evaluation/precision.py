@@ -149,3 +149,16 @@ def graph_embeddings(graph: str | os.PathLike, tokenizer: Any, sentences: Sequen
     from kdnas.export import onnx_sentence_embeddings
 
     return torch.from_numpy(np.asarray(onnx_sentence_embeddings(graph, tokenizer, sentences, max_len=max_len)))
+
+
+def int8_graph_of(model: Any, folder: str | os.PathLike) -> Path:
+    """`model` (a PyTorch encoder) as its fused graph and all-INT8 twin in `folder` (mean-pooled
+    `sentence_embedding`, this CPU's weight range); returns the INT8 graph's path. No parity check: what a
+    search scores a trial's INT8 graph by, in a few seconds."""
+    from kdnas.export import export_onnx, quantize_int8
+
+    folder = Path(folder)
+    graph = export_onnx(model, folder / FP32_GRAPH)
+    quantize_int8(graph.path, folder / INT8_GRAPH)
+    return folder / INT8_GRAPH
+

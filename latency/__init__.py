@@ -12,10 +12,10 @@
 from kdnas.core.quiet import LATENCY_CORES_ENV
 
 from ._profile import (LatencyResult, PairResult, check_settings, cpu_model, cpu_name, default_cache_dir,
-                       library_versions, max_tokens, profile, profile_pair)
+                       library_versions, max_tokens, profile, profile_pair, random_weight_graph)
 from ._model import LatencyModel, Prediction, Reading, Shape, fit_latency_model, kendall_tau, mape
 from ._worker import latency_cores
 
-__all__ = ["profile", "profile_pair", "check_settings", "max_tokens", "LatencyResult", "PairResult", "cpu_model", "cpu_name", "default_cache_dir", "library_versions",
+__all__ = ["profile", "profile_pair", "random_weight_graph", "check_settings", "max_tokens", "LatencyResult", "PairResult", "cpu_model", "cpu_name", "default_cache_dir", "library_versions",
            "LATENCY_CORES_ENV", "latency_cores",
            "LatencyModel", "Prediction", "Reading", "Shape", "fit_latency_model", "kendall_tau", "mape"]

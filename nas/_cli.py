@@ -169,9 +169,11 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
     lat.add_argument("--latency-seq", type=int, default=d.latency_seq, help="default: %(default)s")
     lat.add_argument("--threads", type=int, default=d.threads, help="default: %(default)s")
     lat.add_argument("--runtime", default=d.runtime,
-                     help="onnxruntime (the fp32 graph; trials time the fused one), onnxruntime-int8 (the INT8 graph CPU users deploy: the "
-                          "budget, the reward and the teacher are read on it, and it is the graph the budget judges "
-                          "when shipping) or torch (default: %(default)s)")
+                     help="onnxruntime-auto (default): the graph shipped is the best within the budget of a shape's fp32 "
+                          "graph, its all-INT8 graph and the precision plans between them, the teacher's own included; "
+                          "the budget is a share of the teacher's fp32 graph. onnxruntime: fp32 graphs only. "
+                          "onnxruntime-int8: all-INT8 graphs only (the budget, the reward and the teacher read on them). "
+                          "torch: PyTorch (default: %(default)s)")
     lat.add_argument("--no-latency-model", action="store_true",
                      help="measure every trial's latency instead of predicting it where the latency model "
                           "fitted on the study's readings is sure of the budget's verdict")
@@ -376,6 +378,8 @@ def _print_summary(summary: dict, out: Path) -> None:
               f"proxy reward {n['reward']:.4f}")
     for f in summary.get("final") or []:
         _print_final(f, summary.get("teacher_int8"))
+    for t in summary.get("final_teacher") or []:
+        _print_teacher(t)
     if int8 := summary.get("teacher_int8"):
         print(f"the teacher as INT8 (no training): {int8['latency']['median_ms']:.2f} ms, embedding fidelity rho "
               f"{int8['fidelity']['spearman']:.3f} on the same sentences")
@@ -415,8 +419,40 @@ def _print_final(f: dict, teacher_int8: dict | None = None) -> None:
             print(f"  {fit}")
         if int8 and f.get("budget_graph") != "model.int8.onnx":
             print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
+        if line := graphs_line(f):
+            print(f"  {line}")
         if against := versus_teacher_int8(f, teacher_int8):
             print(f"  {against}")
+
+
+def graphs_line(f: dict) -> str | None:
+    """A finalist's graphs side by side — fp32, all-INT8 and its precision plan where one was grown — each
+    one's latency as shipped and held-out fidelity, the one the budget judged marked."""
+    quality = f.get("quality") or {}
+    rows = [("model.onnx", "fp32", f.get("latency_fp32_onnx"), (quality.get("fidelity") or {}).get("student")),
+            ("model.int8.onnx", "all-INT8", f.get("latency_int8_onnx"), quality.get("int8")),
+            ("model.mixed.onnx", ((f.get("precision_plan") or {}).get("label") or "plan"), f.get("latency_mixed_onnx"),
+             quality.get("mixed"))]
+    shown = [f"{name} ({what}) {lat['median_ms']:.2f} ms" + (f", rho {rho['spearman']:.3f}" if rho else "")
+             + (" <- shipped" if name == f.get("budget_graph") else "")
+             for name, what, lat, rho in rows if lat]
+    return "graphs: " + "; ".join(shown) if len(shown) > 1 else None
+
+
+def _print_teacher(t: dict) -> None:
+    """The teacher's own plan within a budget beside the student it was compared with (nas.final._teacher)."""
+    budget = f"the {t['budget']} budget" if t.get("budget") else "the budget"
+    plan, student = t["plan"], t["student"]
+    rho = "not measured" if student.get("rho") is None else f"{student['rho']:.3f}"
+    line = (f"the teacher within {budget} ({t['budget_ms']:.2f} ms), no training: {plan['label']} at "
+            f"{plan['latency_ms']:.2f} ms, rho {t['fidelity']['spearman']:.3f} on the held-out sentences; the student "
+            f"{student['arch']}'s shipped graph: rho {rho}")
+    if t.get("shipped"):
+        line += (f" -> the TEACHER ships in {t['dir']} ({t['graph']}, {t['latency_ms']:.2f} ms as shipped); "
+                 f"the student is in {student['dir']}")
+    else:
+        line += " -> the student ships"
+    print(line)
 
 
 def _report(args: argparse.Namespace) -> int:

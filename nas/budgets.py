@@ -55,6 +55,32 @@ def budget_facts(cfg: Any, budgets_ms: tuple[float, ...]) -> list[dict[str, Any]
     return [{"label": label_of(value, ratio), "ms": ms} for value, ms in zip(cfg.budgets, budgets_ms)]
 
 
-def within(rows: list[dict[str, Any]], budget: Budget) -> list[dict[str, Any]]:
-    """The trial rows whose reading fits `budget` (a trial is scored for every budget it fits)."""
-    return [r for r in rows if r.get("latency_median_ms") is not None and r["latency_median_ms"] <= budget.ms]
+def within(rows: list[dict[str, Any]], budget: Budget, attrs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The trial rows whose judged graph fits `budget` (a trial is scored for every budget it fits). With the
+    study's `attrs`, a row whose judged graph is over but whose all-INT8 graph fits and was scored (under
+    --runtime onnxruntime-auto, where a smaller budget needs it) stands as that graph: its INT8 latency,
+    fidelity and the reward they give."""
+    out = []
+    for r in rows:
+        if r.get("latency_median_ms") is not None and r["latency_median_ms"] <= budget.ms:
+            out.append(r)
+        elif attrs is not None and _int8_fits(r, budget):
+            out.append(as_int8(r, attrs))
+    return out
+
+
+def _int8_fits(row: dict[str, Any], budget: Budget) -> bool:
+    return (row.get("fidelity_int8") is not None and row.get("latency_int8_ms") is not None
+            and row["latency_int8_ms"] <= budget.ms and row.get("status") == "feasible")
+
+
+def as_int8(row: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+    """A trained trial's row as its all-INT8 graph: the latency, fidelity, loss and reward of that graph."""
+    from .reward import kdnas_reward
+    from .storage import SETTINGS_ATTR
+
+    reward = (attrs.get(SETTINGS_ATTR) or {}).get("reward") or {}
+    loss, ms = 1.0 - float(row["fidelity_int8"]), float(row["latency_int8_ms"])
+    teacher_ms = float(attrs["teacher_latency"]["median_ms"])
+    return {**row, "precision": "int8", "latency_median_ms": ms, "fidelity": row["fidelity_int8"], "loss": loss,
+            "reward": kdnas_reward(loss, ms, teacher_ms, reward.get("target_ratio", 0.6), reward.get("exponent", -0.06))}

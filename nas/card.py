@@ -74,10 +74,11 @@ model = SentenceTransformer("path/to/this/folder", device="cpu")
 embeddings = model.encode(["A sentence to embed."])
 ```
 
-`model.onnx` (fp32, fused or plain, the faster where it was made; `export.json` says which) and
-`model.int8.onnx` (dynamic INT8) take `input_ids`, `attention_mask`
-(and `token_type_ids` where present) from this folder's tokenizer and return `sentence_embedding`,
-the same vector as `encode`. `export.json`, `distill.json` and `search.json` hold every measured fact.
+`model.onnx` (fp32, fused or plain, the faster where it was made; `export.json` says which),
+`model.int8.onnx` (dynamic INT8) and, where the search grew a precision plan, `model.mixed.onnx` (INT8 but for the
+weight groups `export.json`'s `precision` keeps fp32) take `input_ids`, `attention_mask` (and `token_type_ids`
+where present) from this folder's tokenizer and return `sentence_embedding`, the same vector as `encode`
+(up to the quantized graphs' error). The graph the budget judged is the one to deploy (the table above). `export.json`, `distill.json` and `search.json` hold every measured fact.
 """
 
 
@@ -160,14 +161,21 @@ def _distillation(entry: dict[str, Any]) -> str:
 
 
 def _latencies(entry: dict[str, Any], config: Any) -> list[tuple[str, str]]:
-    """The card's rows for the two shipped graphs, the one the budget judged first (nas.final.shipped_graphs)."""
+    """The card's rows for the shipped graphs — fp32, all-INT8 and a precision plan where one was grown — the
+    one the budget judged first (nas.final: the runtime's graph, or the plan chosen on onnxruntime-auto)."""
     judged = entry.get("budget_graph", "model.onnx")
-    fp32 = ("latency, fp32 (model.onnx)", _latency(entry.get("latency_fp32_onnx") or entry.get("latency"), config,
-                                                    "onnxruntime" if config.latency.runtime != "torch" else "torch"))
-    int8 = ("latency, int8 (model.int8.onnx)", _latency(entry.get("latency_int8_onnx"), config, "onnxruntime")
-            + _int8_fidelity(entry.get("quality")))
-    rows = [int8, fp32] if judged == "model.int8.onnx" else [fp32, int8]
-    return [(rows[0][0] + ", the graph the budget judged", rows[0][1] + _drift(entry)), rows[1]]
+    runtime = "onnxruntime" if config.latency.runtime != "torch" else "torch"
+    quality = entry.get("quality") if isinstance(entry.get("quality"), dict) else {}
+    plan = (entry.get("precision_plan") or {}).get("label")
+    rows = [("model.onnx", "latency, fp32 (model.onnx)", entry.get("latency_fp32_onnx") or entry.get("latency"), None),
+            ("model.int8.onnx", "latency, int8 (model.int8.onnx)", entry.get("latency_int8_onnx"), quality.get("int8")),
+            ("model.mixed.onnx", f"latency, precision plan {plan} (model.mixed.onnx)", entry.get("latency_mixed_onnx"),
+             quality.get("mixed"))]
+    shown = [(name, label, _latency(record, config, runtime if name == "model.onnx" else "onnxruntime")
+              + _graph_fidelity(rho, quality)) for name, label, record, rho in rows if record or name != "model.mixed.onnx"]
+    shown.sort(key=lambda row: row[0] != judged)
+    return [(label + (", the graph the budget judged" if name == judged else ""),
+             text + (_drift(entry) if name == judged else "")) for name, label, text in shown]
 
 
 def _latency(record: dict[str, Any] | None, config: Any, runtime: str) -> str:
@@ -195,13 +203,12 @@ def _quality(quality: Any, train_rows: int | None) -> str:
             "more on a CPU)")
 
 
-def _int8_fidelity(quality: Any) -> str:
-    """The INT8 graph's embedding fidelity beside the fp32 student's (nas.baselines.int8_fidelity), where measured."""
-    q = quality if isinstance(quality, dict) else {}
-    int8, fp32 = q.get("int8"), (q.get("fidelity") or {}).get("student")
-    if not int8 or not fp32:
+def _graph_fidelity(rho: dict[str, Any] | None, quality: dict[str, Any]) -> str:
+    """A quantized graph's embedding fidelity beside the fp32 student's (nas.baselines.int8_fidelity), where measured."""
+    fp32 = (quality.get("fidelity") or {}).get("student")
+    if not rho or not fp32:
         return ""
-    return f"; embedding fidelity ρ {int8['spearman']:.3f} on the same held-out sentences (fp32: {fp32['spearman']:.3f})"
+    return f"; embedding fidelity ρ {rho['spearman']:.3f} on the same held-out sentences (fp32: {fp32['spearman']:.3f})"
 
 
 def _pipeline(pipe: dict[str, Any]) -> str:

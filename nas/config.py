@@ -223,6 +223,13 @@ class FinalRecipe:
         return AUGMENT_SHARE if self.steps * self.batch_size > FINAL_MAX_PASSES * rows else 0.0
 
 
+# What a search ships on onnxruntime: by default the best graph within the budget, fp32, all-INT8 or a per-group
+# precision plan (AUTO: the budget stays a share of the teacher's fp32 graph); `onnxruntime` restricts it to fp32,
+# `onnxruntime-int8` to all-INT8 (the budget then a share of the teacher's INT8 graph); `torch` times PyTorch.
+AUTO = "onnxruntime-auto"
+SEARCH_RUNTIMES = (AUTO, "onnxruntime", "onnxruntime-int8", "torch")
+
+
 @dataclass(frozen=True)
 class LatencySettings:
     """How every latency is read, identical for the teacher and every student. Defines the study."""
@@ -230,11 +237,24 @@ class LatencySettings:
     batch: int = 1
     seq: int = 128
     threads: int = 2
-    runtime: str = "onnxruntime"
+    runtime: str = AUTO
 
     def __post_init__(self) -> None:
         for name in ("batch", "seq", "threads"):
             _positive_int(self, name, _flag_of("latency", name), "must be a positive integer")
+        check_choice("runtime", self.runtime, SEARCH_RUNTIMES)
+
+    @property
+    def plans(self) -> bool:
+        """Whether a graph's precision is chosen (AUTO): INT8 and per-group plans are candidates beside fp32."""
+        return self.runtime == AUTO
+
+    def reading_runtime(self, int8: bool = False) -> str:
+        """The `latency.profile` runtime of a reading: under AUTO the fp32 graph's, or with `int8` the all-INT8
+        graph's; else the setting itself."""
+        if self.runtime != AUTO:
+            return self.runtime
+        return "onnxruntime-int8" if int8 else "onnxruntime"
 
 
 @dataclass(frozen=True)
@@ -408,7 +428,7 @@ class SearchConfig:
             raise InputError(f"exponent {exponent!r} must be a finite number (the paper's: -0.06)")
         check_choice("layer map", self.layer_map, LAYER_MAPS)
         lat = self.latency
-        check_settings(lat.batch, lat.seq, lat.threads, lat.runtime)
+        check_settings(lat.batch, lat.seq, lat.threads, lat.reading_runtime())
 
     @property
     def trials_follow_time(self) -> bool:

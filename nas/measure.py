@@ -7,7 +7,7 @@ threads, batch and sequence length (docs/methods.md); this is the one place that
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .config import SearchConfig
@@ -25,25 +25,33 @@ class LatencyJudge:
     """How the search reads latency, on the one set of settings its reward compares (runtime, threads, batch,
     sequence): a target alone, or two in alternation. A search holds one (`SearchContext.judge`); the rules
     below and the final stage read latency only through it, so a test gives them a fake judge with these
-    two methods instead of patching the modules under test."""
+    two methods instead of patching the modules under test. `int8`: a shape or folder is read as its all-INT8
+    graph (`int8_twin`, under `--runtime onnxruntime-auto`); a reference (the teacher) stays fp32."""
 
     config: SearchConfig
+    int8: bool = False
+
+    def int8_twin(self) -> "LatencyJudge":
+        """This judge reading the all-INT8 graph of what it is given: the fastest precision plan of a shape."""
+        return replace(self, int8=True)
 
     def alone(self, target: Any, *, use_cache: bool = True) -> Any:
         """Profile a StudentSpec (random weights) or a model folder or graph (`latency.LatencyResult`)."""
         from kdnas.latency import profile
 
-        cfg = self.config
-        return profile(target, batch=cfg.latency.batch, seq=cfg.latency.seq, threads=cfg.latency.threads,
-                       runtime=cfg.latency.runtime, use_cache=use_cache)
+        lat = self.config.latency
+        return profile(target, batch=lat.batch, seq=lat.seq, threads=lat.threads,
+                       runtime=lat.reading_runtime(self.int8), use_cache=use_cache)
 
     def pair(self, target: Any, reference: Any) -> Any:
         """`target` timed in alternation with `reference` (`latency.PairResult`)."""
-        from kdnas.latency import profile_pair
+        from kdnas.latency import profile_pair, random_weight_graph
 
-        cfg = self.config
-        return profile_pair(target, reference, batch=cfg.latency.batch, seq=cfg.latency.seq, threads=cfg.latency.threads,
-                            runtime=cfg.latency.runtime)
+        lat = self.config.latency
+        if self.int8 and lat.plans:  # the target's INT8 graph beside the reference's fp32 one
+            target = random_weight_graph(target, int8=True)
+        return profile_pair(target, reference, batch=lat.batch, seq=lat.seq, threads=lat.threads,
+                            runtime=lat.reading_runtime())
 
 
 def budget_latency(target: Any, judge: LatencyJudge, budget_ms: float, *,
@@ -109,15 +117,16 @@ def latency_record(result: Any) -> dict[str, Any]:
     }
 
 
-def study_readings(trials: Any) -> list[Any]:
+def study_readings(trials: Any, attr: str = "latency") -> list[Any]:
     """The measured (not predicted, not noisy) latencies of a study's trials, one per trial, as
-    `latency.Reading`s: what the latency model is fitted on."""
+    `latency.Reading`s: what the latency model is fitted on. `attr`: which graph's readings (the fp32
+    graph's "latency", or the all-INT8 graph's "latency_int8"): a model is fitted on one graph's only."""
     from kdnas.core.spec import parse_arch
     from kdnas.latency import Reading, Shape
 
     out = []
     for t in trials:
-        latency, arch = t.user_attrs.get("latency"), t.user_attrs.get("arch")
+        latency, arch = t.user_attrs.get(attr), t.user_attrs.get("arch")
         if not latency or not arch or latency.get("predicted") or latency.get("noisy") \
                 or latency.get("measured_in_trial") is not None:
             continue

@@ -110,9 +110,10 @@ def _add_budgets(fig: go.Figure, facts: dict[str, Any]) -> None:
 
 
 def students_figure(facts: dict[str, Any]) -> go.Figure:
-    """The models a user picks from, after the final stage: each shipped student as model.onnx (fp32) and
-    model.int8.onnx, its two untrained baselines, and the teacher, by latency and embedding fidelity ρ to
-    the teacher on held-out sentences (the final stage's, not the proxy's)."""
+    """The models a user picks from, after the final stage: each shipped student as model.onnx (fp32),
+    model.int8.onnx and its precision plan (model.mixed.onnx, where grown), its two untrained baselines, and the
+    teacher — fp32, INT8 and its best plan within each budget — by latency and embedding fidelity ρ to the
+    teacher on held-out sentences (the final stage's, not the proxy's)."""
     fig = go.Figure()
     teacher = (facts.get("teacher_latency") or {}).get("median_ms")
     if teacher:
@@ -128,12 +129,21 @@ def students_figure(facts: dict[str, Any]) -> go.Figure:
                                  hovertext=[f"the teacher as INT8: {ms:.2f} ms, ρ {rho:.3f}"], hoverinfo="text"))
     styles = {"fp32": dict(symbol="star-diamond", size=14, color="#e377c2"),
               "int8": dict(symbol="diamond", size=11, color="#8c564b"),
+              "mixed": dict(symbol="diamond-wide", size=13, color="#17becf"),
+              "teacher plan": dict(symbol="star-triangle-up", size=14, color="#9467bd"),
               "baseline": dict(symbol="circle-open", size=11, color="#7f7f7f", line=dict(width=2))}
     points: dict[str, list[tuple[float, float, str]]] = {kind: [] for kind in styles}
     for f in facts.get("final") or []:
         for kind, x, y, text in _student_points(f):
             points[kind].append((x, y, text))
+    for t in facts.get("final_teacher") or []:  # the teacher's own plan within each budget (nas.plans)
+        where = "shipped in " + t["dir"] if t.get("shipped") else "not shipped: the student is closer"
+        points["teacher plan"].append((t["plan"]["latency_ms"], t["fidelity"]["spearman"],
+                                       f"the teacher, {t['plan']['label']}: {t['plan']['latency_ms']:.2f} ms, "
+                                       f"ρ {t['fidelity']['spearman']:.3f} ({where})"))
     names = {"fp32": "shipped student, model.onnx", "int8": "shipped student, model.int8.onnx",
+             "mixed": "shipped student, its precision plan (model.mixed.onnx)",
+             "teacher plan": "the teacher with its best plan within a budget (no training)",
              "baseline": "its untrained baselines (at the student's fp32 latency)"}
     for kind, group in points.items():
         if group:
@@ -165,6 +175,11 @@ def _student_points(final: dict[str, Any]) -> list[tuple[str, float, float, str]
     if quality.get("int8") and int8 is not None:
         points.append(("int8", int8, quality["int8"]["spearman"], f"{where}<br>model.int8.onnx {int8:.2f} ms, "
                        f"ρ {quality['int8']['spearman']:.3f}"))
+    mixed = (final.get("latency_mixed_onnx") or {}).get("median_ms")
+    if quality.get("mixed") and mixed is not None:
+        plan = (final.get("precision_plan") or {}).get("label", "a precision plan")
+        points.append(("mixed", mixed, quality["mixed"]["spearman"], f"{where}<br>model.mixed.onnx ({plan}) "
+                       f"{mixed:.2f} ms, ρ {quality['mixed']['spearman']:.3f}"))
     for name, row in rows.items():
         if name != "student" and fp32 is not None:
             points.append(("baseline", fp32, row["spearman"], f"{name} of {where}: ρ {row['spearman']:.3f}"))

@@ -45,6 +45,16 @@ class FidelityProbe:
         return {"fidelity": float(fidelity["spearman"]), "fidelity_se": float(fidelity["spearman_se"])}
 
 
+    def score_graph(self, graph: Any, tokenizer: Any) -> dict[str, float]:
+        """An exported graph's fidelity ρ on the probe's sentences (its `sentence_embedding`, as deployed)."""
+        from kdnas.evaluation import embedding_fidelity
+        from kdnas.export import onnx_sentence_embeddings
+
+        emb = torch.from_numpy(onnx_sentence_embeddings(graph, tokenizer, self.sentences, max_len=self.max_len))
+        fidelity = embedding_fidelity(self.reference, emb, pairs=PROXY_PAIRS, seed=self.seed)
+        return {"fidelity": float(fidelity["spearman"]), "fidelity_se": float(fidelity["spearman_se"])}
+
+
 def probe_sentences(config: Any, texts: list[str]) -> list[str]:
     """`proxy.sentences` held-out sentences after the `final.quality_sentences`; a corpus too small for
     them is refused in one line (`nas.search` asks before it creates the study)."""

@@ -17,7 +17,8 @@ from .storage import SETTINGS_ATTR
 COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
     "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
-    "latency_scaled_by", "latency_predicted", "latency_model_ms", "loss", "loss_se", "fidelity", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
+    "latency_scaled_by", "latency_predicted", "latency_model_ms", "precision", "latency_fp32_ms", "latency_int8_ms",
+    "loss", "loss_se", "fidelity", "fidelity_fp32", "fidelity_int8", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
     "seconds_latency", "seconds_distill", "seconds_teacher", "seconds_total", "datetime_start",
 )
 
@@ -40,7 +41,7 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
     shape = [int(v) for v in arch.split("x")] if arch else [trial.params.get(k) for k in ("layers", "heads", "hidden", "ffn")]
     if arch is None and all(v is not None for v in shape):
         arch = "x".join(str(v) for v in shape)
-    latency = attrs.get("latency") or {}
+    latency = _judged_latency(attrs)
     seconds = attrs.get("seconds") or {}
     loss_norm, loss_raw, loss_se = attrs.get("l_hs_norm"), attrs.get("l_hs_raw"), attrs.get("l_hs_se")
     last = attrs.get("last_eval")
@@ -69,9 +70,12 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         # nas.measure: predicted by the latency model instead of measured; or measured, and what it predicted
         "latency_predicted": bool(latency.get("predicted")),
         "latency_model_ms": latency.get("median_ms") if latency.get("predicted") else latency.get("model_ms"),
+        **_precision_columns(attrs),
         "loss": loss,
         "loss_se": attrs.get("loss_se", loss_se),
         "fidelity": attrs.get("fidelity"),
+        "fidelity_fp32": attrs.get("fidelity_fp32"),
+        "fidelity_int8": attrs.get("fidelity_int8"),
         "l_hs_raw": loss_raw,
         "l_hs_norm": loss_norm,
         "l_hs_se": loss_se,
@@ -84,6 +88,17 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "seconds_total": seconds.get("total"),
         "datetime_start": trial.datetime_start.isoformat(timespec="seconds") if trial.datetime_start else None,
     }
+
+
+def _judged_latency(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The latency record of the graph the trial is judged by: its fp32 graph, or (--runtime onnxruntime-auto,
+    fp32 over the budget) its all-INT8 graph; both readings are kept beside it (`_precision_columns`)."""
+    return (attrs.get("latency_int8") if attrs.get("precision") == "int8" else attrs.get("latency")) or {}
+
+
+def _precision_columns(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {"precision": attrs.get("precision", "fp32"), "latency_fp32_ms": (attrs.get("latency") or {}).get("median_ms"),
+            "latency_int8_ms": (attrs.get("latency_int8") or {}).get("median_ms")}
 
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -181,6 +196,8 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "reference": attrs.get("reference"),
         "final": attrs.get("final"),
         "teacher_int8": attrs.get("teacher_int8"),
+        "teacher_plans": attrs.get("teacher_plans"),
+        "final_teacher": attrs.get("final_teacher") or [],
         "final_over_budget": attrs.get("final_over_budget") or [],
         "final_neighbours": attrs.get("final_neighbours") or [],
         **({"budgets": budget_table(attrs, rows)} if attrs.get("budgets") else {}),
@@ -194,7 +211,7 @@ def budget_table(attrs: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict
 
     table = []
     for budget in study_budgets(attrs):
-        fits = [r for r in within(rows, budget) if r["status"] == "feasible"]
+        fits = [r for r in within(rows, budget, attrs) if r["status"] == "feasible"]
         shipped = [f for f in attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == budget.label]
         best = best_row(fits)
         table.append({"label": budget.label, "budget_ms": budget.ms, "folder": budget.best,

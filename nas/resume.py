@@ -163,14 +163,18 @@ def is_surplus(study: optuna.Study, number: int, wanted: int) -> bool:
     return slots_taken(study, before=number) >= wanted
 
 
+UNCOUNTED = ("surplus", "resampled", "repeat")
+
+
 def _counts(trial: optuna.trial.FrozenTrial, retried: set[int]) -> bool:
-    return (trial.user_attrs.get("status") not in ("surplus", "resampled")
+    return (trial.user_attrs.get("status") not in UNCOUNTED
             and not (trial.state == TrialState.FAIL and trial.number in retried))
 
 
 def resampled_trials(study: optuna.Study) -> int:
-    """Proposals the latency model put over the budget, which were proposed again instead of counted."""
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("status") == "resampled")
+    """Proposals answered without a trial's work and proposed again instead of counted: shapes the latency
+    model put over the budget, and shapes the study holds already (`repeat`)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("status") in ("resampled", "repeat"))
 
 
 def _retried(trials: list[optuna.trial.FrozenTrial]) -> set[int]:

@@ -32,6 +32,7 @@ from .config import DEFAULT_TRIALS, SearchConfig
 from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, latency_record
 from .neighbours import WIDER, ffn_neighbour
+from .plans import TEACHER_PLANS, teacher_plans
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_pace, trial_rows
@@ -108,7 +109,10 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         write_pointer(out, url, cfg.run.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
-                            budget_ms=facts["budget_ms"], progress=progress, limit=limit)
+                            budget_ms=facts["budget_ms"], progress=progress, limit=limit,
+                            smallest_ms=study_budgets(facts)[-1].ms)
+        if cfg.latency.plans and TEACHER_PLANS not in study.user_attrs:  # the teacher is a candidate too
+            study.set_user_attr(TEACHER_PLANS, teacher_plans(ctx, study.user_attrs, out, teacher_pipeline(cfg)))
         _run_trials(study, Objective(ctx), cfg, out, progress, limit)
         if cfg.run.reference and study.user_attrs.get("reference") is None:
             study.set_user_attr("reference", evaluate_references(ctx))
@@ -151,7 +155,20 @@ def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> dict[st
              "space_size": space.size, "rule": rules[0]}
     if several := budget_facts(cfg, budgets_ms):
         facts |= {"budgets": several, "rules": rules}
+    if "int8_ms" in teacher_latency:  # the rule applied to the all-INT8 graph: the depth that fits as INT8
+        facts["int8_rules"] = [_below_teacher(space, teacher.dims.layers,
+                                              rule_params(space, teacher.dims.layers, ms / teacher_latency["int8_ms"]))
+                               for ms in budgets_ms]
     return facts
+
+
+def _below_teacher(space: SearchSpace, teacher_layers: int, rule: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A rule shape with fewer layers than the teacher: at its full depth the teacher itself is the candidate
+    (its own plans, untrained: nas.plans), not a student inherited whole."""
+    if rule is None or rule["layers"] < teacher_layers:
+        return rule
+    shallower = [n for n in space.layers if n < teacher_layers]
+    return {**rule, "layers": max(shallower)} if shallower else None
 
 
 def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
@@ -304,6 +321,9 @@ def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.S
     for rule in _distinct([rule for rule in rules if rule]):
         budget = min(b.ms for b, r in zip(budgets, rules) if r == rule)
         study.enqueue_trial(rule, user_attrs={"origin": "rule", "rule_budget_ms": budget})
+    # and where graphs may be INT8 (--runtime onnxruntime-auto), the rule's depth as an all-INT8 graph
+    for rule in _distinct([r for r in attrs.get("int8_rules") or [] if r and r not in rules]):
+        study.enqueue_trial(rule, user_attrs={"origin": "rule, INT8"})
     # Settings last: a study without them is not a kdnas study (see check_settings).
     for key, value in attrs.items():
         study.set_user_attr(key, value)
@@ -348,20 +368,36 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
     if teacher_latency["noisy"]:
         progress.note(f"the teacher's latency ({teacher_latency['median_ms']:.2f} ms) was NOISY: this machine is busy, "
                       "so the budget may be off; a quiet machine gives a budget you can trust")
+    if cfg.latency.plans:  # its all-INT8 graph: how much deeper a shape fits as INT8 (the rule's INT8 shapes)
+        progress.phase("measuring the teacher's all-INT8 graph")
+        teacher_latency["int8_ms"] = float(judge.int8_twin().alone(cfg.teacher).median_ms)
     layers, heads, hidden, ffn = space.fastest()
     spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **teacher.student_sizes())
     progress.phase(f"measuring fastest shape {spec.arch}")
     fastest = {"arch": spec.arch, **latency_record(judge.alone(spec))}
     scale = 1.0 if cfg.budget_ms is not None else teacher_latency["median_ms"]
     budgets_ms = tuple(float(value * scale) for value in cfg.budgets)
-    if budgets_ms[-1] < fastest["median_ms"]:
+    if budgets_ms[-1] < fastest["median_ms"] and cfg.latency.plans:  # its fastest plan: every group INT8
+        fastest["int8_ms"] = float(judge.int8_twin().alone(spec).median_ms)
+    if budgets_ms[-1] < min(fastest["median_ms"], fastest.get("int8_ms", float("inf"))):
         given = "" if cfg.budget_ms is not None else f" ({cfg.budgets[-1]:g} x the teacher's {scale:.2f} ms)"
+        int8 = f", all-INT8 {fastest['int8_ms']:.2f} ms" if "int8_ms" in fastest else ""
         raise InputError(
-            f"budget {budgets_ms[-1]:.2f} ms{given} is below the fastest student in the space ({spec.arch}: "
-            f"{fastest['median_ms']:.2f} ms median at batch {cfg.latency.batch}, seq {cfg.latency.seq}, "
-            f"{cfg.latency.threads} threads); raise --budget-ms or allow smaller shapes"
+            f"budget {budgets_ms[-1]:.2f} ms{given} is below every precision plan of the fastest student in the space "
+            f"({spec.arch}: {fastest['median_ms']:.2f} ms median{int8} at batch {cfg.latency.batch}, seq "
+            f"{cfg.latency.seq}, {cfg.latency.threads} threads); raise --budget-ms or allow smaller shapes"
         )
     return teacher_latency, fastest, budgets_ms
+
+
+def teacher_pipeline(cfg: SearchConfig) -> dict[str, Any]:
+    """The teacher's sentence-transformers pooling and normalization, which every graph shipped computes."""
+    from kdnas.core.assets import teacher_path
+    from kdnas.export import check_pooling, read_sentence_pipeline
+
+    pipeline = read_sentence_pipeline(teacher_path(cfg.teacher))
+    check_pooling(pipeline["pooling"])
+    return pipeline
 
 
 def latency_machine(runtime: str) -> dict[str, str]:
@@ -369,7 +405,7 @@ def latency_machine(runtime: str) -> dict[str, str]:
     from kdnas.latency import cpu_model, library_versions
 
     versions = library_versions(runtime)
-    return {"cpu": cpu_model(), "runtime": f"{runtime} {versions.get(runtime, versions['torch'])}"}
+    return {"cpu": cpu_model(), "runtime": f"{runtime} {versions.get('onnxruntime', versions['torch'])}"}
 
 
 def _directions(cfg: SearchConfig) -> list[str]:

@@ -44,6 +44,10 @@ INTERIM_EVAL_ROWS = 32
 # The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
 # verdict, which the trial stored before training.
 SCORE_ATTRS = tuple(f.name for f in fields(Scored) if f.name not in ("arch", "params", "latency", "within_budget"))
+# Under --runtime onnxruntime-auto: the all-INT8 graph's latency record, which graph the trial is judged by
+# ("int8" where its fp32 graph is over the budget), and the probe's ρ of each graph.
+INT8_LATENCY = "latency_int8"
+PRECISION_ATTRS = (INT8_LATENCY, "precision", "fidelity_fp32", "fidelity_int8")
 
 
 def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
@@ -104,6 +108,8 @@ class SearchContext:
     # What the final stage computes once and every budget's copy uses (nas.baselines: the held-out sentences and
     # the teacher's embeddings of them); `for_budget`'s copies share this one dict.
     shared: dict[str, Any] = field(default_factory=dict)
+    # The search's smallest budget (None: its only one): a trial over it as fp32 is scored as INT8 too.
+    smallest_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.judge is None:
@@ -123,6 +129,20 @@ class SearchContext:
     @property
     def budget_named(self) -> str:
         return self.budget.named
+
+    @property
+    def smallest_budget_ms(self) -> float:
+        return self.budget_ms if self.smallest_ms is None else min(self.smallest_ms, self.budget_ms)
+
+    def int8_fidelity(self, student: Any) -> dict[str, float]:
+        """A trained student's all-INT8 graph scored on the fidelity probe, as the fp32 student is (`measured`)."""
+        import tempfile
+
+        from kdnas.evaluation import int8_graph_of
+
+        model = copy.deepcopy(student).float().cpu().eval()  # a GPU run's student is exported on the CPU
+        with tempfile.TemporaryDirectory(prefix="kdnas-int8-") as tmp:
+            return self.probe.score_graph(int8_graph_of(model, tmp), self.teacher.tokenizer)
 
     @cached_property
     def probe(self) -> FidelityProbe:
@@ -186,11 +206,12 @@ def _earlier_result(trial: optuna.Trial, arch: str) -> optuna.trial.FrozenTrial 
     return None
 
 
-def _stored_latency(trial: optuna.Trial, arch: str) -> dict | None:
-    """A quiet latency of the same shape that any worker of the study measured (pruned, failed or
-    running trials included): measured once per study, not once per worker."""
+def _stored_latency(trial: optuna.Trial, arch: str, attr: str = "latency") -> dict | None:
+    """A quiet latency of the same shape (its fp32 graph's, or with `attr` INT8_LATENCY its all-INT8 graph's)
+    that any worker of the study measured (pruned, failed or running trials included): measured once per
+    study, not once per worker."""
     for other in trial.study.get_trials(deepcopy=False):
-        latency = other.user_attrs.get("latency")
+        latency = other.user_attrs.get(attr)
         if (other.number != trial.number and other.user_attrs.get("arch") == arch and latency
                 and not latency.get("noisy")):
             reused = {k: v for k, v in latency.items() if k not in MODEL_CHECK}  # the check is the other trial's
@@ -260,23 +281,37 @@ class Objective:
 
         self._phase(trial, "latency")
         t0 = time.perf_counter()
-        latency = _stored_latency(trial, arch)
-        fitted = None
-        if latency is None and cfg.run.latency_model:
-            fitted = latency_prediction(spec, cfg, study_readings(trial.study.get_trials(deepcopy=False)))
-            latency = predicted_latency(fitted, ctx.budget_ms)
-        if latency is None:
-            latency = trial_latency(spec, ctx.judge, ctx.budget_ms, ctx.teacher_latency_ms) | model_check(fitted)
-        seconds["latency"] = time.perf_counter() - t0
-        trial.set_user_attr("latency", latency)
+        latency = self._latency(trial, spec, "latency")
         median = latency["median_ms"]
+        # Under --runtime onnxruntime-auto a shape whose fp32 graph is over the budget is a candidate as INT8
+        # (a precision plan grows from it at the final stage): its all-INT8 graph is then the one judged.
+        judged = latency
+        if median > ctx.budget_ms and cfg.latency.plans:
+            judged = self._latency(trial, spec, INT8_LATENCY)
+            trial.set_user_attr("precision", "int8")
+        seconds["latency"] = time.perf_counter() - t0
         trial.set_constraint("shape", 0.0)
-        trial.set_constraint("latency", median - ctx.budget_ms)
+        trial.set_constraint("latency", judged["median_ms"] - ctx.budget_ms)
         if trial.user_attrs.get("origin") == "rule":
             self._rule_fallback(trial, median)
-        if median > ctx.budget_ms:
-            return self._over_budget(trial, latency)
-        return self._train(trial, spec, latency, seconds)
+        if judged["median_ms"] > ctx.budget_ms:
+            return self._over_budget(trial, judged)
+        return self._train(trial, spec, judged, seconds)
+
+    def _latency(self, trial: optuna.Trial, spec: StudentSpec, attr: str) -> dict[str, Any]:
+        """The trial's latency record of one graph (`attr`: "latency", its fp32 graph; INT8_LATENCY, its all-INT8
+        graph), stored as that attribute: another trial's reading of the shape, the latency model's prediction
+        (fitted on the study's readings of the same graph) where it is sure of the verdict, else measured."""
+        ctx, cfg = self.ctx, self.ctx.config
+        judge = ctx.judge if attr == "latency" else ctx.judge.int8_twin()
+        latency, fitted = _stored_latency(trial, spec.arch, attr), None
+        if latency is None and cfg.run.latency_model:
+            fitted = latency_prediction(spec, cfg, study_readings(trial.study.get_trials(deepcopy=False), attr))
+            latency = predicted_latency(fitted, ctx.budget_ms)
+        if latency is None:
+            latency = trial_latency(spec, judge, ctx.budget_ms, ctx.teacher_latency_ms) | model_check(fitted)
+        trial.set_user_attr(attr, latency)
+        return latency
 
     def _rule_fallback(self, trial: optuna.Trial, median_ms: float) -> None:
         """The rule as a user with a stopwatch applies it: where the rule's shape reads over the budget it
@@ -323,7 +358,8 @@ class Objective:
         seconds["teacher"] = ctx.cache.pass_seconds - passes + probe_s
         # The shape's pace under the proxy's recipe: with the fidelity proxy, the final run's (nas.time_limit).
         trial.set_user_attr("step_s", round(result.train_seconds / max(1, result.steps), 4))
-        scored = ctx.score(spec, result.metrics, latency)
+        metrics = self._int8_scores(trial, spec, result)
+        scored = ctx.score(spec, metrics, latency)
         for key in SCORE_ATTRS:  # shape and latency are stored already
             trial.set_user_attr(key, getattr(scored, key))
         trial.set_user_attr("train_loss", float(result.metrics.get("train_loss", float("nan"))))
@@ -331,18 +367,45 @@ class Objective:
         self._phase(trial, "done")
         return scored.reward if cfg.reward.objective == "reward" else (scored.loss, median)
 
+    def _int8_scores(self, trial: optuna.Trial, spec: StudentSpec, result: Any) -> dict:
+        """The proxy's metrics of the graph the trial is judged by. Under --runtime onnxruntime-auto with the
+        fidelity proxy, the trained student's all-INT8 graph is scored on the probe too wherever a budget of the
+        search needs it (its fp32 graph over the smallest budget; its INT8 latency is read then, if not yet):
+        where the INT8 graph is the one judged, its ρ is the trial's fidelity. The fp32 ρ is kept beside it."""
+        ctx, cfg = self.ctx, self.ctx.config
+        metrics = result.metrics
+        if not (cfg.latency.plans and cfg.proxy.kind == "fidelity"):
+            return metrics
+        fp32_ms = trial.user_attrs["latency"]["median_ms"]
+        trial.set_user_attr("fidelity_fp32", float(metrics["fidelity"]))
+        if fp32_ms <= ctx.smallest_budget_ms:
+            return metrics
+        if INT8_LATENCY not in trial.user_attrs:
+            self._latency(trial, spec, INT8_LATENCY)
+        self._phase(trial, "int8", "its INT8 graph on the probe")
+        int8 = ctx.int8_fidelity(result.student)
+        trial.set_user_attr("fidelity_int8", int8["fidelity"])
+        return {**metrics, **int8} if trial.user_attrs.get("precision") == "int8" else metrics
+
     def _repeat(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
         # Same shape, same data, same seed: training again would give the same numbers (and cost
         # minutes). Copy the result, say so, and let the sampler move on.
         for key, value in earlier.constraints.items():
             trial.set_constraint(key, value)
-        for key in ("status", "reason", "params", "flops", "latency", *SCORE_ATTRS, "train_loss", "last_eval", "step_s"):
+        for key in ("status", "reason", "params", "flops", "latency", *SCORE_ATTRS, "train_loss", "last_eval", "step_s",
+                    *PRECISION_ATTRS):
             if key in earlier.user_attrs:
                 trial.set_user_attr(key, earlier.user_attrs[key])
         note = f"same shape as trial {earlier.number}: result copied, not retrained"
         reason = earlier.user_attrs.get("reason")
-        trial.set_user_attr("reason", f"{note}; {reason}" if reason else note)
         trial.set_user_attr("duplicate_of", earlier.number)
+        tried = {t.user_attrs.get("arch") for t in trial.study.get_trials(deepcopy=False)} - {None}
+        if len(tried) < self.ctx.space.size and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
+            # one trial per shape: the sampler learns its value and proposes again; --trials buys distinct shapes
+            # (counted once every shape of the space was tried, or after RESAMPLES x --trials proposals again)
+            trial.set_user_attr("status", "repeat")
+            note += ", proposed again (not counted)"
+        trial.set_user_attr("reason", f"{note}; {reason}" if reason else note)
         values = earlier.values
         return values[0] if len(values) == 1 else tuple(values)
 

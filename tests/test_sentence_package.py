@@ -606,8 +606,8 @@ def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(tea
                           judge=_Judge(config, ratio=lambda graph: next(ratios)))  # plain and fused: a tie
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
-    before, readings, facts, steps, choice = final._latency.shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
-    assert choice.shipped == "fused"  # a tie keeps the fused graph
+    before, readings, facts, steps, choice, graph = final._latency.shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
+    assert choice.shipped == "fused" and graph == "model.onnx"  # a tie keeps the fused graph
     assert before == pytest.approx(4.75) and readings == [] and steps == 7  # export, graph + teacher twice, variant
     assert facts["ratio_to_teacher"] == 0.49 and facts["settled_from_ms"] == [pytest.approx(4.9), pytest.approx(4.6)]
     assert "read again, within 5% of the budget: 4.90 and 4.60 ms, 4.75 ms counted" in said[-1]
@@ -644,6 +644,41 @@ def test_on_the_int8_runtime_the_budget_judges_the_int8_graph(teacher):
     assert final.shipped_graphs("onnxruntime") == ("model.onnx", "model.int8.onnx")
 
 
+def test_on_the_auto_runtime_an_fp32_graph_over_the_budget_is_followed_by_its_int8_graph(teacher):
+    """--runtime onnxruntime-auto (the default): a finalist whose fp32 graph reads over the budget before training
+    is judged by its all-INT8 graph, the fastest precision plan; the gate says which graph it judged."""
+    from types import SimpleNamespace
+
+    import onnx
+
+    import kdnas.nas.final as final
+    from kdnas.core.assets import teacher_path
+    from kdnas.export import read_sentence_pipeline
+    from kdnas.nas import SearchConfig
+
+    judged = []
+
+    def beside(graph):
+        int8 = any("Integer" in n.op_type for n in onnx.load(str(graph)).graph.node)
+        judged.append((graph.name, int8))
+        return 0.4 if int8 else 0.7  # a budget of half the teacher: only as INT8
+
+    config = SearchConfig()
+    assert config.latency.runtime == "onnxruntime-auto" and config.latency.plans
+    ctx = SimpleNamespace(config=config, teacher=teacher, teacher_latency_ms=10.0, budget_ms=5.0,
+                          progress=SimpleNamespace(phase=lambda _: None), judge=_Judge(config, ratio=beside))
+    spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
+    gate = final._latency.shipped_graph_latency(ctx, spec, read_sentence_pipeline(teacher_path("minilm-l6")), "f")
+    assert judged == [("model.onnx", False), ("model.int8.onnx", True)]
+    # judged as INT8, it ships a plan grown from the fused graph: no plain fp32 graph replaces it
+    assert gate.graph == "model.int8.onnx" and gate.ms == pytest.approx(4.0) and gate.variant is None
+    ratio = iter([0.45])  # fp32 fits: no INT8 reading
+    judged.clear()
+    ctx.judge = _Judge(config, ratio=lambda graph: judged.append(graph.name) or next(ratio))
+    assert final._latency.shipped_graph_latency(ctx, spec, read_sentence_pipeline(teacher_path("minilm-l6")),
+                                                "f").graph == "model.onnx" and judged == ["model.onnx"]
+
+
 @pytest.mark.parametrize("plain_over_fused, shipped", [(0.93, "plain"), (0.999, "fused")])
 def test_the_fp32_graph_shipped_is_the_faster_of_fused_and_plain(plain_over_fused, shipped, teacher, tmp_path):
     """On onnxruntime fp32 a finalist's shape is exported fused and plain and the two are timed side by side
@@ -673,7 +708,8 @@ def test_the_fp32_graph_shipped_is_the_faster_of_fused_and_plain(plain_over_fuse
                           progress=SimpleNamespace(phase=lambda _: None), judge=judge)
     spec = StudentSpec(layers=1, heads=2, hidden=64, ffn=128, **teacher.student_sizes())
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
-    *_, steps, choice = final._latency.shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
+    gate = final._latency.shipped_graph_latency(ctx, spec, pipeline, "final 1/1")
+    steps, choice = gate.steps, gate.variant
     assert timed == [(set(), {"SkipLayerNormalization", "Attention"})]  # the plain graph beside the fused one
     assert choice.shipped == shipped and choice.plain_over_fused == plain_over_fused and steps == 5
     assert judged == [set() if shipped == "plain" else {"SkipLayerNormalization", "Attention"}]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kdnas.distill import StudentSpec
 
@@ -15,48 +15,73 @@ from ..time_limit import MARGIN, settled
 from ..variant import PLAIN, VariantChoice, choose_variant
 
 
-FP32_GRAPH, INT8_GRAPH = "model.onnx", "model.int8.onnx"
+FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH = "model.onnx", "model.int8.onnx", "model.mixed.onnx"
 
 
 def shipped_graphs(runtime: str) -> tuple[str, str]:
-    """(the graph of a shipped folder the budget judges, the other one): the INT8 graph on
-    `--runtime onnxruntime-int8`, what CPU users deploy; the fused fp32 one otherwise."""
+    """(the graph of a shipped folder the budget judges by default, the other one): the INT8 graph on
+    `--runtime onnxruntime-int8`, what CPU users deploy; the fused fp32 one otherwise (under
+    onnxruntime-auto the judged graph is the one the finalist's precision plan chose: `Gate.graph`)."""
     return (INT8_GRAPH, FP32_GRAPH) if runtime == "onnxruntime-int8" else (FP32_GRAPH, INT8_GRAPH)
 
 
-def shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any], label: str
-                           ) -> tuple[float, list[float], dict[str, Any], int, VariantChoice | None]:
-    """Median latency of the graph `best/` will ship, built with random weights, as the budget judges it
+class Gate(NamedTuple):
+    """A finalist's shape read before training, as the budget judges it: the median counted, the readings of
+    an absolute budget's second look, the side-by-side facts, how many steps it took (each export, reading,
+    pair), the fp32 graph chosen (`nas.variant`, on onnxruntime fp32 and auto) and which graph was judged:
+    model.onnx, or under onnxruntime-auto with the fp32 graph over the budget its all-INT8 graph, the fastest
+    precision plan (the final stage then grows a plan on the trained weights)."""
+
+    ms: float
+    readings: list[float]
+    facts: dict[str, Any]
+    steps: int
+    variant: VariantChoice | None
+    graph: str
+
+
+def shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any], label: str) -> Gate:
+    """The latency of the graph `best/` will ship, built with random weights, as the budget judges it
     (`final_latency`) — read twice and averaged when within the margin of the budget
-    (`nas.time_limit.settled`); with the readings if an absolute budget's first was over, the
-    teacher's re-reading if any, how many steps (each export, reading, pair) it took, and on
-    onnxruntime fp32 the fp32 graph chosen (`nas.variant`: fused or plain, the faster here)."""
+    (`nas.time_limit.settled`); on onnxruntime fp32 (and auto) the fp32 graph is the faster of fused and
+    plain (`nas.variant`); under onnxruntime-auto an fp32 graph over the budget is followed by its all-INT8
+    graph's reading."""
     from kdnas.export import export_model
 
     ctx.progress.phase(f"{label}: latency of the shipped graph, before training")
-    judged, _ = shipped_graphs(ctx.config.latency.runtime)
+    lat = ctx.config.latency
+    judged, _ = shipped_graphs(lat.runtime)
     with tempfile.TemporaryDirectory(prefix="kdnas-final-") as tmp:
         def exported(name: str, **options: Any) -> Path:
             export_model(spec, Path(tmp) / name, tokenizer=ctx.teacher.tokenizer, pooling=pipeline["pooling"],
                          normalize=pipeline["normalize"], **options)
             return Path(tmp) / name / judged
 
-        graph, choice = exported(spec.arch, int8=judged == INT8_GRAPH), None
-        if ctx.config.latency.runtime == "onnxruntime":
+        graph, choice = exported(spec.arch, int8=judged == INT8_GRAPH or lat.plans), None
+        if lat.runtime == "onnxruntime" or lat.plans:
             ctx.progress.phase(f"{label}: fused or plain fp32 graph, timed side by side")
             choice = choose_variant(graph, exported("plain", optimize=False), ctx.judge.pair)
             graph = graph if choice.shipped != PLAIN else Path(tmp) / "plain" / judged
-        result, readings, drift = final_latency(ctx, graph, label)
-        before, settling = float(result.median_ms), []
-        if not readings:
-            before, settling = settled(before, ctx.budget_ms,
-                                       lambda: float(final_latency(ctx, graph, label)[0].median_ms))
-    steps = 1 + max(1, len(readings)) + bool(drift) + (2 if choice else 0)
+        gate = _judged(ctx, graph, label, 1 + (2 if choice else 0))
+        if lat.plans and gate.ms > ctx.budget_ms:
+            ctx.progress.phase(f"{label}: fp32 {gate.ms:.2f} ms is over; its all-INT8 graph, the fastest plan")
+            gate = _judged(ctx, Path(tmp) / spec.arch / INT8_GRAPH, label, gate.steps)
+    # a finalist judged as INT8 ships a plan grown from the fused graph: model.onnx stays fused
+    return gate._replace(variant=choice if gate.graph != INT8_GRAPH else None)
+
+
+def _judged(ctx: Any, graph: Path, label: str, steps: int) -> Gate:
+    """One graph as the budget judges it, read again within the margin of the budget (`settled`)."""
+    result, readings, drift = final_latency(ctx, graph, label)
+    before, settling = float(result.median_ms), []
+    if not readings:
+        before, settling = settled(before, ctx.budget_ms, lambda: float(final_latency(ctx, graph, label)[0].median_ms))
+    steps += max(1, len(readings)) + bool(drift)
     if settling:
         ctx.progress.phase(f"{label}: read again, within {MARGIN:.0%} of the budget: {settling[0]:.2f} and "
                            f"{settling[1]:.2f} ms, {before:.2f} ms counted")
         drift, steps = drift | {"settled_from_ms": settling}, steps + 1 + bool(drift)
-    return before, readings, drift, steps, choice
+    return Gate(before, readings, drift, steps, None, graph.name)
 
 
 def final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float], dict[str, Any]]:
@@ -88,18 +113,21 @@ def _say_readings(ctx: Any, label: str, readings: list[float]) -> None:
                            f"measured again: {readings[1]:.2f} ms")
 
 
-def shipped_latencies(ctx: Any, dest: Path, label: str) -> tuple[dict, list[float], dict, dict[str, dict]]:
-    """The graphs as shipped (fused fp32, INT8), not a rebuild from config.json: the one the runtime's budget
-    judges (`shipped_graphs`) as the budget judges it, the other read right after; (the judged graph's
-    latency record, its readings, the side-by-side facts, both records by file name)."""
-    judged, other = shipped_graphs(ctx.config.latency.runtime)
+def shipped_latencies(ctx: Any, dest: Path, label: str, judged: str | None = None
+                      ) -> tuple[dict, list[float], dict, dict[str, dict]]:
+    """The graphs as shipped (fused fp32, INT8, a precision plan's), not a rebuild from config.json: `judged`
+    (by default the runtime's, `shipped_graphs`) as the budget judges it, the others read right after; (the
+    judged graph's latency record, its readings, the side-by-side facts, every graph's record by file name)."""
+    judged = judged or shipped_graphs(ctx.config.latency.runtime)[0]
     shipped, readings, drift = final_latency(ctx, dest / judged, label)
     latency = latency_record(shipped)
-    return latency, readings, drift, {judged: latency, other: _other_latency(ctx.judge, dest / other, drift)}
+    others = [name for name in (FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH) if name != judged and (dest / name).is_file()]
+    return latency, readings, drift, {judged: latency, **{name: _other_latency(ctx.judge, dest / name, drift)
+                                                         for name in others}}
 
 
 def _other_latency(judge: LatencyJudge, graph: Path, drift: dict[str, float]) -> dict[str, Any]:
-    """The latency record of the shipped graph the budget does not judge, read right after the judged one
+    """The latency record of a shipped graph the budget does not judge, read right after the judged one
     beside the teacher and so scaled by the teacher's drift in that pair (with the reading itself where it
     was scaled)."""
     other = judge.alone(graph)

@@ -61,7 +61,7 @@ def finalists(study: optuna.Study, objective: str, budget: Budget | None = None)
     `budget`, of the trials within it (one of several budgets: `nas.budgets`)."""
     copies = _copies(study)
     rows = [r for r in trial_rows(study) if r["number"] not in copies]
-    rows = rows if budget is None else within(rows, budget)
+    rows = rows if budget is None else within(rows, budget, study.user_attrs)
     pool = pareto_front(rows) if objective == "pareto" else [
         r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
     return sorted(pool, key=lambda r: -r["reward"])
@@ -150,7 +150,8 @@ def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], ctx: Any
     done = [f for f in study.user_attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == label]
     want = [(r["number"], recipe_of(cfg, label), str(final_dir(out, i, r["arch"], label)))
             for i, r in enumerate(shippable(study, pool, cfg, label), 1)]
-    have = [(f["trial"], f.get("recipe"), f["dir"]) for f in done]
+    # a student the teacher displaced from best/ (nas.final._teacher) is kept under the folder it shipped as
+    have = [(f["trial"], f.get("recipe"), f.get("shipped_as", f["dir"])) for f in done]
     return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
 
 

@@ -13,7 +13,7 @@ from kdnas.core.files import atomic_write_text, make_shared
 from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
-from ._latency import FP32_GRAPH, INT8_GRAPH, shipped_graphs, shipped_latencies
+from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_graphs, shipped_latencies
 from ._records import Finalist, jsonable, origin_of, recipe_of, spec_of, state_file
 
 
@@ -24,7 +24,7 @@ def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, te
     that reading was marginal, a proxy run's seconds, its trial's pace per update and the finalists
     still to train, from which a `--timeout` fits the run (nas.time_limit); `start`: the refused
     wider finalist whose training it continues (`Stage.trained_wider`), if any."""
-    from ..baselines import baseline_fidelity, fidelity_table, int8_fidelity
+    from ..baselines import baseline_fidelity, fidelity_table
     from ..card import write_model_card
 
     cfg, data = ctx.config, cache.data
@@ -33,12 +33,7 @@ def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, te
     t0 = time.perf_counter()
     prepared = baseline_fidelity(ctx, spec, cache)
     baselines_s = time.perf_counter() - t0
-    after_s = after_training_s(timing["step_s"], baselines_s)  # what a --timeout leaves for after the run
-    variant = timing.get("variant")
-    after_s += timing["step_s"] if variant is not None and variant.shipped == PLAIN else 0.0  # its second export
-    if timing["marginal"]:  # and for the next candidate, should this one read over the budget as shipped
-        after_s += fallback_s(after_s, timing["step_s"], baselines_s, timing["proxy_s"],
-                              _train.MIN_CONTINUED_STEPS * timing["train_step_s"])
+    after_s, variant = _after_run_s(timing, spec.layers, baselines_s), timing.get("variant")
     t0 = time.perf_counter()
     until = None if ctx.limit is None else ctx.limit.final_until(after_s, timing["finalists_left"])
     res = _train.distill_in_time(ctx, cache, spec, label, until, start, state_file(dest))
@@ -53,21 +48,21 @@ def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, te
                    {**res.summary(), "search_trial": row["number"], "teacher": cfg.teacher, "corpus": cfg.corpus,
                     "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
                                      "seq_len": data.seq_len, "unit": cfg.final.unit}})
-    if quality and "fidelity" in quality:  # the INT8 graph as shipped, on the same sentences
-        quality["int8"] = int8_fidelity(ctx, prepared, dest / "model.int8.onnx")
     t3 = time.perf_counter()
-    ctx.progress.phase(f"{label}: latency")
-    latency, readings, drift, graphs = shipped_latencies(ctx, dest, label)
+    choice, judged, (latency, readings, drift, graphs) = _precision(ctx, dest, label, timing.get("gate"))
+    metrics = _shipped_scores(ctx, res, dest, quality, prepared, shipped, choice, judged)
     finalist = Finalist(
-        trial=row["number"], scored=ctx.score(spec, ctx.measured(res), latency), dir=str(dest),
+        trial=row["number"], scored=ctx.score(spec, metrics, latency), dir=str(dest),
         recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget_ms, budget=ctx.budget_label,
         run={"steps": res.steps, "steps_planned": cfg.final.steps, "steps_most": cfg.final_most,
              "timeout_s": cfg.run.timeout, "train": cfg.final.rows, "train_rows": res.rows or data.num_train,
              "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
              "embed_terms": res.config.embed_terms if res.steps else None},
         latency={"latency_readings_ms": readings, "latency_int8_onnx": graphs[INT8_GRAPH],
-                 "latency_fp32_onnx": graphs[FP32_GRAPH], "budget_graph": shipped_graphs(cfg.latency.runtime)[0], **drift},
-        quality=quality, shipped=shipped, proxy_reward=row["reward"], origin=origin_of(row),
+                 "latency_fp32_onnx": graphs[FP32_GRAPH], "budget_graph": judged, **drift,
+                 **({"latency_mixed_onnx": graphs[MIXED_GRAPH]} if MIXED_GRAPH in graphs else {})},
+        quality=quality, shipped={**shipped, "precision_plan": None if choice is None else jsonable(choice.to_dict())},
+        proxy_reward=row["reward"], origin=origin_of(row),
         seconds={"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
                  "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),
                  "set_aside_after_distill": round(after_s, 3)})
@@ -76,6 +71,68 @@ def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, te
     write_model_card(dest, entry, cfg)
     state_file(dest).unlink(missing_ok=True)  # the finalist is written: nothing left to go on from
     return finalist
+
+
+def _shipped_scores(ctx: Any, res: Any, dest: Path, quality: dict | None, prepared: Any, shipped: dict,
+                    choice: Any, judged: str) -> dict[str, Any]:
+    """The INT8 graph's (and a plan's) held-out fidelity into `quality`, export.json as the plan left it into
+    `shipped`, and the proxy's metrics of the graph that ships (the plan's probe ρ where it is not fp32)."""
+    from ..baselines import int8_fidelity
+
+    if quality and "fidelity" in quality:  # the INT8 graph (and a plan's) as shipped, on the same sentences
+        quality["int8"] = int8_fidelity(ctx, prepared, dest / INT8_GRAPH)
+        if judged == MIXED_GRAPH:
+            quality["mixed"] = int8_fidelity(ctx, prepared, dest / MIXED_GRAPH)
+    metrics = ctx.measured(res)
+    if choice is None:
+        return metrics
+    shipped["export"] = jsonable(json.loads((dest / "export.json").read_text()))
+    return {**metrics, "fidelity": choice.fidelity["teacher"]} if judged != FP32_GRAPH else metrics
+
+
+def _after_run_s(timing: dict[str, Any], layers: int, baselines_s: float) -> float:
+    """What a --timeout leaves for after the final run (nas.time_limit): the export and readings, a plain
+    graph's second export, a precision plan's growth where the fp32 graph did not fit, and where the reading
+    was marginal the next candidate's, should this one read over the budget as shipped."""
+    after_s = after_training_s(timing["step_s"], baselines_s)
+    variant = timing.get("variant")
+    after_s += timing["step_s"] if variant is not None and variant.shipped == PLAIN else 0.0
+    if timing.get("gate") == INT8_GRAPH:
+        after_s += plan_s(layers, timing["step_s"])
+    if timing["marginal"]:
+        after_s += fallback_s(after_s, timing["step_s"], baselines_s, timing["proxy_s"],
+                              _train.MIN_CONTINUED_STEPS * timing["train_step_s"])
+    return after_s
+
+
+def _precision(ctx: Any, dest: Path, label: str, gate: str | None) -> tuple[Any, str, tuple]:
+    """The shipped folder's graph the budget judges, and its latencies: under --runtime onnxruntime-auto, a
+    precision plan grown on the trained weights where the fp32 graph did not fit before training, or reads
+    over as shipped (then the finalist ships a plan, not nothing); else the runtime's graph. Returns the
+    plan chosen (None: none grown), the judged graph's file name and `shipped_latencies`."""
+    from ..plans import plan_student
+
+    ctx.progress.phase(f"{label}: latency")
+    judged = INT8_GRAPH if gate == INT8_GRAPH else shipped_graphs(ctx.config.latency.runtime)[0]
+    choice = plan_student(ctx, dest, label) if gate == INT8_GRAPH else None
+    if choice is not None:
+        judged = choice.graph
+    timed = shipped_latencies(ctx, dest, label, judged)
+    fused = (json.loads((dest / "export.json").read_text()).get("fp32_variant") or {}).get("shipped", "fused") == "fused"
+    if ctx.config.latency.plans and choice is None and judged == FP32_GRAPH and fused \
+            and timed[0]["median_ms"] > ctx.budget_ms:  # fitted before training, over as shipped: its best plan
+        choice = plan_student(ctx, dest, label)  # (plans grow from the fused graph the INT8 one is quantized from)
+        if choice is not None:
+            judged = choice.graph
+            timed = shipped_latencies(ctx, dest, label, judged)
+    return choice, judged, timed
+
+
+def plan_s(layers: int, step_s: float) -> float:
+    """What growing a student's plan takes, in steps of its pre-training export and reading (`step_s`): a
+    score of each group's graph, about half a step (4 groups a layer and the tables), and a bisection of
+    a few readings beside the teacher."""
+    return (0.5 * (4 * layers + 1) + 6) * step_s
 
 
 def ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any],

@@ -25,6 +25,7 @@ from ._latency import drift_of, shipped_graph_latency
 from ._records import (final_dir, jsonable, neighbour_records, of_other_budgets, over_record, recipe_of,
                        refused_records, spec_of)
 from ._shipping import finish
+from ._teacher import teacher_or_student
 from ._train import with_stored_rows
 
 
@@ -38,7 +39,6 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     `ctx`'s budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
     A finalist over the budget is moved to `over-budget/` and the next candidate is tried. `later`:
     the finalists of the search's other budgets still to train after these (a --timeout shares the time)."""
-    from kdnas.distill import TeacherCache, targets_dir
     from kdnas.core.assets import teacher_path
     from kdnas.export import read_sentence_pipeline
     from kdnas.export import check_pooling
@@ -48,15 +48,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     teacher_dir = teacher_path(cfg.teacher)
     pipeline = read_sentence_pipeline(teacher_dir)
     check_pooling(pipeline["pooling"])
-    if cfg.proxy.kind == "fidelity" and ctx.cache is not None and cfg.final.rows == cfg.final.train:
-        cache = ctx.cache  # the fidelity proxy trained on this transfer set: its teacher targets are computed
-    else:
-        ctx.progress.phase(f"final: transfer set of {cfg.final.rows} {cfg.final.unit}s, teacher targets")
-        data = final_transfer_set(cfg, ctx.teacher, ctx.texts)
-        cache = TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.run.cache_dir),
-                             on_rows=ctx.progress.counter("final: teacher targets", "rows"),
-                             last_layer=getattr(ctx.cache, "last_layer", None))
-    cache = with_stored_rows(ctx, cache)
+    cache = with_stored_rows(ctx, _final_cache(ctx))
     _teacher_int8_once(study, ctx, pipeline)
     stage = Stage(study, ctx, pool)
     # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first
@@ -73,7 +65,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
             continue
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final.top_k - len(results) + later,
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
-                  "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"])}
+                  "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"]),
+                  "gate": stage.gate.get(row["arch"])}
         finalist = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
                           pipeline, timing, stage.trained_wider(row))
         if finalist.within_budget:
@@ -84,6 +77,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
                                  entry["latency_readings_ms"]) | drift_of(entry)
                      | {"steps": entry["steps"], "distill_s": finalist.seconds["distill"]})
         stage.propose(row, NARROWER)
+    if cfg.latency.plans:  # the teacher's own plan within the budget, beside the student
+        results = teacher_or_student(study, ctx, out, results, pipeline, teacher_dir)
     study.set_user_attr("final", of_other_budgets(study.user_attrs.get("final") or [], ctx.budget_label)
                         + jsonable(results))
     if not results:
@@ -91,6 +86,20 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         raise InputError(f"no finalist fits {ctx.budget_named} as shipped ({tried}); "
                          f"raise --budget-ms or search again")
     return results
+
+
+def _final_cache(ctx: Any) -> Any:
+    """The final run's teacher targets: the fidelity proxy's when it trained on the final run's own set."""
+    from kdnas.distill import TeacherCache, targets_dir
+
+    cfg = ctx.config
+    if cfg.proxy.kind == "fidelity" and ctx.cache is not None and cfg.final.rows == cfg.final.train:
+        return ctx.cache  # the fidelity proxy trained on this transfer set: its teacher targets are computed
+    ctx.progress.phase(f"final: transfer set of {cfg.final.rows} {cfg.final.unit}s, teacher targets")
+    data = final_transfer_set(cfg, ctx.teacher, ctx.texts)
+    return TeacherCache(ctx.teacher, data, directory=targets_dir(cfg.run.cache_dir),
+                        on_rows=ctx.progress.counter("final: teacher targets", "rows"),
+                        last_layer=getattr(ctx.cache, "last_layer", None))
 
 
 def _teacher_int8_once(study: optuna.Study, ctx: Any, pipeline: dict[str, Any]) -> None:
@@ -122,6 +131,8 @@ class Stage:
         self.marginal: dict[str, bool] = {}
         # and which fp32 graph it ships (nas.variant), where the choice was made
         self.variant: dict[str, VariantChoice | None] = {}
+        # and which graph the budget judged before training (model.int8.onnx: a precision plan is grown)
+        self.gate: dict[str, str] = {}
         self.proposed = 0
 
     def refused_trials(self) -> int:
@@ -173,12 +184,13 @@ def ready(stage: Stage, row: dict[str, Any], pipeline: dict[str, Any], label: st
     ctx = stage.ctx
     if row["arch"] not in stage.now:
         t0 = time.perf_counter()
-        before, readings, drift, steps, stage.variant[row["arch"]] = shipped_graph_latency(
-            ctx, spec_of(ctx, row), pipeline, label)
-        stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / steps
+        gate = shipped_graph_latency(ctx, spec_of(ctx, row), pipeline, label)
+        before, readings, drift = gate.ms, gate.readings, gate.facts
+        stage.variant[row["arch"]], stage.gate[row["arch"]] = gate.variant, gate.graph
+        stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / gate.steps
         stage.marginal[row["arch"]] = marginal(before, ctx.budget_ms, bool(readings))
         if before > ctx.budget_ms:
-            stage.refuse(over_record(row, ctx, None, before, readings) | drift)
+            stage.refuse(over_record(row, ctx, None, before, readings) | drift | {"graph": gate.graph})
             stage.propose(row, NARROWER)
             return False
         if row["reward"] is None:

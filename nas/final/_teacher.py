@@ -1,0 +1,132 @@
+"""The teacher as a candidate (`--runtime onnxruntime-auto`): no training, its plans only. Where its best plan
+within a budget (nas.plans.teacher_plans, measured before the trials) is closer to the teacher on the held-out
+sentences than the trained student's shipped graph, the teacher's own graph is what `best/` holds — with the
+plan as `model.mixed.onnx`, its weights and sentence-transformers modules — and the student moves to
+`finalists/`. Either way the study keeps the comparison (`final_teacher`), and the summary says which won."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from kdnas.core.files import atomic_write_text, staged_folder
+
+from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_latencies
+from ._records import jsonable
+
+FINAL_TEACHER = "final_teacher"  # the study attribute: one record per budget
+
+
+def teacher_or_student(study: optuna.Study, ctx: Any, out: Path, results: list[dict[str, Any]],
+                       pipeline: dict[str, Any], teacher_dir: str) -> list[dict[str, Any]]:
+    """`results` (the budget's shipped students, best first), or with the teacher's graph in the first one's
+    place where the teacher's plan within the budget is closer to the teacher than that student's shipped graph."""
+    from ..baselines import _held_out, int8_fidelity
+    from ..plans import TEACHER_PLANS, teacher_plan_for
+
+    row = teacher_plan_for(study.user_attrs, ctx.budget_label)
+    held = _held_out(ctx)
+    if row is None or not results or held is None or "skipped" in held:
+        return results
+    label = "the teacher" + ("" if ctx.budget_label is None else f" ({ctx.budget_label})")
+    ctx.progress.phase(f"{label}: its plan within {ctx.budget_named} on the held-out sentences")
+    planner = _planner(ctx, out, pipeline, study.user_attrs[TEACHER_PLANS]["order"])
+    plan = planner.plan(tuple(row["fp32_groups"]))
+    graph = planner.graph(plan)
+    fidelity = int8_fidelity(ctx, held, graph)
+    student = results[0]
+    student_rho = shipped_fidelity(student)
+    record = {"budget": ctx.budget_label, "budget_ms": ctx.budget_ms, "plan": row, "fidelity": fidelity,
+              "student": {"arch": student["arch"], "rho": student_rho, "graph": student.get("budget_graph")},
+              "shipped": student_rho is not None and fidelity["spearman"] > student_rho}
+    if record["shipped"]:
+        results = _ship_teacher(study, ctx, out, results, record, planner, plan, graph, pipeline, teacher_dir)
+    others = [r for r in study.user_attrs.get(FINAL_TEACHER) or [] if r.get("budget") != ctx.budget_label]
+    study.set_user_attr(FINAL_TEACHER, others + [jsonable(record)])
+    return results
+
+
+def shipped_fidelity(final: dict[str, Any]) -> float | None:
+    """The held-out ρ of the graph a finalist ships (the one the budget judged): its plan's, INT8 or fp32."""
+    quality = final.get("quality") or {}
+    graph = final.get("budget_graph", FP32_GRAPH)
+    row = {MIXED_GRAPH: quality.get("mixed"), INT8_GRAPH: quality.get("int8")}.get(
+        graph, (quality.get("fidelity") or {}).get("student"))
+    return None if not row else float(row["spearman"])
+
+
+def _planner(ctx: Any, out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]]) -> Any:
+    from ..plans import teacher_planner
+
+    return teacher_planner(ctx, out, pipeline, order=order)
+
+
+def _ship_teacher(study: optuna.Study, ctx: Any, out: Path, results: list[dict[str, Any]], record: dict[str, Any],
+                  planner: Any, plan: Any, graph: Path, pipeline: dict[str, Any],
+                  teacher_dir: str) -> list[dict[str, Any]]:
+    """Move the student aside, write the teacher's folder in its place, time its graphs as shipped."""
+    from kdnas.core.sentence import write_sentence_transformers
+
+    student = results[0]
+    dest = Path(student["dir"])
+    aside = out / "finalists" / (ctx.budget_label or "") / f"student-{student['arch']}"
+    if aside.exists():
+        shutil.rmtree(aside)
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(dest), aside)
+    name = planner_graph_name(planner, plan)
+    with staged_folder(dest) as stage:
+        source = planner.fp32.parent
+        for item in source.iterdir():
+            if item.is_file():
+                shutil.copy2(item, stage / item.name)
+        if name == MIXED_GRAPH:
+            shutil.copyfile(graph, stage / MIXED_GRAPH)
+        ctx.teacher.model.save_pretrained(stage)
+        write_sentence_transformers(stage, teacher_dir, hidden_size=ctx.teacher.model.config.hidden_size)
+        manifest = json.loads((stage / "export.json").read_text())
+        manifest["precision"] = {"plan": plan.to_dict(), "label": record["plan"]["label"], "graph": name,
+                                 "order": study.user_attrs["teacher_plans"]["order"], "probe": record["plan"]}
+        manifest["sizes"] = {p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}
+        atomic_write_text(stage / "export.json", json.dumps(manifest, indent=2) + "\n")
+    latency, readings, drift, graphs = shipped_latencies(ctx, dest, "the teacher", name)
+    record.update(dir=str(dest), graph=name, latency_ms=latency["median_ms"], latency_readings_ms=readings, **drift,
+                  latencies=graphs, within_budget=latency["median_ms"] <= ctx.budget_ms,
+                  params=sum(p.numel() for p in ctx.teacher.model.parameters()))
+    atomic_write_text(dest / "search.json", json.dumps(jsonable(record), indent=2) + "\n")
+    atomic_write_text(dest / "README.md", teacher_card(record, ctx.config))
+    record["student"]["dir"] = str(aside)
+    moved = {**student, "dir": str(aside), "shipped_as": str(dest), "displaced_by": "teacher"}
+    return [moved, *results[1:]]
+
+
+def planner_graph_name(planner: Any, plan: Any) -> str:
+    """The file of a teacher folder that holds `plan`: the fp32 graph, the all-INT8 one, or a mixed plan."""
+    if not plan.fp32:
+        return INT8_GRAPH
+    return FP32_GRAPH if len(plan.fp32) >= len(planner.groups) else MIXED_GRAPH
+
+
+def teacher_card(record: dict[str, Any], config: Any) -> str:
+    """The README of a `best/` that holds the teacher with a precision plan: why, and what it measured."""
+    from ..card import search_command
+
+    plan, fidelity, student = record["plan"], record["fidelity"], record["student"]
+    return f"""# {config.teacher} with a precision plan
+
+No student beat the teacher itself at this budget: its graph with {plan['label']} runs within
+{record['budget_ms']:.2f} ms ({record['latency_ms']:.2f} ms as shipped, timed as a student's is) and keeps embedding
+fidelity ρ {fidelity['spearman']:.3f} to the teacher on {fidelity.get('sentences', 'the')} held-out sentences, where the
+best trained student ({student['arch']}, now in `{student['dir']}`) reached {student['rho']:.3f} with its shipped
+graph. Deploy `{record['graph']}`; `model.onnx` is the teacher's fp32 graph,
+`model.int8.onnx` its all-INT8 one, and `SentenceTransformer` loads this folder as the teacher it is.
+`export.json` (`precision`) holds the plan, every weight group's measured effect and its latency.
+
+```bash
+{search_command(config)}
+```
+"""

@@ -1,0 +1,109 @@
+"""Precision in the search (`--runtime onnxruntime-auto`, the default): the graph shipped is a shape *and* a
+precision, and the teacher at full shape is a candidate too.
+
+- A trial whose fp32 graph is over the budget is judged by its all-INT8 graph (nas.trial); a finalist whose
+  fp32 graph does not fit grows a precision plan on its trained weights to the budget (`plan_student`).
+- The teacher's own plans (`teacher_plans`): before the trials, its graph is exported, every weight group's
+  effect on the probe's fidelity measured, and for each budget the plan of best fidelity that fits is found,
+  timed side by side with the teacher as a finalist is. At the final stage it stands beside the trained
+  student on the same held-out sentences, and the closer of the two within the budget is shipped
+  (nas.final._teacher).
+
+Plans are scored on the fidelity probe's sentences (against the teacher, and against the graph's own fp32
+graph), never on the held-out sentences that judge what is shipped.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .budgets import study_budgets
+
+TEACHER_PLANS = "teacher_plans"  # the study attribute
+TEACHER_FOLDER = ".teacher"  # in --out: the teacher's exported graphs, which its plans are built from
+
+
+def probe_scorer(ctx: Any, fp32_graph: Path | None = None) -> Any:
+    """A scorer of graphs on the probe: ρ against the teacher (primary), and against `fp32_graph`'s own."""
+    from kdnas.evaluation import FidelityScorer, graph_embeddings
+
+    probe = ctx.probe
+    references = {"teacher": probe.reference}
+    if fp32_graph is not None:
+        references["fp32"] = graph_embeddings(fp32_graph, ctx.teacher.tokenizer, probe.sentences, probe.max_len)
+    return FidelityScorer(ctx.teacher.tokenizer, probe.sentences, references, "teacher", max_len=probe.max_len,
+                          seed=probe.seed)
+
+
+def judged_ms(ctx: Any, label: str):
+    """A graph's milliseconds as the budget judges a finalist's (side by side with the teacher for a ratio)."""
+    from .final._latency import final_latency
+
+    return lambda graph: float(final_latency(ctx, Path(graph), label)[0].median_ms)
+
+
+def plan_student(ctx: Any, dest: Path, label: str) -> Any:
+    """A trained finalist's plan within `ctx`'s budget, grown on the graphs `dest` holds (export.json records it,
+    a mixed plan is written as model.mixed.onnx); None where not even its all-INT8 graph fits as shipped."""
+    from kdnas.evaluation import choose_precision
+
+    ctx.progress.phase(f"{label}: precision plan within {ctx.budget_named} (each group's effect on the probe)")
+    return choose_precision(dest, probe_scorer(ctx, dest / "model.onnx"), judged_ms(ctx, label), budget_ms=ctx.budget_ms)
+
+
+def teacher_export(ctx: Any, out: Path, pipeline: dict[str, Any]) -> Path:
+    """The teacher's fp32 and all-INT8 graphs in `out/.teacher` (exported once per --out)."""
+    from kdnas.export import export_model
+
+    folder = out / TEACHER_FOLDER
+    if not (folder / "export.json").is_file():
+        ctx.progress.phase("the teacher's graphs, for its precision plans")
+        export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
+                     pooling=pipeline["pooling"], normalize=pipeline["normalize"])
+    return folder
+
+
+def teacher_planner(ctx: Any, out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]] | None = None) -> Any:
+    """The planner of the teacher's graph (with the group order measured before, where given)."""
+    import json
+
+    from kdnas.export import Effect, Planner
+
+    folder = teacher_export(ctx, out, pipeline)
+    full_range = bool(json.loads((folder / "export.json").read_text()).get("int8_full_range"))
+    planner = Planner(folder / "model.onnx", folder / "plans", probe_scorer(ctx), judged_ms(ctx, "the teacher"),
+                      full_range=full_range, int8=folder / "model.int8.onnx")
+    if order:
+        planner._order = [Effect(**e) for e in order]
+    return planner
+
+
+def teacher_plans(ctx: Any, attrs: dict[str, Any], out: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
+    """The teacher's best plan within each budget of the study (`attrs`, its facts): fitting or not, its probe
+    fidelity and latency, and the group order measured (the sensitivity pass runs only where the all-INT8
+    graph fits the largest budget)."""
+    started = time.perf_counter()
+    planner = teacher_planner(ctx, out, pipeline)
+    rows = []
+    for budget in study_budgets(attrs):
+        ctx.progress.phase(f"the teacher's precision plans: {budget.named}")
+        point = planner.within_budget(budget.ms)
+        row: dict[str, Any] = {"label": budget.label, "budget_ms": budget.ms, "fits": point is not None}
+        if point is not None:
+            row.update(point.to_dict())
+        rows.append(row)
+    return {"budgets": rows, "int8_ms": planner._latency.get(()), "full_range": planner.full_range,
+            "order": [e.to_dict() for e in planner._order or []],
+            "fp32_fidelity": planner._fidelity.get(tuple(sorted(g.name for g in planner.groups))),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def teacher_plan_for(attrs: dict[str, Any], label: str | None) -> dict[str, Any] | None:
+    """The teacher's plan row of one budget, where the study measured one and it fits."""
+    plans = attrs.get(TEACHER_PLANS) or {}
+    for row in plans.get("budgets", []):
+        if row.get("label") == label and row.get("fits"):
+            return row
+    return None

@@ -174,6 +174,9 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
                           "the budget is a share of the teacher's fp32 graph. onnxruntime: fp32 graphs only. "
                           "onnxruntime-int8: all-INT8 graphs only (the budget, the reward and the teacher read on them). "
                           "torch: PyTorch (default: %(default)s)")
+    lat.add_argument("--budget-tolerance", type=float, default=d.budget_tolerance, metavar="SHARE",
+                     help="a graph fits its budget when it reads at most this share over it, read again beside the "
+                          "teacher while the budget lies within the reading's spread (default: %(default)s)")
     lat.add_argument("--no-latency-model", action="store_true",
                      help="measure every trial's latency instead of predicting it where the latency model "
                           "fitted on the study's readings is sure of the budget's verdict")

@@ -17,10 +17,18 @@ from typing import Any
 @dataclass(frozen=True)
 class Budget:
     """One budget of a search: its milliseconds (for a ratio, of the teacher's latency as measured when the
-    study was made) and its label (`0.25x`, `8ms`), None for a search of one budget (folders as before)."""
+    study was made), its label (`0.25x`, `8ms`; None for a search of one budget, folders as before) and its
+    tolerance (`--budget-tolerance`): a graph fits when its reading is at most `limit_ms`, the budget and
+    that share over it — the same rule for every trial, finalist and plan (docs/search.md)."""
 
     ms: float
     label: str | None = None
+    tolerance: float = 0.0
+
+    @property
+    def limit_ms(self) -> float:
+        """The most a graph may read and fit: the budget and its tolerance."""
+        return self.ms * (1.0 + self.tolerance)
 
     @property
     def best(self) -> str:
@@ -29,8 +37,10 @@ class Budget:
 
     @property
     def named(self) -> str:
-        """How messages name it: `the budget of 4.12 ms`, `the 0.25x budget (4.12 ms)`."""
-        return f"the budget of {self.ms:.2f} ms" if self.label is None else f"the {self.label} budget ({self.ms:.2f} ms)"
+        """How messages name it: `the budget of 4.12 ms`, `the 0.25x budget (4.12 ms)`, with its tolerance."""
+        within = f"{self.ms:.2f} ms" + (f", {self.limit_ms:.2f} with its {self.tolerance:.0%} tolerance"
+                                        if self.tolerance else "")
+        return f"the budget of {within}" if self.label is None else f"the {self.label} budget ({within})"
 
 
 def label_of(value: float, ratio: bool) -> str:
@@ -40,11 +50,12 @@ def label_of(value: float, ratio: bool) -> str:
 
 def study_budgets(facts: dict[str, Any]) -> list[Budget]:
     """The budgets of a study, largest first, from its facts: `budgets` where several were asked for (a
-    study of one budget, and one made before several were possible, holds `budget_ms` only)."""
-    several = facts.get("budgets")
+    study of one budget, and one made before several were possible, holds `budget_ms` only), each with the
+    study's `budget_tolerance` (none in a study made before it)."""
+    several, tolerance = facts.get("budgets"), float(facts.get("budget_tolerance", 0.0))
     if not several:
-        return [Budget(float(facts["budget_ms"]))]
-    return [Budget(float(b["ms"]), b["label"]) for b in several]
+        return [Budget(float(facts["budget_ms"]), None, tolerance)]
+    return [Budget(float(b["ms"]), b["label"], tolerance) for b in several]
 
 
 def budget_facts(cfg: Any, budgets_ms: tuple[float, ...]) -> list[dict[str, Any]]:
@@ -62,7 +73,7 @@ def within(rows: list[dict[str, Any]], budget: Budget, attrs: dict[str, Any] | N
     fidelity and the reward they give."""
     out = []
     for r in rows:
-        if r.get("latency_median_ms") is not None and r["latency_median_ms"] <= budget.ms:
+        if r.get("latency_median_ms") is not None and r["latency_median_ms"] <= budget.limit_ms:
             out.append(r)
         elif attrs is not None and _int8_fits(r, budget):
             out.append(as_int8(r, attrs))
@@ -71,7 +82,7 @@ def within(rows: list[dict[str, Any]], budget: Budget, attrs: dict[str, Any] | N
 
 def _int8_fits(row: dict[str, Any], budget: Budget) -> bool:
     return (row.get("fidelity_int8") is not None and row.get("latency_int8_ms") is not None
-            and row["latency_int8_ms"] <= budget.ms and row.get("status") == "feasible")
+            and row["latency_int8_ms"] <= budget.limit_ms and row.get("status") == "feasible")
 
 
 def as_int8(row: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:

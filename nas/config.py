@@ -227,6 +227,7 @@ class FinalRecipe:
 # precision plan (AUTO: the budget stays a share of the teacher's fp32 graph); `onnxruntime` restricts it to fp32,
 # `onnxruntime-int8` to all-INT8 (the budget then a share of the teacher's INT8 graph); `torch` times PyTorch.
 AUTO = "onnxruntime-auto"
+MAX_TOLERANCE = 0.1  # a budget's tolerance beyond a tenth would be another budget
 SEARCH_RUNTIMES = (AUTO, "onnxruntime", "onnxruntime-int8", "torch")
 
 
@@ -238,11 +239,19 @@ class LatencySettings:
     seq: int = 128
     threads: int = 2
     runtime: str = AUTO
+    # A graph fits its budget when its latency, read as `nas.measure` reads it (again where the budget lies
+    # within the reading's spread), is at most this share over it: a shape at the budget's edge is then in or
+    # out by this stated rule, not by timing noise a thousand times smaller than the host's own drift (the
+    # demo's rule shape read 4.9211 ms against a 4.9188 ms budget and was not trained).
+    budget_tolerance: float = 0.01
 
     def __post_init__(self) -> None:
         for name in ("batch", "seq", "threads"):
             _positive_int(self, name, _flag_of("latency", name), "must be a positive integer")
         check_choice("runtime", self.runtime, SEARCH_RUNTIMES)
+        if not (_number(self.budget_tolerance) and 0 <= self.budget_tolerance <= MAX_TOLERANCE):
+            raise InputError(f"--budget-tolerance {self.budget_tolerance!r} is invalid: a share of the budget from 0 "
+                             f"to {MAX_TOLERANCE} (default 0.01: 1 %)")
 
     @property
     def plans(self) -> bool:
@@ -499,6 +508,7 @@ GROUPS = ("proxy", "latency", "reward", "final", "run")
 # A group's flags are its prefix and the field's name (`final_steps`: final.steps), but for these.
 _PREFIX = {"proxy": "proxy_", "latency": "latency_", "reward": "", "final": "final_", "run": ""}
 _OWN_FLAG = {("proxy", "kind"): "proxy", ("proxy", "seq_len"): "seq_len", ("proxy", "eval_every"): "eval_every",
+             ("latency", "budget_tolerance"): "budget_tolerance",
              ("proxy", "prune"): "prune", ("latency", "threads"): "threads", ("latency", "runtime"): "runtime",
              ("final", "quality_sentences"): "quality_sentences"}
 

@@ -7,6 +7,7 @@ threads, batch and sequence length (docs/methods.md); this is the one place that
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -71,7 +72,8 @@ def budget_latency(target: Any, judge: LatencyJudge, budget_ms: float, *,
     return min((first, again), key=lambda r: r.median_ms), [float(first.median_ms), float(again.median_ms)]
 
 
-def beside_teacher(target: Any, judge: LatencyJudge, teacher_then_ms: float) -> tuple[Any, dict[str, Any]]:
+def beside_teacher(target: Any, judge: LatencyJudge, teacher_then_ms: float,
+                   budget_ms: float | None = None) -> tuple[Any, dict[str, Any]]:
     """`target` judged against a ratio budget as the budget is meant: timed in alternation with the
     teacher in one process (`latency.profile_pair`), its latency put on the scale of the teacher's
     reading that set the budget (ratio × `teacher_then_ms`), so it fits when the ratio does.
@@ -82,13 +84,60 @@ def beside_teacher(target: Any, judge: LatencyJudge, teacher_then_ms: float) -> 
     read alone beside the teacher alone gave 0.408 to 0.536 of it, side by side 0.450 to 0.463
     (a one-off benchmark, in git history; docs/latency.md). Returns the result and the facts: the ratio and its rounds'
     quartiles, the teacher's and the target's medians in the pair (`teacher_latency_now_ms`,
-    `read_ms`) and `latency_scaled_by` (teacher-then / teacher-now, for a graph read alone right after)."""
-    pair = judge.pair(target, judge.config.teacher)
+    `read_ms`) and `latency_scaled_by` (teacher-then / teacher-now, for a graph read alone right after).
+    With `budget_ms` (the budget's limit in ms on the scale of `teacher_then_ms`) a reading near it is read again
+    (`edge_reading`), and the facts keep every reading (`edge_readings`)."""
+    pairs = [judge.pair(target, judge.config.teacher)]
+    if budget_ms is not None:  # near the budget: read again until one side is sure (`edge_reading`)
+        pairs = edge_reading(pairs, lambda: judge.pair(target, judge.config.teacher), budget_ms / teacher_then_ms)
+    pair = deciding(pairs)
     facts = {"ratio_to_teacher": round(pair.ratio, 4),
              "ratio_quartiles": [round(pair.ratio_low, 4), round(pair.ratio_high, 4)],
              "teacher_latency_now_ms": float(pair.reference_ms), "read_ms": float(pair.target_ms),
              "latency_scaled_by": round(teacher_then_ms / pair.reference_ms, 4)}
+    if len(pairs) > 1:
+        facts["edge_readings"] = [{"ratio": round(p.ratio, 4), "quartiles": [round(p.ratio_low, 4),
+                                   round(p.ratio_high, 4)], "disturbed": disturbed(p)} for p in pairs]
     return pair.on_scale(teacher_then_ms), facts
+
+
+# A side-by-side reading near the budget is read again, up to this many in all, while the budget lies within
+# the rounds' interquartile range of the undisturbed readings; then their median ratio decides (the budget's
+# tolerance included, `Budget.limit_ms`). Why: the demo's rule shape read 0.05 % over its budget once and was
+# never trained, though the same host's readings of one graph move by 15 % over a search.
+EDGE_READINGS = 3
+# A reading is disturbed — never the one that decides — when a side's p90 is this far over its median (a
+# burst of other work in its runs), or its rounds' ratios spread over this share of their median.
+DISTURBED_P90 = 1.5
+DISTURBED_SPREAD = 0.25
+
+
+def disturbed(pair: Any) -> bool:
+    """Whether a side-by-side reading was disturbed (`DISTURBED_P90`, `DISTURBED_SPREAD`)."""
+    sides = (pair.target, pair.reference)
+    return (any(side.p90_ms > DISTURBED_P90 * side.median_ms for side in sides)
+            or pair.ratio_high - pair.ratio_low > DISTURBED_SPREAD * pair.ratio)
+
+
+def edge_reading(pairs: list[Any], read_again: Any, limit_ratio: float) -> list[Any]:
+    """`pairs` and more readings (`read_again()`), up to EDGE_READINGS, while the limit (the budget with its
+    tolerance, as a share of the teacher) lies within the undisturbed readings' quartiles, or all were
+    disturbed."""
+    while len(pairs) < EDGE_READINGS:
+        good = [p for p in pairs if not disturbed(p)]
+        low = statistics.median(p.ratio_low for p in good) if good else 0.0
+        high = statistics.median(p.ratio_high for p in good) if good else float("inf")
+        if not low <= limit_ratio <= high:
+            break
+        pairs = pairs + [read_again()]
+    return pairs
+
+
+def deciding(pairs: list[Any]) -> Any:
+    """The reading that stands for several: the median ratio of the undisturbed ones (of all, where every one
+    was disturbed; the lower middle one of an even count)."""
+    good = [p for p in pairs if not disturbed(p)] or pairs
+    return sorted(good, key=lambda p: p.ratio)[(len(good) - 1) // 2]
 
 
 def trial_latency(target: Any, judge: LatencyJudge, budget_ms: float, teacher_then_ms: float) -> dict[str, Any]:
@@ -99,7 +148,7 @@ def trial_latency(target: Any, judge: LatencyJudge, budget_ms: float, teacher_th
     result, readings = budget_latency(target, judge, budget_ms, marginal_only=True)
     drift: dict[str, Any] = {}
     if judge.config.budget_ms is None and budget_ms < result.median_ms <= budget_ms * DRIFT_BAND:
-        result, drift = beside_teacher(target, judge, teacher_then_ms)
+        result, drift = beside_teacher(target, judge, teacher_then_ms, budget_ms)
     return {**latency_record(result), **({"readings_ms": readings} if readings else {}), **drift}
 
 

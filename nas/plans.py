@@ -89,11 +89,9 @@ def teacher_plans(ctx: Any, attrs: dict[str, Any], out: Path, pipeline: dict[str
     rows = []
     for budget in study_budgets(attrs):
         ctx.progress.phase(f"the teacher's precision plans: {budget.named}")
-        point = planner.within_budget(budget.ms)
-        row: dict[str, Any] = {"label": budget.label, "budget_ms": budget.ms, "fits": point is not None}
-        if point is not None:
-            row.update(point.to_dict())
-        rows.append(row)
+        point = planner.within_budget(budget.limit_ms)
+        rows.append({"label": budget.label, "budget_ms": budget.ms, "fits": point is not None,
+                     **({} if point is None else {"plan": point.to_dict()})})
     return {"budgets": rows, "int8_ms": planner._latency.get(()), "full_range": planner.full_range,
             "order": [e.to_dict() for e in planner._order or []],
             "fp32_fidelity": planner._fidelity.get(tuple(sorted(g.name for g in planner.groups))),
@@ -101,9 +99,9 @@ def teacher_plans(ctx: Any, attrs: dict[str, Any], out: Path, pipeline: dict[str
 
 
 def teacher_plan_for(attrs: dict[str, Any], label: str | None) -> dict[str, Any] | None:
-    """The teacher's plan row of one budget, where the study measured one and it fits."""
+    """The teacher's plan within one budget (`export.PlanPoint.to_dict`), where the study measured one that fits."""
     plans = attrs.get(TEACHER_PLANS) or {}
     for row in plans.get("budgets", []):
         if row.get("label") == label and row.get("fits"):
-            return row
+            return row["plan"]
     return None

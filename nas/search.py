@@ -109,8 +109,9 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         write_pointer(out, url, cfg.run.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
-                            budget_ms=facts["budget_ms"], progress=progress, limit=limit,
-                            smallest_ms=study_budgets(facts)[-1].ms)
+                            budget_ms=study_budgets(facts)[0].limit_ms, progress=progress, limit=limit,
+                            smallest_ms=study_budgets(facts)[-1].limit_ms,
+                            tolerance=study_budgets(facts)[0].tolerance)
         if cfg.latency.plans and TEACHER_PLANS not in study.user_attrs:  # the teacher is a candidate too
             study.set_user_attr(TEACHER_PLANS, teacher_plans(ctx, study.user_attrs, out, teacher_pipeline(cfg)))
         _run_trials(study, Objective(ctx), cfg, out, progress, limit)
@@ -152,7 +153,7 @@ def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> dict[st
     teacher_latency, fastest, budgets_ms = _latency_facts(cfg, space, teacher, progress)
     rules = [rule_params(space, teacher.dims.layers, ms / teacher_latency["median_ms"]) for ms in budgets_ms]
     facts = {"teacher_latency": teacher_latency, "budget_ms": budgets_ms[0], "fastest": fastest,
-             "space_size": space.size, "rule": rules[0]}
+             "space_size": space.size, "rule": rules[0], "budget_tolerance": cfg.latency.budget_tolerance}
     if several := budget_facts(cfg, budgets_ms):
         facts |= {"budgets": several, "rules": rules}
     if "int8_ms" in teacher_latency:  # the rule applied to the all-INT8 graph: the depth that fits as INT8

@@ -99,12 +99,13 @@ class SearchContext:
     data: Any
     cache: Any
     teacher_latency_ms: float
-    budget_ms: float
+    budget_ms: float  # the most a graph may read and fit: the budget and its tolerance (`Budget.limit_ms`)
     progress: Progress
     limit: TimeLimit | None = None  # --timeout (nas.time_limit)
     judge: LatencyJudge | None = None  # how latency is read: by default, measured on the config's settings
     # The final stage's budget when the search has several (`for_budget`); None: its only one, `budget_ms`.
     budget_label: str | None = None
+    tolerance: float = 0.0  # the budgets' (`--budget-tolerance`), which `budget_ms` includes
     # What the final stage computes once and every budget's copy uses (nas.baselines: the held-out sentences and
     # the teacher's embeddings of them); `for_budget`'s copies share this one dict.
     shared: dict[str, Any] = field(default_factory=dict)
@@ -119,12 +120,12 @@ class SearchContext:
         """This context for the final stage of one of the search's budgets (the trials' gate, `budget_ms`, is the
         largest); a shallow copy, so what it loaded once (the probe's teacher embeddings, `shared`) is shared."""
         other = copy.copy(self)
-        other.budget_ms, other.budget_label = budget.ms, budget.label
+        other.budget_ms, other.budget_label = budget.limit_ms, budget.label
         return other
 
     @property
     def budget(self) -> Budget:
-        return Budget(self.budget_ms, self.budget_label)
+        return Budget(self.budget_ms / (1.0 + self.tolerance), self.budget_label, self.tolerance)
 
     @property
     def budget_named(self) -> str:
@@ -183,15 +184,18 @@ class SearchContext:
             return result.metrics
         return {**result.metrics, **self.probe.score(result.student, self.teacher.tokenizer)}
 
-    def score(self, spec: StudentSpec, metrics: dict[str, Any], latency: dict[str, Any]) -> Scored:
+    def score(self, spec: StudentSpec, metrics: dict[str, Any], latency: dict[str, Any],
+              within: bool | None = None) -> Scored:
         """A distilled shape's record: the proxy's loss (with standard error), its held-out L_HS and
-        fidelity, latency and reward."""
+        fidelity, latency and reward; `within`: the budget's verdict where another reading made it (a
+        finalist's, before its training), else its latency against the budget."""
         (loss, loss_se), median = proxy_loss(self.config, metrics), float(latency["median_ms"])
         fidelity = metrics.get("fidelity")
         return Scored(arch=spec.arch, params=spec.num_parameters(), latency=latency, loss=loss, loss_se=loss_se,
                       fidelity=None if fidelity is None else float(fidelity), l_hs_norm=float(metrics["l_hs_norm"]),
                       l_hs_raw=float(metrics["l_hs_raw"]), l_hs_se=float(metrics["l_hs_se"]),
-                      reward=self.reward(loss, median), within_budget=median <= self.budget_ms)
+                      reward=self.reward(loss, median),
+                      within_budget=median <= self.budget_ms if within is None else within)
 
     def reward(self, loss: float, latency_ms: float) -> float:
         return kdnas_reward(loss, latency_ms, self.teacher_latency_ms, self.config.reward.target_ratio,
@@ -319,7 +323,8 @@ class Objective:
         budget's candidates. (Measured: MPNet at 0.25x, a 30-minute search of three budgets — the rule's 3
         layers read 21.9 ms against 21.7, none of the search's five trials was full width within the budget,
         and the 2-layer full-width student, trained alike, beat the one it shipped.)"""
-        budget = trial.user_attrs.get("rule_budget_ms", self.ctx.budget_ms)
+        budget = trial.user_attrs.get("rule_budget_ms", self.ctx.budget_ms) * (1.0 + self.ctx.tolerance) \
+            if "rule_budget_ms" in trial.user_attrs else self.ctx.budget_ms
         shallower = [n for n in self.ctx.space.layers if n < trial.params["layers"]]
         if median_ms <= budget or not shallower:
             return

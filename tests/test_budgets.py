@@ -178,7 +178,7 @@ def test_a_rule_shape_over_its_budget_queues_the_next_shallower_full_width_one()
 
     space = SearchSpace(layers=(1, 2, 3, 4, 5, 6), heads=(12,), hidden=(384, 768), ffn=(1536, 3072), head_size=64)
     objective = Objective.__new__(Objective)
-    objective.ctx = SimpleNamespace(space=space, budget_ms=43.0)
+    objective.ctx = SimpleNamespace(space=space, budget_ms=43.0, tolerance=0.0)
     # the 6 layers fit 0.5x (the 3 wait their turn); the 3 read over 0.25x: the 2 follow
     for median_ms, expect in ((40.0, [(3, 21.5)]), (21.9, [(2, 21.5)])):
         trial = study.ask()

@@ -91,7 +91,7 @@ def final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float], 
     `budget_latency`, read again when over. Returns the result, the graph's readings when there were
     two, and the side-by-side facts (empty for an absolute budget)."""
     if ctx.config.budget_ms is None:
-        result, facts = beside_teacher(graph, ctx.judge, ctx.teacher_latency_ms)
+        result, facts = beside_teacher(graph, ctx.judge, ctx.teacher_latency_ms, ctx.budget_ms)
         ctx.progress.phase(f"{label}: {facts['ratio_to_teacher']:.3f}x the teacher side by side "
                            f"({result.median_ms:.2f} ms against the budget's {ctx.budget_ms:.2f} ms)")
         return result, [], facts

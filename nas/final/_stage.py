@@ -25,6 +25,7 @@ from ._latency import drift_of, shipped_graph_latency
 from ._records import (final_dir, jsonable, neighbour_records, of_other_budgets, over_record, recipe_of,
                        refused_records, spec_of)
 from ._shipping import finish
+from ..plans import teacher_plan_for
 from ._teacher import teacher_or_student
 from ._train import with_stored_rows
 
@@ -66,7 +67,8 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final.top_k - len(results) + later,
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
                   "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"]),
-                  "gate": stage.gate.get(row["arch"])}
+                  "gate": stage.gate.get(row["arch"]), "before_ms": stage.now[row["arch"]],
+                  "teacher_plan": cfg.latency.plans and teacher_plan_for(study.user_attrs, ctx.budget_label) is not None}
         finalist = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
                           pipeline, timing, stage.trained_wider(row))
         if finalist.within_budget:

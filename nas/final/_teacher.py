@@ -28,7 +28,7 @@ def teacher_or_student(study: optuna.Study, ctx: Any, out: Path, results: list[d
     from ..baselines import _held_out, int8_fidelity
     from ..plans import TEACHER_PLANS, teacher_plan_for
 
-    row = teacher_plan_for(study.user_attrs, ctx.budget_label)
+    row = teacher_plan_for(study.user_attrs, ctx.budget_label)  # the plan: its groups, label, latency, probe ρ
     held = _held_out(ctx)
     if row is None or not results or held is None or "skipped" in held:
         return results
@@ -78,6 +78,7 @@ def _ship_teacher(study: optuna.Study, ctx: Any, out: Path, results: list[dict[s
         shutil.rmtree(aside)
     aside.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(dest), aside)
+    record["student"]["dir"] = str(aside)
     name = planner_graph_name(planner, plan)
     with staged_folder(dest) as stage:
         source = planner.fp32.parent
@@ -90,16 +91,16 @@ def _ship_teacher(study: optuna.Study, ctx: Any, out: Path, results: list[dict[s
         write_sentence_transformers(stage, teacher_dir, hidden_size=ctx.teacher.model.config.hidden_size)
         manifest = json.loads((stage / "export.json").read_text())
         manifest["precision"] = {"plan": plan.to_dict(), "label": record["plan"]["label"], "graph": name,
-                                 "order": study.user_attrs["teacher_plans"]["order"], "probe": record["plan"]}
+                                 "effects": study.user_attrs["teacher_plans"]["order"], "probe": record["plan"]}
         manifest["sizes"] = {p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}
         atomic_write_text(stage / "export.json", json.dumps(manifest, indent=2) + "\n")
     latency, readings, drift, graphs = shipped_latencies(ctx, dest, "the teacher", name)
+    # within the budget by the plan's own reading that chose it (nas.final._shipping._verdict); as shipped beside it
     record.update(dir=str(dest), graph=name, latency_ms=latency["median_ms"], latency_readings_ms=readings, **drift,
-                  latencies=graphs, within_budget=latency["median_ms"] <= ctx.budget_ms,
+                  latencies=graphs, within_budget=record["plan"]["latency_ms"] <= ctx.budget_ms,
                   params=sum(p.numel() for p in ctx.teacher.model.parameters()))
     atomic_write_text(dest / "search.json", json.dumps(jsonable(record), indent=2) + "\n")
     atomic_write_text(dest / "README.md", teacher_card(record, ctx.config))
-    record["student"]["dir"] = str(aside)
     moved = {**student, "dir": str(aside), "shipped_as": str(dest), "displaced_by": "teacher"}
     return [moved, *results[1:]]
 

@@ -358,7 +358,9 @@ def _print_summary(summary: dict, out: Path) -> None:
     budgets = summary.get("budgets") or []
     budget = ", ".join(b["label"] if b["label"].endswith("ms") else f"{b['label']} {b['budget_ms']:.2f} ms"
                        for b in budgets) or f"{summary['budget_ms']:.2f} ms"
-    print(f"trials: {summary['trials']} ({counts}); budget{'s' if budgets else ''} {budget}, "
+    tolerance = summary.get("budget_tolerance") or 0.0
+    within = f" (a graph fits up to {tolerance:.0%} over: --budget-tolerance)" if tolerance else ""
+    print(f"trials: {summary['trials']} ({counts}); budget{'s' if budgets else ''} {budget}{within}, "
           f"teacher {summary['teacher_latency']['median_ms']:.2f} ms")
     if best:
         print(f"best trial #{best['number']}: {best['arch']}  reward {best['reward']:.4f}  "

@@ -181,6 +181,7 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "settings": attrs.get(SETTINGS_ATTR, {}),
         "teacher_latency": attrs.get("teacher_latency"),
         "budget_ms": attrs.get("budget_ms"),
+        "budget_tolerance": attrs.get("budget_tolerance", 0.0),
         "fastest": attrs.get("fastest"),
         "space_size": attrs.get("space_size"),
         "rule": attrs.get("rule"),

@@ -53,6 +53,10 @@ STEPS_AFTER = 5
 # half; a one-off benchmark, in git history; docs/latency.md). Its run leaves time for the fallback (`fallback_s`),
 # so a refusal does not overrun the limit.
 MARGIN = 0.05
+# What a whole command may run past its --timeout: the work after the final run that no estimate can cut
+# short (the export, the readings of what ships, writing the pages), at the least limit that works
+# (nas.config.MIN_TIMEOUT_S) on the bundled teacher and 2 cores.
+TIMEOUT_MARGIN_S = 60
 
 
 @dataclass(frozen=True)

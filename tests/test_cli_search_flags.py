@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from kdnas.cli import build_parser
 from kdnas.nas import SearchConfig
 from kdnas.nas._cli import config_from_args
@@ -81,7 +83,7 @@ def test_study_settings_are_what_defines_a_trial_and_never_the_run_or_the_final_
         for f in dataclasses.fields(cls):
             if group == "final" and f.name in ("method", "batch_size", "train", "unit"):
                 continue
-            other = {"out": "elsewhere", "trials": 3, "timeout": 60.0, "storage": "sqlite:///x.db", "study_name": "s",
+            other = {"out": "elsewhere", "trials": 3, "timeout": 600.0, "storage": "sqlite:///x.db", "study_name": "s",
                      "latency_model": False, "reference": True, "progress": False, "stale_after_s": 9.0,
                      "cache_dir": "none", "steps": 7, "max_steps": None, "top_k": 2, "lr": 5e-4, "augment": 0.25,
                      "embed_terms": "mse+cos", "save_every": 0, "quality_sentences": 10}[f.name]
@@ -172,3 +174,16 @@ def test_workers_are_started_only_once_every_flag_is_checked(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "exponent nan must be a finite number" in err[0], err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("timeout", ["5", "119"])
+def test_a_timeout_too_short_for_any_search_is_one_line_naming_the_least_that_works(tmp_path, capsys, timeout):
+    from kdnas.cli import main
+    from kdnas.nas.config import MIN_TIMEOUT_S
+
+    out = tmp_path / "run"
+    assert main(["search", "--out", str(out), "--timeout", timeout]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--timeout {timeout} s is too short" in err
+    assert f"give --timeout {MIN_TIMEOUT_S} or more, or none" in err
+    assert not out.exists()

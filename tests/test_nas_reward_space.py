@@ -231,3 +231,34 @@ def test_the_rule_keeps_the_teachers_full_width_at_the_depth_that_fits():
 
     deep_only = override_space(minilm, {"layers": "4-6"})
     assert rule_params(deep_only, 6, 0.5) is None  # the space holds no shape of the rule's depth
+
+
+def test_a_shape_proposed_again_is_answered_from_the_study_and_not_counted():
+    """Objective._repeat: the earlier trial's value is copied for the sampler, the trial is marked a repeat and
+    counts for nothing — until every shape of the space was tried, when a repeat counts (so a study ends)."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from kdnas.nas.resume import counted_trials
+    from kdnas.nas.trial import Objective
+
+    study = optuna.create_study()
+    first = study.ask()
+    first.set_user_attr("arch", "1x4x384x256")
+    first.set_user_attr("status", "feasible")
+    study.tell(first, 0.7)
+    objective = Objective.__new__(Objective)
+    objective.ctx = SimpleNamespace(config=SimpleNamespace(trial_count=6), space=SimpleNamespace(size=8))
+    again = study.ask()
+    again.set_user_attr("arch", "1x4x384x256")
+    value = objective._repeat(again, study.trials[0])
+    study.tell(again, value)
+    assert value == 0.7 and study.trials[1].user_attrs["status"] == "repeat"
+    assert "proposed again (not counted)" in study.trials[1].user_attrs["reason"]
+    assert counted_trials(study) == 1
+    objective.ctx.space.size = 1  # every shape of the space tried: a repeat counts
+    third = study.ask()
+    third.set_user_attr("arch", "1x4x384x256")
+    study.tell(third, objective._repeat(third, study.trials[0]))
+    assert study.trials[2].user_attrs["status"] == "feasible" and counted_trials(study) == 2

@@ -612,21 +612,19 @@ def test_a_search_killed_during_its_final_run_goes_on_from_its_last_save(tmp_pat
     assert record["steps"] == 600 and not state.exists()  # shipped: the save is gone
 
 
-@pytest.mark.slow  # a full search, ~85 s; the time limit's rules are unit-tested in test_time_limit
-def test_a_timeout_stops_the_trials_and_fits_the_final_run(tmp_path):
+@pytest.mark.slow  # the default search under the least --timeout that works: about 2.5 min on 2 cores
+def test_the_least_timeout_that_works_ends_within_its_margin(tmp_path, isolated_cache):
+    """`kdnas search --timeout 120` (the bundled teacher, an empty cache): the whole command ends within the
+    limit and the margin the docs state for the final stage's export and writing (nas.time_limit)."""
+    from kdnas.nas.time_limit import TIMEOUT_MARGIN_S
+
     out = tmp_path / "run"
-    # A limit already spent when the first trial ends: no second trial starts, and the final run
-    # stops once it has measured its pace (distill.loop.FIT_AFTER = 20 of its 40 steps).
-    result = kdnas("search", "--out", str(out), "--trials", "3", "--layers", "1", "--heads", "12", "--hidden", "384",
-                   "--ffn", "256", "--budget-ms", "1000", "--proxy-steps", "4", "--final-steps", "40",
-                   "--timeout", "1", *TINY)
+    started = time.monotonic()
+    result = kdnas("search", "--out", str(out), "--timeout", "120", "--no-progress")
+    took = time.monotonic() - started
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "--timeout 1 s: 50% of it is spent, so no further trial starts (1 of 3 done" in result.stderr
-    assert "after 20 of 40 steps (fitted to --timeout 1 s) of embed" in result.stdout
-    shipped = json.loads((out / "best" / "search.json").read_text())
-    assert (shipped["steps"], shipped["steps_planned"], shipped["timeout_s"]) == (20, 40, 1.0)
-    assert "20 of 40 steps (fitted to --timeout 1 s)" in (out / "best" / "README.md").read_text()
-    assert len(load(out).trials) == 1
+    assert took <= 120 + TIMEOUT_MARGIN_S, (took, result.stderr[-2000:])
+    assert json.loads((out / "summary.json").read_text())["final"], "something shipped"
 
 
 @pytest.mark.slow  # a full search, ~65 s; the step plan is unit-tested in test_time_limit and test_trainer
@@ -668,3 +666,20 @@ def test_a_final_run_on_a_corpus_too_small_for_its_steps_perturbs_half_its_batch
     assert "50% of the batches perturbed, embed terms mse+cos+rel+mid" in (out / "best" / "README.md").read_text()
     config = json.loads((out / "best" / "distill.json").read_text())["config"]
     assert config["augment"] == 0.5 and config["embed_terms"] == "mse+cos+rel+mid"
+
+
+@pytest.mark.slow  # a whole TPE search of eight shapes and tiny steps, about 2 min on 2 cores
+def test_trials_buy_distinct_shapes_where_tpe_repeats_them(tmp_path):
+    """One trial per shape: in a space of eight shapes TPE proposes shapes again; each repeat is answered from the
+    study (its value copied for the sampler, nothing trained) and not counted, so --trials 6 buys six shapes."""
+    out = tmp_path / "run"
+    result = kdnas("search", "--out", str(out), "--trials", "6", "--layers", "1,2", "--heads", "4", "--hidden", "384",
+                   "--ffn", "256,512,1024,1536", "--budget-ms", "1000", "--proxy-steps", "2", "--final-steps", "0",
+                   "--runtime", "onnxruntime", *TINY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = list(csv.DictReader((out / "trials.csv").open()))
+    counted = [r for r in rows if r["status"] != "repeat"]
+    assert len(counted) == 6 and len({r["arch"] for r in counted}) == 6
+    repeats = [r for r in rows if r["status"] == "repeat"]
+    assert all("proposed again (not counted)" in r["reason"] and r["arch"] in {c["arch"] for c in counted}
+               for r in repeats)

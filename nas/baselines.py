@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -32,10 +32,13 @@ from kdnas.core.errors import KdnasError
 from kdnas.evaluation.baselines import untrained_baselines
 from kdnas.evaluation.fidelity import MIN_SENTENCES
 
+if TYPE_CHECKING:
+    from .trial import SearchContext
+
 PAIRS = 4000
 
 
-def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any] | None:
+def baseline_fidelity(ctx: "SearchContext", spec: StudentSpec, cache: Any) -> dict[str, Any] | None:
     """What `fidelity_table` needs besides the student: the held-out sentences, the teacher's
     embeddings of them and both untrained baselines' rows (None when not asked for). The final
     stage computes it before training: nothing in it depends on the training, and its time tells
@@ -50,7 +53,7 @@ def baseline_fidelity(ctx: Any, spec: StudentSpec, cache: Any) -> dict[str, Any]
     return {"sentences": sentences, "reference": reference, "rows": rows, "trained_on": _training_rows(ctx, cache)}
 
 
-def teacher_int8(ctx: Any, pipeline: dict[str, Any]) -> dict[str, Any] | None:
+def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any]) -> dict[str, Any] | None:
     """The alternative a user has for free, beside the students: the teacher itself as INT8 (the recipe of
     `kdnas export --int8`), its latency read on the search's settings and its fidelity on the held-out
     sentences the students are scored on (None when fidelity is not asked for)."""
@@ -77,7 +80,7 @@ def teacher_int8(ctx: Any, pipeline: dict[str, Any]) -> dict[str, Any] | None:
     return {"latency": latency, "fidelity": fidelity, "sentences": len(sentences)}
 
 
-def _held_out(ctx: Any) -> dict[str, Any] | None:
+def _held_out(ctx: "SearchContext") -> dict[str, Any] | None:
     """The `final.quality_sentences` held-out corpus sentences every shipped model is scored on, with the teacher's
     embeddings of them; None when fidelity is not asked for, {"skipped": why} when the corpus holds too few.
     Once per search: the teacher's INT8 graph and every budget's finalists are scored on the same ones, and the
@@ -101,7 +104,7 @@ def _held_out(ctx: Any) -> dict[str, Any] | None:
     return held
 
 
-def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:
+def _training_rows(ctx: "SearchContext", cache: Any) -> dict[str, Any]:
     """As many rows of the transfer set as held-out sentences, decoded to text, with the teacher's embeddings."""
     from kdnas.distill.data import training_texts
     from kdnas.evaluation import sentence_embeddings
@@ -111,7 +114,7 @@ def _training_rows(ctx: Any, cache: Any) -> dict[str, Any]:
     return {"sentences": texts, "reference": sentence_embeddings(ctx.teacher, texts, max_len=cfg.latency.seq)}
 
 
-def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any,
+def fidelity_table(ctx: "SearchContext", spec: StudentSpec, student: nn.Module, cache: Any,
                    prepared: dict[str, Any] | None = None, passes: float | None = None) -> dict[str, Any] | None:
     """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, and the
     student's on as many rows of its transfer set (`trained_on`, with the `passes` its run made over
@@ -132,7 +135,7 @@ def fidelity_table(ctx: Any, spec: StudentSpec, student: nn.Module, cache: Any,
             "trained_on": trained}
 
 
-def int8_fidelity(ctx: Any, prepared: dict[str, Any] | None, graph: Path) -> dict[str, float] | None:
+def int8_fidelity(ctx: "SearchContext", prepared: dict[str, Any] | None, graph: Path) -> dict[str, float] | None:
     """The shipped INT8 graph's fidelity on the held-out sentences the student is scored on: what a user
     who deploys model.int8.onnx gets, beside the fp32 student's row. None where fidelity was not measured."""
     if not prepared or "skipped" in prepared:
@@ -191,7 +194,7 @@ def versus_teacher_int8(final: dict[str, Any], int8: dict[str, Any] | None) -> s
     return f"faster than {teacher}, which is closer to the teacher by {rho - fp32_rho:.3f}: a trade of speed for fidelity"
 
 
-def _fidelity(ctx: Any, model: nn.Module, sentences: list[str], reference: Any) -> dict[str, float]:
+def _fidelity(ctx: "SearchContext", model: nn.Module, sentences: list[str], reference: Any) -> dict[str, float]:
     from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
     cfg = ctx.config

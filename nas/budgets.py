@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .schema import TrialStatus
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -82,7 +84,7 @@ def within(rows: list[dict[str, Any]], budget: Budget, attrs: dict[str, Any] | N
 
 def _int8_fits(row: dict[str, Any], budget: Budget) -> bool:
     return (row.get("fidelity_int8") is not None and row.get("latency_int8_ms") is not None
-            and row["latency_int8_ms"] <= budget.limit_ms and row.get("status") == "feasible")
+            and row["latency_int8_ms"] <= budget.limit_ms and row.get("status") == TrialStatus.FEASIBLE)
 
 
 def as_int8(row: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:

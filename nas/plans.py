@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .budgets import study_budgets
+
+if TYPE_CHECKING:
+    from .trial import SearchContext
 
 TEACHER_PLANS = "teacher_plans"  # the study attribute
 TEACHER_FOLDER = ".teacher"  # in --out: the teacher's exported graphs, which its plans are built from
 
 
-def probe_scorer(ctx: Any, fp32_graph: Path | None = None) -> Any:
+def probe_scorer(ctx: "SearchContext", fp32_graph: Path | None = None) -> Any:
     """A scorer of graphs on the probe: ρ against the teacher (primary), and against `fp32_graph`'s own."""
     from kdnas.evaluation import FidelityScorer, graph_embeddings
 
@@ -37,14 +40,14 @@ def probe_scorer(ctx: Any, fp32_graph: Path | None = None) -> Any:
                           seed=probe.seed)
 
 
-def judged_ms(ctx: Any, label: str):
+def judged_ms(ctx: "SearchContext", label: str):
     """A graph's milliseconds as the budget judges a finalist's (side by side with the teacher for a ratio)."""
     from .final._latency import final_latency
 
     return lambda graph: float(final_latency(ctx, Path(graph), label)[0].median_ms)
 
 
-def plan_student(ctx: Any, dest: Path, label: str) -> Any:
+def plan_student(ctx: "SearchContext", dest: Path, label: str) -> Any:
     """A trained finalist's plan within `ctx`'s budget, grown on the graphs `dest` holds (export.json records it,
     a mixed plan is written as model.mixed.onnx); None where not even its all-INT8 graph fits as shipped."""
     from kdnas.evaluation import choose_precision
@@ -53,7 +56,7 @@ def plan_student(ctx: Any, dest: Path, label: str) -> Any:
     return choose_precision(dest, probe_scorer(ctx, dest / "model.onnx"), judged_ms(ctx, label), budget_ms=ctx.budget_ms)
 
 
-def teacher_export(ctx: Any, out: Path, pipeline: dict[str, Any]) -> Path:
+def teacher_export(ctx: "SearchContext", out: Path, pipeline: dict[str, Any]) -> Path:
     """The teacher's fp32 and all-INT8 graphs in `out/.teacher` (exported once per --out)."""
     from kdnas.export import export_model
 
@@ -65,7 +68,7 @@ def teacher_export(ctx: Any, out: Path, pipeline: dict[str, Any]) -> Path:
     return folder
 
 
-def teacher_planner(ctx: Any, out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]] | None = None) -> Any:
+def teacher_planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]] | None = None) -> Any:
     """The planner of the teacher's graph (with the group order measured before, where given)."""
     import json
 
@@ -80,7 +83,7 @@ def teacher_planner(ctx: Any, out: Path, pipeline: dict[str, Any], order: list[d
     return planner
 
 
-def teacher_plans(ctx: Any, attrs: dict[str, Any], out: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
+def teacher_plans(ctx: "SearchContext", attrs: dict[str, Any], out: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
     """The teacher's best plan within each budget of the study (`attrs`, its facts): fitting or not, its probe
     fidelity and latency, and the group order measured (the sensitivity pass runs only where the all-INT8
     graph fits the largest budget)."""

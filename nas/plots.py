@@ -16,16 +16,16 @@ from optuna.trial import TrialState, create_trial
 from kdnas.core.errors import first_line
 
 from .records import latency_model_facts, loss_of, model_checked, pareto_front
-from .trial import UNTRAINED_LOSS
+from .schema import UNTRAINED_LOSS, TrialStatus
 
 _STYLE = {  # status -> (legend name, marker)
-    "feasible": ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
-    "pruned": ("pruned (loss when stopped)", dict(symbol="diamond", size=9, color="#ff7f0e")),
-    "infeasible": (f"over budget (not trained, drawn at loss {UNTRAINED_LOSS:g})",
+    TrialStatus.FEASIBLE: ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
+    TrialStatus.PRUNED: ("pruned (loss when stopped)", dict(symbol="diamond", size=9, color="#ff7f0e")),
+    TrialStatus.INFEASIBLE: (f"over budget (not trained, drawn at loss {UNTRAINED_LOSS:g})",
                    dict(symbol="x", size=10, color="#d62728")),
-    "resampled": ("predicted over budget (not measured, proposed again)",
+    TrialStatus.RESAMPLED: ("predicted over budget (not measured, proposed again)",
                   dict(symbol="x-open", size=8, color="#f4a3a3")),
-    "failed": (f"failed (drawn at loss {UNTRAINED_LOSS:g} unless evaluated)",
+    TrialStatus.FAILED: (f"failed (drawn at loss {UNTRAINED_LOSS:g} unless evaluated)",
                dict(symbol="triangle-up", size=9, color="#7f7f7f")),
 }
 

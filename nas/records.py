@@ -12,6 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .resume import heartbeat_retries
+from .schema import BEFORE_TRAINING, TrialStatus
 from .storage import SETTINGS_ATTR
 
 COLUMNS = (
@@ -22,8 +23,8 @@ COLUMNS = (
     "seconds_latency", "seconds_distill", "seconds_teacher", "seconds_total", "datetime_start",
 )
 
-_STATUS_OF_STATE = {TrialState.RUNNING: "running", TrialState.WAITING: "waiting", TrialState.PRUNED: "pruned",
-                    TrialState.FAIL: "failed"}
+_STATUS_OF_STATE = {TrialState.RUNNING: TrialStatus.RUNNING, TrialState.WAITING: TrialStatus.WAITING,
+                    TrialState.PRUNED: TrialStatus.PRUNED, TrialState.FAIL: TrialStatus.FAILED}
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
@@ -33,7 +34,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
 
 def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict[str, Any]:
     attrs = trial.user_attrs
-    status = _STATUS_OF_STATE.get(trial.state) or attrs.get("status", "feasible")
+    status = str(_STATUS_OF_STATE.get(trial.state) or attrs.get("status", TrialStatus.FEASIBLE))
     if trial.state == TrialState.RUNNING:
         status = f"running ({attrs.get('phase', 'start')})"
     arch = attrs.get("arch")
@@ -103,7 +104,7 @@ def _precision_columns(attrs: dict[str, Any]) -> dict[str, Any]:
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Feasible trained trials not dominated in (latency, the proxy's loss), sorted by latency."""
-    points = [r for r in rows if r["status"] == "feasible" and r["loss"] is not None
+    points = [r for r in rows if r["status"] == TrialStatus.FEASIBLE and r["loss"] is not None
               and r["latency_median_ms"] is not None]
     points.sort(key=lambda r: (r["latency_median_ms"], r["loss"]))
     front, best_loss = [], float("inf")
@@ -156,7 +157,7 @@ def trial_pace(study: optuna.Study, number: int) -> float | None:
 
 
 def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    feasible = [r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
+    feasible = [r for r in rows if r["status"] == TrialStatus.FEASIBLE and r["reward"] is not None]
     return max(feasible, key=lambda r: r["reward"]) if feasible else None
 
 
@@ -168,7 +169,7 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         key = r["status"].split(" ")[0]
         counts[key] = counts.get(key, 0) + 1
     finished = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED", "FAIL")]
-    before_training = [r for r in finished if r["status"] in ("rejected", "infeasible", "resampled")]
+    before_training = [r for r in finished if r["status"] in BEFORE_TRAINING]
     timed = [r for r in finished if r["seconds_total"] is not None]
 
     def mean(key: str) -> float | None:
@@ -212,7 +213,7 @@ def budget_table(attrs: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict
 
     table = []
     for budget in study_budgets(attrs):
-        fits = [r for r in within(rows, budget, attrs) if r["status"] == "feasible"]
+        fits = [r for r in within(rows, budget, attrs) if r["status"] == TrialStatus.FEASIBLE]
         shipped = [f for f in attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == budget.label]
         best = best_row(fits)
         table.append({"label": budget.label, "budget_ms": budget.ms, "folder": budget.best,

@@ -8,11 +8,14 @@ the same head count as the teacher, and hidden/FFN at the same ratios to the tea
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdnas.distill import StudentSpec
 
 from .measure import latency_record
+
+if TYPE_CHECKING:
+    from .trial import SearchContext
 
 # name, (layers, heads, hidden, ffn) for the BERT-base teacher, paper CPU latency in ms
 TABLE1 = (
@@ -35,7 +38,7 @@ def reference_shapes(teacher_heads: int, teacher_hidden: int, teacher_ffn: int) 
     return out
 
 
-def evaluate_references(ctx: Any) -> list[dict[str, Any]]:
+def evaluate_references(ctx: "SearchContext") -> list[dict[str, Any]]:
     """Measure and proxy-distill each scaled reference shape exactly like a trial (same budget)."""
     dims = ctx.teacher.dims
     results = []

@@ -23,6 +23,8 @@ import optuna
 import psutil
 from optuna.trial import TrialState
 
+from .schema import UNCOUNTED, TrialStatus
+
 RETRYABLE = ("stale", "interrupted", "error")
 # At most this many proposals per `--trials` are proposed again, uncounted, when the latency model puts
 # them over the budget (nas.trial): a sampler that keeps proposing such shapes then counts them, so a
@@ -125,7 +127,8 @@ def repeated_failure(study: optuna.Study, last: int) -> str | None:
     """The error of the study's `last` finished trials when they all failed with the same one
     (trials settled without running, as rejected or copied shapes, are skipped)."""
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()
-                and t.user_attrs.get("status") not in ("rejected", "surplus") and "duplicate_of" not in t.user_attrs][-last:]
+                and t.user_attrs.get("status") not in (TrialStatus.REJECTED, TrialStatus.SURPLUS)
+                and "duplicate_of" not in t.user_attrs][-last:]
     reasons = {t.user_attrs.get("reason") for t in finished}
     if (len(finished) == last and len(reasons) == 1 and None not in reasons
             and all(t.state == TrialState.FAIL and t.user_attrs.get("fail_kind") == "error" for t in finished)):
@@ -163,9 +166,6 @@ def is_surplus(study: optuna.Study, number: int, wanted: int) -> bool:
     return slots_taken(study, before=number) >= wanted
 
 
-UNCOUNTED = ("surplus", "resampled", "repeat")
-
-
 def _counts(trial: optuna.trial.FrozenTrial, retried: set[int]) -> bool:
     return (trial.user_attrs.get("status") not in UNCOUNTED
             and not (trial.state == TrialState.FAIL and trial.number in retried))
@@ -174,7 +174,8 @@ def _counts(trial: optuna.trial.FrozenTrial, retried: set[int]) -> bool:
 def resampled_trials(study: optuna.Study) -> int:
     """Proposals answered without a trial's work and proposed again instead of counted: shapes the latency
     model put over the budget, and shapes the study holds already (`repeat`)."""
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get("status") in ("resampled", "repeat"))
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.user_attrs.get("status") in (TrialStatus.RESAMPLED, TrialStatus.REPEAT))
 
 
 def _retried(trials: list[optuna.trial.FrozenTrial]) -> set[int]:

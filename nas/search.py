@@ -33,6 +33,7 @@ from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, latency_record
 from .neighbours import WIDER, ffn_neighbour
 from .plans import TEACHER_PLANS, teacher_plans
+from .schema import SCHEMA_VERSION, VERSION_ATTR
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_pace, trial_rows
@@ -181,7 +182,7 @@ def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
     if existing is not None:
         check_settings(existing, settings, url)
     else:
-        facts = {**new_facts(), SETTINGS_ATTR: settings}
+        facts = {**new_facts(), VERSION_ATTR: SCHEMA_VERSION, SETTINGS_ATTR: settings}
         study = _create_study(cfg, storage, facts)
         if study is not None:
             return study, facts

@@ -183,6 +183,9 @@ def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> Non
         raise StorageError(
             f"study {study.study_name!r} in {url} was not created by kdnas search; use another --study-name"
         )
+    from .schema import check_version
+
+    check_version(study.user_attrs, f"study {study.study_name!r} in {url}")
     # The same normalisation the storage applies; a group (`proxy`, `latency`, ...) compared field by field, so
     # the line names the one that differs (`proxy.method`), not the whole group.
     stored, wanted = _dotted(stored), _dotted(json.loads(json.dumps(wanted)))

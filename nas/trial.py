@@ -30,14 +30,11 @@ from .measure import MODEL_CHECK, LatencyJudge, latency_prediction, model_check,
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
 from .reward import kdnas_reward
+from .schema import UNTRAINED_LOSS, TrialStatus
 from .scored import Scored
 from .space import SearchSpace
 from .time_limit import TimeLimit
 
-# Placeholder objective values for trials that were never trained (invalid or over budget). They
-# are always infeasible through their constraints, so neither samplers nor `best` use the values;
-# pages read the user attributes instead.
-UNTRAINED_LOSS = 1.0  # the normalized loss of predicting the teacher's mean
 # Interim (pruner) L_HS estimates score the first held-out rows only: an evaluation every few steps
 # on all of them would cost more than the training it watches. The last evaluation uses every row.
 INTERIM_EVAL_ROWS = 32
@@ -234,21 +231,21 @@ class Objective:
         start = time.perf_counter()
         trial.set_user_attr("worker", worker_identity())
         if is_surplus(trial.study, trial.number, self.ctx.config.trial_count):
-            trial.set_user_attr("status", "surplus")
+            trial.set_user_attr("status", TrialStatus.SURPLUS)
             trial.set_user_attr("reason", "surplus: another worker started the last trial at the same moment; not run")
             raise optuna.TrialPruned()
         try:
             return self._run(trial, seconds)
         except optuna.TrialPruned:
-            trial.set_user_attr("status", "pruned")
+            trial.set_user_attr("status", TrialStatus.PRUNED)
             raise
         except KeyboardInterrupt:
-            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("status", TrialStatus.FAILED)
             trial.set_user_attr("fail_kind", "interrupted")
             trial.set_user_attr("reason", f"interrupted during {trial.user_attrs.get('phase')!r}; retried on resume")
             raise
         except Exception as err:
-            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("status", TrialStatus.FAILED)
             trial.set_user_attr("fail_kind", "error")
             message = first_line(err)
             trial.set_user_attr("reason", f"{type(err).__name__}: {message}"[:500])
@@ -368,7 +365,7 @@ class Objective:
         for key in SCORE_ATTRS:  # shape and latency are stored already
             trial.set_user_attr(key, getattr(scored, key))
         trial.set_user_attr("train_loss", float(result.metrics.get("train_loss", float("nan"))))
-        trial.set_user_attr("status", "feasible")
+        trial.set_user_attr("status", TrialStatus.FEASIBLE)
         self._phase(trial, "done")
         return scored.reward if cfg.reward.objective == "reward" else (scored.loss, median)
 
@@ -408,7 +405,7 @@ class Objective:
         if len(tried) < self.ctx.space.size and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
             # one trial per shape: the sampler learns its value and proposes again; --trials buys distinct shapes
             # (counted once every shape of the space was tried, or after RESAMPLES x --trials proposals again)
-            trial.set_user_attr("status", "repeat")
+            trial.set_user_attr("status", TrialStatus.REPEAT)
             note += ", proposed again (not counted)"
         trial.set_user_attr("reason", f"{note}; {reason}" if reason else note)
         values = earlier.values
@@ -418,7 +415,7 @@ class Objective:
         # Settled at once; recorded as infeasible so the sampler learns to avoid the shape.
         trial.set_constraint("shape", 1.0)
         trial.set_constraint("latency", 0.0)
-        trial.set_user_attr("status", "rejected")
+        trial.set_user_attr("status", TrialStatus.REJECTED)
         trial.set_user_attr("reason", reason)
         return self._untrained(2.0 * self.ctx.budget_ms)
 
@@ -428,11 +425,11 @@ class Objective:
         trials a study counts are shapes within or near the budget."""
         median, budget = float(latency["median_ms"]), self.ctx.budget_ms
         if latency.get("predicted") and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
-            trial.set_user_attr("status", "resampled")
+            trial.set_user_attr("status", TrialStatus.RESAMPLED)
             trial.set_user_attr("reason", f"predicted {median:.2f} ms > budget {budget:.2f} ms; not measured, "
                                           "proposed again (not counted)")
         else:
-            trial.set_user_attr("status", "infeasible")
+            trial.set_user_attr("status", TrialStatus.INFEASIBLE)
             how = "predicted" if latency.get("predicted") else "latency"
             trial.set_user_attr("reason", f"{how} {median:.2f} ms > budget {budget:.2f} ms; not trained")
         return self._untrained(median)

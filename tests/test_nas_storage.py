@@ -191,3 +191,20 @@ def test_a_storage_file_holds_studies_once_one_is_created_in_it(tmp_path):
         assert holds_studies(url)
     (tmp_path / "not.db").write_text("the user's own text")
     assert holds_studies(f"sqlite:///{tmp_path / 'not.db'}")  # not readable as a study database: left alone
+
+
+def test_a_study_of_a_newer_record_version_is_refused_in_one_line():
+    import optuna
+    import pytest
+
+    from kdnas.core.errors import StorageError
+    from kdnas.nas.schema import SCHEMA_VERSION, VERSION_ATTR
+    from kdnas.nas.storage import SETTINGS_ATTR, check_settings
+
+    study = optuna.create_study(study_name="newer")
+    study.set_user_attr(SETTINGS_ATTR, {"teacher": "minilm-l6"})
+    check_settings(study, {"teacher": "minilm-l6"}, "sqlite:///x.db")  # a study of version 1 (none stored) resumes
+    study.set_user_attr(VERSION_ATTR, SCHEMA_VERSION + 1)
+    with pytest.raises(StorageError, match=rf"record version {SCHEMA_VERSION + 1}; this kdnas reads versions up to "
+                                           rf"{SCHEMA_VERSION}: upgrade kdnas"):
+        check_settings(study, {"teacher": "minilm-l6"}, "sqlite:///x.db")

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kdnas.distill import StudentSpec
 
 from ..measure import LatencyJudge, beside_teacher, budget_latency, latency_record
 from ..time_limit import MARGIN, settled
 from ..variant import PLAIN, VariantChoice, choose_variant
+
+if TYPE_CHECKING:
+    from ..trial import SearchContext
 
 
 FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH = "model.onnx", "model.int8.onnx", "model.mixed.onnx"
@@ -40,7 +43,7 @@ class Gate(NamedTuple):
     graph: str
 
 
-def shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any], label: str) -> Gate:
+def shipped_graph_latency(ctx: "SearchContext", spec: StudentSpec, pipeline: dict[str, Any], label: str) -> Gate:
     """The latency of the graph `best/` will ship, built with random weights, as the budget judges it
     (`final_latency`) — read twice and averaged when within the margin of the budget
     (`nas.time_limit.settled`); on onnxruntime fp32 (and auto) the fp32 graph is the faster of fused and
@@ -70,7 +73,7 @@ def shipped_graph_latency(ctx: Any, spec: StudentSpec, pipeline: dict[str, Any],
     return gate._replace(variant=choice if gate.graph != INT8_GRAPH else None)
 
 
-def _judged(ctx: Any, graph: Path, label: str, steps: int) -> Gate:
+def _judged(ctx: "SearchContext", graph: Path, label: str, steps: int) -> Gate:
     """One graph as the budget judges it, read again within the margin of the budget (`settled`)."""
     result, readings, drift = final_latency(ctx, graph, label)
     before, settling = float(result.median_ms), []
@@ -84,7 +87,7 @@ def _judged(ctx: Any, graph: Path, label: str, steps: int) -> Gate:
     return Gate(before, readings, drift, steps, None, graph.name)
 
 
-def final_latency(ctx: Any, graph: Path, label: str) -> tuple[Any, list[float], dict[str, Any]]:
+def final_latency(ctx: "SearchContext", graph: Path, label: str) -> tuple[Any, list[float], dict[str, Any]]:
     """A finalist's graph as the budget judges it. A ratio budget: timed side by side with the teacher
     (`beside_teacher`; read alone, one graph moved from 12.39 to 9.09 ms within a minute, and a
     finalist that fitted before its training was refused after it). An absolute budget (--budget-ms):
@@ -107,13 +110,13 @@ def drift_of(entry: dict[str, Any]) -> dict[str, Any]:
     return {key: entry[key] for key in SIDE_BY_SIDE if key in entry}
 
 
-def _say_readings(ctx: Any, label: str, readings: list[float]) -> None:
+def _say_readings(ctx: "SearchContext", label: str, readings: list[float]) -> None:
     if readings:
         ctx.progress.phase(f"{label}: {readings[0]:.2f} ms is over the budget of {ctx.budget_ms:.2f} ms; "
                            f"measured again: {readings[1]:.2f} ms")
 
 
-def shipped_latencies(ctx: Any, dest: Path, label: str, judged: str | None = None
+def shipped_latencies(ctx: "SearchContext", dest: Path, label: str, judged: str | None = None
                       ) -> tuple[dict, list[float], dict, dict[str, dict]]:
     """The graphs as shipped (fused fp32, INT8, a precision plan's), not a rebuild from config.json: `judged`
     (by default the runtime's, `shipped_graphs`) as the budget judges it, the others read right after; (the

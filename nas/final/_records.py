@@ -9,7 +9,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -19,7 +19,11 @@ from ..budgets import Budget, within
 from ..neighbours import candidates
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
+from ..schema import TrialStatus
 from ..scored import Scored
+
+if TYPE_CHECKING:
+    from ..trial import SearchContext
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def finalists(study: optuna.Study, objective: str, budget: Budget | None = None)
     rows = [r for r in trial_rows(study) if r["number"] not in copies]
     rows = rows if budget is None else within(rows, budget, study.user_attrs)
     pool = pareto_front(rows) if objective == "pareto" else [
-        r for r in rows if r["status"] == "feasible" and r["reward"] is not None]
+        r for r in rows if r["status"] == TrialStatus.FEASIBLE and r["reward"] is not None]
     return sorted(pool, key=lambda r: -r["reward"])
 
 
@@ -144,7 +148,7 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
     return "the final stage was claimed by another worker a moment ago"
 
 
-def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], ctx: Any) -> bool:
+def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], ctx: "SearchContext") -> bool:
     """Whether the final stage of `ctx`'s budget has shipped `pool`'s candidates with this recipe already."""
     cfg, label = ctx.config, ctx.budget_label
     done = [f for f in study.user_attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == label]
@@ -155,11 +159,11 @@ def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], ctx: Any
     return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
 
 
-def spec_of(ctx: Any, row: dict[str, Any]) -> StudentSpec:
+def spec_of(ctx: "SearchContext", row: dict[str, Any]) -> StudentSpec:
     return StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
 
 
-def over_record(row: dict[str, Any], ctx: Any, moved_to: Path | None, latency_ms: float,
+def over_record(row: dict[str, Any], ctx: "SearchContext", moved_to: Path | None, latency_ms: float,
                 readings: list[float]) -> dict[str, Any]:
     return {"trial": row["number"], "arch": row["arch"], "recipe": recipe_of(ctx.config, ctx.budget_label),
             "stage": "before training" if moved_to is None else "as shipped",

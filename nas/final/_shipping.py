@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdnas.core.files import atomic_write_text, make_shared
 
@@ -17,8 +17,11 @@ from . import _train
 from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_graphs, shipped_latencies
 from ._records import Finalist, jsonable, origin_of, recipe_of, spec_of, state_file
 
+if TYPE_CHECKING:
+    from ..trial import SearchContext
 
-def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
+
+def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
            pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> Finalist:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
     `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
@@ -75,7 +78,7 @@ def finish(ctx: Any, cache: Any, dest: Path, row: dict[str, Any], label: str, te
     return finalist
 
 
-def _verdict(ctx: Any, before_ms: float, choice: Any, shipped: dict[str, Any]) -> dict[str, Any]:
+def _verdict(ctx: "SearchContext", before_ms: float, choice: Any, shipped: dict[str, Any]) -> dict[str, Any]:
     """Whether the finalist is within its budget, and why. The budget judged its graph before the long run
     (weights do not change latency), or — for a precision plan grown on the trained weights — the plan's own
     reading that chose it: the reading as shipped is kept beside it and does not undo that, unless it is over
@@ -85,7 +88,7 @@ def _verdict(ctx: Any, before_ms: float, choice: Any, shipped: dict[str, Any]) -
     return {"ms": ms, "by": by, "within": ms <= ctx.budget_ms and not over, "shipped_ms": shipped["median_ms"]}
 
 
-def _shipped_scores(ctx: Any, res: Any, dest: Path, quality: dict | None, prepared: Any, shipped: dict,
+def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: dict | None, prepared: Any, shipped: dict,
                     choice: Any, judged: str) -> dict[str, Any]:
     """The INT8 graph's (and a plan's) held-out fidelity into `quality`, export.json as the plan left it into
     `shipped`, and the proxy's metrics of the graph that ships (the plan's probe ρ where it is not fp32)."""
@@ -120,7 +123,7 @@ def _after_run_s(timing: dict[str, Any], layers: int, baselines_s: float) -> flo
     return after_s
 
 
-def _precision(ctx: Any, dest: Path, label: str, gate: str | None) -> tuple[Any, str, tuple]:
+def _precision(ctx: "SearchContext", dest: Path, label: str, gate: str | None) -> tuple[Any, str, tuple]:
     """The shipped folder's graph the budget judges, and its latencies: under --runtime onnxruntime-auto, a
     precision plan grown on the trained weights where the fp32 graph did not fit before training; else the
     runtime's graph. Returns the plan chosen (None: none grown), the judged graph's file name and
@@ -147,7 +150,7 @@ def plan_s(layers: int, step_s: float) -> float:
     return (0.5 * (4 * layers + 1) + 6) * step_s
 
 
-def ship(ctx: Any, student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any],
+def ship(ctx: "SearchContext", student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any],
          variant: VariantChoice | None, summary: dict) -> dict:
     """Write `dest`: ONNX (+ INT8), the HF weights, the sentence-transformers modules, distill.json;
     returns the export report and the sentence-transformers pipeline written. `variant`: the fp32

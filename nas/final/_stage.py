@@ -9,7 +9,7 @@ import statistics
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -29,12 +29,15 @@ from ..plans import teacher_plan_for
 from ._teacher import teacher_or_student
 from ._train import with_stored_rows
 
+if TYPE_CHECKING:
+    from ..trial import SearchContext
+
 
 # A finalist over the budget is not shipped; the next one is trained instead, up to this many extra.
 MAX_OVER_BUDGET = 2
 
 
-def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any]], later: int = 0
+def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[dict[str, Any]], later: int = 0
               ) -> list[dict[str, Any]]:
     """Distill, ship and profile the best `final.top_k` candidates whose shipped model.onnx is within
     `ctx`'s budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
@@ -90,7 +93,7 @@ def run_final(study: optuna.Study, ctx: Any, out: Path, pool: list[dict[str, Any
     return results
 
 
-def _final_cache(ctx: Any) -> Any:
+def _final_cache(ctx: "SearchContext") -> Any:
     """The final run's teacher targets: the fidelity proxy's when it trained on the final run's own set."""
     from kdnas.distill import TeacherCache, targets_dir
 
@@ -104,7 +107,7 @@ def _final_cache(ctx: Any) -> Any:
                         last_layer=getattr(ctx.cache, "last_layer", None))
 
 
-def _teacher_int8_once(study: optuna.Study, ctx: Any, pipeline: dict[str, Any]) -> None:
+def _teacher_int8_once(study: optuna.Study, ctx: "SearchContext", pipeline: dict[str, Any]) -> None:
     """The teacher as INT8 beside the students on the pages and in the summary, measured once per study."""
     from ..baselines import teacher_int8
 
@@ -117,7 +120,7 @@ class Stage:
     """The final stage's bookkeeping: the candidates left, the shapes refused over the budget and the
     neighbours scored (both kept in the study, so a rerun replays them), this run's readings."""
 
-    def __init__(self, study: optuna.Study, ctx: Any, pool: list[dict[str, Any]]) -> None:
+    def __init__(self, study: optuna.Study, ctx: "SearchContext", pool: list[dict[str, Any]]) -> None:
         self.study, self.ctx = study, ctx
         self.over = refused_records(study, ctx.config, ctx.budget_label)
         self.neighbours = neighbour_records(study, ctx.config, ctx.budget_label)
@@ -208,7 +211,7 @@ def ready(stage: Stage, row: dict[str, Any], pipeline: dict[str, Any], label: st
     return True
 
 
-def _score_neighbour(ctx: Any, row: dict[str, Any], read_ms: float, parent_now_ms: float | None,
+def _score_neighbour(ctx: "SearchContext", row: dict[str, Any], read_ms: float, parent_now_ms: float | None,
                      label: str) -> dict[str, Any]:
     """A neighbour's score as a trial's: the search's proxy, and its shipped graph's reading put on
     the scale its parent was scored with (`nas.neighbours.on_trial_scale`)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -18,10 +18,13 @@ from kdnas.core.files import atomic_write_text, staged_folder
 from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_latencies
 from ._records import jsonable
 
+if TYPE_CHECKING:
+    from ..trial import SearchContext
+
 FINAL_TEACHER = "final_teacher"  # the study attribute: one record per budget
 
 
-def teacher_or_student(study: optuna.Study, ctx: Any, out: Path, results: list[dict[str, Any]],
+def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[dict[str, Any]],
                        pipeline: dict[str, Any], teacher_dir: str) -> list[dict[str, Any]]:
     """`results` (the budget's shipped students, best first), or with the teacher's graph in the first one's
     place where the teacher's plan within the budget is closer to the teacher than that student's shipped graph."""
@@ -59,13 +62,13 @@ def shipped_fidelity(final: dict[str, Any]) -> float | None:
     return None if not row else float(row["spearman"])
 
 
-def _planner(ctx: Any, out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]]) -> Any:
+def _planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]]) -> Any:
     from ..plans import teacher_planner
 
     return teacher_planner(ctx, out, pipeline, order=order)
 
 
-def _ship_teacher(study: optuna.Study, ctx: Any, out: Path, results: list[dict[str, Any]], record: dict[str, Any],
+def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[dict[str, Any]], record: dict[str, Any],
                   planner: Any, plan: Any, graph: Path, pipeline: dict[str, Any],
                   teacher_dir: str) -> list[dict[str, Any]]:
     """Move the student aside, write the teacher's folder in its place, time its graphs as shipped."""

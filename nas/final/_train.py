@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdnas.distill import Checkpoints, DistillResult, Evaluator, StudentSpec, narrowed_from
 from kdnas.distill import distill as run_distill
@@ -18,6 +18,9 @@ from kdnas.distill.trainer import resolve_device
 
 from ..config import FINAL_MAX_PASSES
 from ..trial import final_transfer_set
+
+if TYPE_CHECKING:
+    from ..trial import SearchContext
 
 
 # A run that continues a refused finalist (`Stage.trained_wider`) is not made when fewer steps than
@@ -28,7 +31,7 @@ from ..trial import final_transfer_set
 MIN_CONTINUED_STEPS = 100
 
 
-def distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: float | None,
+def distill_in_time(ctx: "SearchContext", cache: Any, spec: StudentSpec, label: str, until: float | None,
                     start: dict[str, Any] | None, state: Path) -> Any:
     """The final recipe's run, fitted to end by `until` when a --timeout set one; from the inherited
     student, or from `start`'s trained weights narrowed to `spec` (`distill.narrowed`). A run of a
@@ -67,7 +70,7 @@ def distill_in_time(ctx: Any, cache: Any, spec: StudentSpec, label: str, until: 
     return res
 
 
-def _grower(ctx: Any, cache: Any, label: str) -> Callable[[int], Any]:
+def _grower(ctx: "SearchContext", cache: Any, label: str) -> Callable[[int], Any]:
     """More transfer sentences for a final run that the time lets go past `final.steps`: none seen more
     than FINAL_MAX_PASSES times over the steps it will now make (`FinalRecipe.rows_for`), with a tenth
     to spare so that a run which speeds up a little does not grow again at once. On the demo's student
@@ -104,7 +107,7 @@ def _free_rows(cfg: Any, cache: Any, steps: int) -> int:
     return min(stored, steps * cfg.final.batch_size) if stored > cache.data.num_train else 0
 
 
-def with_stored_rows(ctx: Any, cache: Any) -> Any:
+def with_stored_rows(ctx: "SearchContext", cache: Any) -> Any:
     """`cache`, grown to the rows of its corpus whose targets are on disk already (`_free_rows`)."""
     rows = _free_rows(ctx.config, cache, ctx.config.final.steps)
     if rows <= cache.data.num_train:
@@ -118,7 +121,7 @@ def _fitted_to(cfg: Any) -> str:
     return f", {more}fewer if they would not end by --timeout"
 
 
-def _narrowed_start(ctx: Any, cache: Any, spec: StudentSpec, start: dict[str, Any], label: str) -> Any:
+def _narrowed_start(ctx: "SearchContext", cache: Any, spec: StudentSpec, start: dict[str, Any], label: str) -> Any:
     """`start`'s trained student, read back from over-budget/ and narrowed to `spec`."""
     ctx.progress.phase(f"{label}: continues {start['arch']} ({start['steps']} steps, over the budget as shipped), "
                        f"narrowed by activation importance")

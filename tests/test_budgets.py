@@ -187,3 +187,21 @@ def test_a_rule_shape_over_its_budget_queues_the_next_shallower_full_width_one()
         study.tell(trial, 0.5)
         waiting = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING]
         assert [(t.system_attrs["fixed_params"]["layers"], t.user_attrs["rule_budget_ms"]) for t in waiting] == expect
+
+
+def test_budgets_where_the_teachers_plan_fits_train_last_on_the_time_the_others_leave():
+    """nas.search.final_order: a budget whose teacher plan fits (its student must beat a graph that needs no
+    training) trains after the others, which share the time among themselves only."""
+    from types import SimpleNamespace
+
+    from kdnas.nas.search import final_order
+
+    plans = {"teacher_plans": {"budgets": [{"label": "0.6x", "fits": True, "plan": {}},
+                                           {"label": "0.5x", "fits": True, "plan": {}},
+                                           {"label": "0.35x", "fits": False}, {"label": "0.25x", "fits": False}]}}
+    todo = [(SimpleNamespace(budget_label=label), label) for label in ("0.6x", "0.5x", "0.35x", "0.25x")]
+    assert [(chosen, later) for _, chosen, later in final_order(todo, plans, 1)] == [
+        ("0.35x", 1), ("0.25x", 0), ("0.6x", 1), ("0.5x", 0)]
+    # no teacher plans (another runtime, or none fits): largest budget first, each sharing with those after it
+    assert [(chosen, later) for _, chosen, later in final_order(todo, {}, 2)] == [
+        ("0.6x", 6), ("0.5x", 4), ("0.35x", 2), ("0.25x", 0)]

@@ -91,7 +91,9 @@ def budget_row(summary: dict, ratio: float, label: str | None) -> dict:
                       "mixed": graph("latency_mixed_onnx", quality.get("mixed"))}
     row["baselines"] = {name: r["spearman"] for name, r in fidelity.items() if name != "student"}
     shipped = row["student"][{"model.onnx": "fp32", "model.int8.onnx": "int8"}.get(f.get("budget_graph"), "mixed")]
-    row["shipped"] = {"what": f"student {f['arch']} ({f.get('budget_graph')})", **(shipped or {})}
+    verdict = f.get("verdict") or {}
+    row["shipped"] = {"what": f"student {f['arch']} ({f.get('budget_graph')})", **(shipped or {}),
+                      **_decided(verdict.get("ms"), teacher_ms, verdict.get("by"))}
     if teacher:
         row["teacher_plan"] = {"plan": teacher["plan"]["label"], "rho": teacher["fidelity"]["spearman"],
                                "x": teacher["plan"]["latency_ms"] / teacher_ms if teacher_ms else None,
@@ -99,8 +101,16 @@ def budget_row(summary: dict, ratio: float, label: str | None) -> dict:
         if teacher.get("shipped"):
             row["shipped"] = {"what": f"the teacher ({teacher['graph']}: {teacher['plan']['label']})",
                               "rho": teacher["fidelity"]["spearman"], "ms": teacher["latency_ms"],
-                              "x": teacher["latency_ms"] / teacher_ms if teacher_ms else None}
+                              "x": teacher["latency_ms"] / teacher_ms if teacher_ms else None,
+                              **_decided(teacher["plan"]["latency_ms"], teacher_ms, "its precision plan's reading")}
     return row
+
+
+def _decided(ms: float | None, teacher_ms: float | None, by: str | None) -> dict:
+    """The reading that decided the budget's verdict (before training, or a plan's own), beside the one as shipped."""
+    if ms is None or not teacher_ms:
+        return {}
+    return {"decided_ms": ms, "decided_x": ms / teacher_ms, "decided_by": by}
 
 
 def table(result: dict) -> str:
@@ -108,7 +118,11 @@ def table(result: dict) -> str:
     def cell(g: dict | None) -> str:
         if not g or g.get("rho") is None:
             return "—"
-        return f"{g['rho']:.3f} at {g['x']:.2f}×" if g.get("x") is not None else f"{g['rho']:.3f}"
+        if g.get("x") is None:
+            return f"{g['rho']:.3f}"
+        if g.get("decided_x") is not None and abs(g["decided_x"] - g["x"]) > 0.005:
+            return f"{g['rho']:.3f} at {g['decided_x']:.2f}× ({g['x']:.2f}× as shipped)"
+        return f"{g['rho']:.3f} at {g['x']:.2f}×"
 
     lines = ["| teacher, budget | shipped (with plans) | its ρ, latency | student fp32 | student all-INT8 | teacher all-INT8 "
              "(if it fits) | teacher's best plan | untrained baselines |", "|---|---|---|---|---|---|---|---|"]

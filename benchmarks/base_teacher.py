@@ -52,7 +52,7 @@ def precompute_targets(rows: int) -> dict:
     from kdnas.distill import Needs, TeacherCache, load_corpus, load_teacher, targets_dir
     from kdnas.export import LastLayerGraph
     from kdnas.nas import SearchConfig
-    from kdnas.nas.trial import final_transfer_set
+    from kdnas.nas.recipe import final_transfer_set
 
     cfg = SearchConfig.from_flags(teacher=TEACHER)
     teacher = load_teacher(TEACHER)

@@ -11,7 +11,7 @@ to L·F FFN neurons in total two ways:
   share of its own layer's total (as heads are ranked across layers that share one position bias), the L·F
   best kept, each layer's count rounded to a multiple of 64 (at least 64, at most the teacher's width).
 
-Both are trained by the search's final recipe (`nas.trial.final_config`: `embed`, its rate, batch and
+Both are trained by the search's final recipe (`nas.recipe.final_config`: `embed`, its rate, batch and
 steps, word embeddings frozen as an inherited student's are) on the same transfer set with the same teacher
 targets, then scored by embedding fidelity ρ on the same held-out sentences and exported to the fused fp32
 ONNX graph the trials time, each read side by side with the teacher (`latency.profile_pair`): equal totals
@@ -86,7 +86,7 @@ class Bench:
         from kdnas.distill.data import heldout_sentences
         from kdnas.evaluation import sentence_embeddings
         from kdnas.nas import SearchConfig
-        from kdnas.nas.trial import final_config, final_transfer_set
+        from kdnas.nas.recipe import final_config, final_transfer_set
 
         self.cfg = SearchConfig.from_flags(teacher=teacher, final_steps=steps)
         self.teacher, texts = load_teacher(teacher), load_corpus(self.cfg.corpus)

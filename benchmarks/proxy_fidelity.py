@@ -1,7 +1,7 @@
 """Does the search's proxy rank shapes the way the shipped students turn out?
 
 For >= 12 shapes spread over the default (inherited, head-size-kept) search space, every run goes
-through the search's own code (`nas.trial.proxy_transfer_set`, `SearchContext.proxy`, `nas.proxy.proxy_loss`
+through the search's own code (`nas.recipe.proxy_transfer_set`, `SearchContext.proxy`, `nas.proxy.proxy_loss`
 with the `SearchConfig` defaults) for both proxies of `kdnas search --proxy`:
   fidelity (default): the final recipe for --fidelity-steps (default 30, 60), scored by embedding
     fidelity on the search's held-out probe sentences (loss = 1 - rho);
@@ -128,7 +128,8 @@ class Runner:
         from kdnas.distill.methods import EMBED_DEFAULT_TERMS
         from kdnas.evaluation import sentence_embeddings
         from kdnas.nas import SearchConfig
-        from kdnas.nas.trial import SearchContext, final_transfer_set, proxy_transfer_set
+        from kdnas.nas.recipe import final_transfer_set, proxy_transfer_set
+        from kdnas.nas.trial import SearchContext
 
         base = SearchConfig.from_flags(final_steps=final_steps, quality_sentences=sentences)
         self.teacher, texts = load_teacher(base.teacher), load_corpus(base.corpus)
@@ -220,7 +221,7 @@ def _taus(rows: list[dict], kind: str, lengths: list[int]) -> dict:
 
 
 def _proxy_facts(cfg, steps: list[int]) -> dict:
-    from kdnas.nas.trial import PROXY_FINAL_LR
+    from kdnas.nas.config import PROXY_FINAL_LR
 
     if cfg.proxy.kind == "fidelity":
         return {"recipe": cfg.final.method, "unit": cfg.final.unit, "train": cfg.final.train, "lr": PROXY_FINAL_LR,

@@ -26,7 +26,7 @@ def compare(name: str, rows: int, rounds: int) -> dict:
     from kdnas.distill import cache as cache_module
     from kdnas.export import LastLayerGraph
     from kdnas.nas import SearchConfig
-    from kdnas.nas.trial import final_transfer_set
+    from kdnas.nas.recipe import final_transfer_set
 
     teacher = load_teacher(name)
     data = final_transfer_set(SearchConfig.from_flags(teacher=name), teacher, load_corpus("news"), rows)

@@ -44,7 +44,8 @@ from .space import SearchSpace, rule_params
 from .storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_study, holds_studies, open_storage,
                       storage_file, write_pointer)
 from .time_limit import FIRST_TRIALS, TIMED_TRIAL_SHARE, TRIAL_SHARE, TimeLimit, final_run_s, pace_of
-from .trial import Objective, SearchContext, proxy_transfer_set
+from .recipe import proxy_transfer_set
+from .trial import Objective, SearchContext
 
 TPE_STARTUP_TRIALS = FIRST_TRIALS  # under --timeout these start whatever the final run needs
 NSGA2_POPULATION = 50  # Optuna's default, for long searches

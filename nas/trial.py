@@ -13,21 +13,22 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
 import optuna
 
-from kdnas.distill import DistillConfig, StudentSpec, make_transfer_set
+from kdnas.distill import DistillConfig, StudentSpec
 from kdnas.distill import distill as run_distill
 from kdnas.core.errors import first_line
 
 from ._progress import Progress
 from .budgets import Budget
-from .config import PROXY_FINAL_LR, SearchConfig
+from .config import SearchConfig
 from .measure import MODEL_CHECK, LatencyJudge, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
+from .recipe import final_config, final_recipe, proxy_config
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
 from .reward import kdnas_reward
 from .schema import UNTRAINED_LOSS, TrialStatus
@@ -35,9 +36,6 @@ from .scored import Scored
 from .space import SearchSpace
 from .time_limit import TimeLimit
 
-# Interim (pruner) L_HS estimates score the first held-out rows only: an evaluation every few steps
-# on all of them would cost more than the training it watches. The last evaluation uses every row.
-INTERIM_EVAL_ROWS = 32
 # The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
 # verdict, which the trial stored before training.
 SCORE_ATTRS = tuple(f.name for f in fields(Scored) if f.name not in ("arch", "params", "latency", "within_budget"))
@@ -45,43 +43,6 @@ SCORE_ATTRS = tuple(f.name for f in fields(Scored) if f.name not in ("arch", "pa
 # ("int8" where its fp32 graph is over the budget), and the probe's ρ of each graph.
 INT8_LATENCY = "latency_int8"
 PRECISION_ATTRS = (INT8_LATENCY, "precision", "fidelity_fp32", "fidelity_int8")
-
-
-def proxy_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str]) -> Any:
-    """The proxy's transfer set: for the fidelity proxy — the final recipe, shortened — `final.train`
-    rows of `final.unit`, the final run's own set unless a long run needs more (`final.rows`); for hs,
-    `proxy.train` windows. Both hold out the proxy's `proxy.eval` rows."""
-    if cfg.proxy.kind == "fidelity":
-        return _final_unit_set(cfg, teacher, texts, cfg.final.train)
-    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.proxy.seq_len, num_train=cfg.proxy.train,
-                             num_eval=cfg.proxy.eval, seed=cfg.seed)
-
-
-def final_transfer_set(cfg: SearchConfig, teacher: Any, texts: list[str], rows: int | None = None) -> Any:
-    """The winner's transfer set: `rows` (by default `final.rows`) rows of `final.unit`, the proxy's
-    `proxy.eval` held-out rows. A larger one starts with a smaller one's rows (`TeacherCache.grown`)."""
-    return _final_unit_set(cfg, teacher, texts, cfg.final.rows if rows is None else rows)
-
-
-def _final_unit_set(cfg: SearchConfig, teacher: Any, texts: list[str], rows: int) -> Any:
-    return make_transfer_set(teacher.tokenizer, texts, seq_len=cfg.proxy.seq_len, num_train=rows,
-                             num_eval=cfg.proxy.eval, seed=cfg.seed, unit=cfg.final.unit)
-
-
-def final_config(cfg: SearchConfig) -> DistillConfig:
-    """The winner's recipe: `final.method` (with `final.embed_terms` where given) for `final.steps`,
-    evaluated five times on the way."""
-    config = final_recipe(cfg, cfg.final.steps, max(1, cfg.final.steps // 5), lr=cfg.final.lr)
-    return config if cfg.final.embed_terms is None else replace(config, embed_terms=cfg.final.embed_terms)
-
-
-def final_recipe(cfg: SearchConfig, steps: int, eval_every: int, *, lr: float) -> DistillConfig:
-    """`final.method` with the final run's batch and start, at peak learning rate `lr`, for `steps`."""
-    return DistillConfig(method=cfg.final.method, steps=steps, batch_size=cfg.final.batch_size,
-                         lr=lr, eval_every=eval_every, init=cfg.init,
-                         interim_eval_rows=INTERIM_EVAL_ROWS, layer_map=cfg.layer_map, layer_rule=cfg.layer_rule,
-                         seed=cfg.seed, device=cfg.device, precision=cfg.precision,
-                         progress=False).for_method(cfg.final.method)
 
 
 @dataclass
@@ -148,17 +109,8 @@ class SearchContext:
         return fidelity_probe(self.config, self.teacher, self.texts)
 
     def distill_config(self, steps: int, eval_every: int | None = None) -> DistillConfig:
-        """The proxy's recipe (every trial, and the reference shapes): the final recipe shortened to
-        `steps` and evaluated at its end (fidelity proxy), or the paper's hs proxy."""
-        cfg = self.config
-        if cfg.proxy.kind == "fidelity":
-            return self.final_recipe(steps, eval_every or steps, lr=PROXY_FINAL_LR)
-        extra = {} if cfg.proxy.lr is None else {"lr": cfg.proxy.lr}
-        return DistillConfig(method=cfg.proxy.method, steps=steps, batch_size=cfg.proxy.batch_size,
-                             eval_every=cfg.proxy.eval_every if eval_every is None else eval_every,
-                             interim_eval_rows=INTERIM_EVAL_ROWS,
-                             layer_map=cfg.layer_map, init=cfg.init, layer_rule=cfg.layer_rule, seed=cfg.seed,
-                             device=cfg.device, precision=cfg.precision, progress=False, **extra).for_method(cfg.proxy.method)
+        """The proxy's recipe (every trial, and the reference shapes): `nas.recipe.proxy_config`."""
+        return proxy_config(self.config, steps, eval_every)
 
     def final_config(self) -> DistillConfig:
         """The winner's recipe (`final_config`)."""

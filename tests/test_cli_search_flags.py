@@ -150,7 +150,8 @@ def test_a_field_only_the_hs_proxy_reads_is_refused_with_the_fidelity_proxy():
 
 
 def test_the_fidelity_proxy_keeps_the_learning_rate_its_ranking_was_measured_at():
-    from kdnas.nas.trial import PROXY_FINAL_LR, SearchContext
+    from kdnas.nas.config import PROXY_FINAL_LR
+    from kdnas.nas.trial import SearchContext
 
     def context(**changes):
         return SearchContext(config=SearchConfig.from_flags(**changes), space=None, sizes={}, teacher=None, texts=None,

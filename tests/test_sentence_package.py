@@ -326,7 +326,8 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     from kdnas.distill import TeacherCache
     from kdnas.nas import SearchConfig
     from kdnas.nas.space import SearchSpace
-    from kdnas.nas.trial import SearchContext, proxy_transfer_set
+    from kdnas.nas.recipe import proxy_transfer_set
+    from kdnas.nas.trial import SearchContext
 
     config = SearchConfig.from_flags(proxy_steps=1, final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
@@ -381,7 +382,8 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     from kdnas.distill import TeacherCache
     from kdnas.nas import SearchConfig
     from kdnas.nas.space import SearchSpace
-    from kdnas.nas.trial import SearchContext, proxy_transfer_set
+    from kdnas.nas.recipe import proxy_transfer_set
+    from kdnas.nas.trial import SearchContext
 
     config = SearchConfig.from_flags(proxy_steps=1, final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)

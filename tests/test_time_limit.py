@@ -368,7 +368,7 @@ def test_a_final_run_takes_the_rows_whose_targets_are_on_disk_up_to_one_pass(tea
 
     from kdnas.distill import Needs, TeacherCache
     from kdnas.nas.final._train import _grower, with_stored_rows
-    from kdnas.nas.trial import final_transfer_set
+    from kdnas.nas.recipe import final_transfer_set
 
     cfg = SearchConfig.from_flags(teacher="minilm-l6", final_steps=4, final_train=16, final_batch_size=8, seq_len=32,
                        proxy_eval=8, final_unit="sentence", timeout=600, final_max_steps=40)

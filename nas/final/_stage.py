@@ -19,7 +19,7 @@ from kdnas.distill import parse_arch
 from ..neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from ..records import trial_pace, trial_rows
 from ..time_limit import marginal
-from ..trial import final_transfer_set
+from ..recipe import final_transfer_set
 from ..variant import VariantChoice
 from ._latency import drift_of, shipped_graph_latency
 from ._records import (final_dir, jsonable, neighbour_records, of_other_budgets, over_record, recipe_of,

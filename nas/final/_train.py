@@ -17,7 +17,7 @@ from kdnas.distill.loop import fit_steps, resolve_precision
 from kdnas.distill.trainer import resolve_device
 
 from ..config import FINAL_MAX_PASSES
-from ..trial import final_transfer_set
+from ..recipe import final_transfer_set
 
 if TYPE_CHECKING:
     from ..trial import SearchContext

@@ -113,7 +113,7 @@ def choose_precision(folder: str | os.PathLike, scorer: FidelityScorer, latency:
             reference=scorer.primary, plan=point.plan.to_dict(), label=point.label, graph=name,
             fidelity=scorer.all(graph), latency_ms=float(point.latency_ms),
             int8_fidelity=scorer.all(planner.graph(all_int8)),
-            int8_latency_ms=planner._latency.get(()), effects=effects,
+            int8_latency_ms=planner.known_latency(all_int8), effects=effects,
             path=[p.to_dict() for p in planner.measured()], range_reason=why, sentences=len(scorer.sentences),
             seconds=round(time.perf_counter() - started, 2))
         if write:
@@ -124,7 +124,7 @@ def choose_precision(folder: str | os.PathLike, scorer: FidelityScorer, latency:
 def _effects(planner: Any, scorer: FidelityScorer) -> list[dict[str, Any]]:
     """Each group's effect in growth order, with its fidelity against every reference (the sensitivity pass
     is skipped when the fp32 graph or the all-INT8 one met the goal: then there are none)."""
-    if planner._order is None:
+    if planner.order is None:
         return []
     return [{**e.to_dict(), "fidelity_by_reference": scorer.all(planner.graph(planner.plan((e.group,))))}
             for e in planner.effects()]

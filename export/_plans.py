@@ -70,10 +70,10 @@ class Planner:
     full_range: bool = False
     int8: Path | None = None
     groups: list[Group] = field(default_factory=list)
+    order: list[Effect] | None = None  # the groups' effects measured before (`effects`), where known
     _graphs: dict[tuple[str, ...], Path] = field(default_factory=dict)
     _fidelity: dict[tuple[str, ...], float] = field(default_factory=dict)
     _latency: dict[tuple[str, ...], float] = field(default_factory=dict)
-    _order: list[Effect] | None = None
 
     def __post_init__(self) -> None:
         self.fp32, self.workdir = Path(self.fp32), Path(self.workdir)
@@ -89,9 +89,21 @@ class Planner:
     def plan(self, fp32_groups: tuple[str, ...]) -> Plan:
         return Plan(tuple(fp32_groups), self.full_range)
 
+    @staticmethod
+    def _key(plan: Plan) -> tuple[str, ...]:
+        return tuple(sorted(plan.fp32))
+
+    def known_fidelity(self, plan: Plan) -> float | None:
+        """The plan's fidelity where it was scored, else None (nothing is built or scored)."""
+        return self._fidelity.get(self._key(plan))
+
+    def known_latency(self, plan: Plan) -> float | None:
+        """The plan's latency where it was timed, else None (nothing is built or timed)."""
+        return self._latency.get(self._key(plan))
+
     def graph(self, plan: Plan) -> Path:
         """The plan's graph: the all-INT8 file, the fp32 file itself when every group is kept, else built."""
-        key = tuple(sorted(plan.fp32))
+        key = self._key(plan)
         if key not in self._graphs:
             if len(key) == len(self.groups):
                 self._graphs[key] = self.fp32
@@ -102,7 +114,7 @@ class Planner:
         return self._graphs[key]
 
     def fidelity(self, plan: Plan) -> float:
-        key = tuple(sorted(plan.fp32))
+        key = self._key(plan)
         if key not in self._fidelity:
             self._fidelity[key] = float(self.score(self.graph(plan)))
         return self._fidelity[key]
@@ -110,7 +122,7 @@ class Planner:
     def _scored_once(self, plan: Plan) -> float:
         """The fidelity of a plan the sensitivity pass builds once: its graph (as large as the model) is
         removed once scored, so a pass over 49 groups does not hold 49 copies on disk."""
-        key = tuple(sorted(plan.fp32))
+        key = self._key(plan)
         built = key not in self._graphs
         fidelity = self.fidelity(plan)
         if built and self._graphs[key] not in (self.fp32, self._graphs[()]):
@@ -118,7 +130,7 @@ class Planner:
         return fidelity
 
     def latency_ms(self, plan: Plan) -> float:
-        key = tuple(sorted(plan.fp32))
+        key = self._key(plan)
         if key not in self._latency:
             self._latency[key] = float(self.latency(self.graph(plan)))
         return self._latency[key]
@@ -126,20 +138,20 @@ class Planner:
     def point(self, kept: int, *, fidelity: bool = False, latency: bool = False) -> PlanPoint:
         plan = self.along(kept)
         return PlanPoint(kept, plan, plan.label(len(self.groups)),
-                         self.fidelity(plan) if fidelity else self._fidelity.get(tuple(sorted(plan.fp32))),
-                         self.latency_ms(plan) if latency else self._latency.get(tuple(sorted(plan.fp32))))
+                         self.fidelity(plan) if fidelity else self.known_fidelity(plan),
+                         self.latency_ms(plan) if latency else self.known_latency(plan))
 
     # -- the order ------------------------------------------------------------------------------
 
     def effects(self) -> list[Effect]:
         """Every group's effect, in the order plans grow (best gain per cost first; no gain last)."""
-        if self._order is None:
+        if self.order is None:
             base = self.fidelity(self.plan(()))
             costs = group_costs(self.fp32, self.groups)
             measured = [Effect(g.name, f, f - base, costs[g.name])
                         for g in self.groups for f in [self._scored_once(self.plan((g.name,)))]]
-            self._order = growth_order(measured)
-        return self._order
+            self.order = growth_order(measured)
+        return self.order
 
     def along(self, kept: int) -> Plan:
         """The plan keeping the first `kept` groups of the order fp32 (none or all: no order needed)."""
@@ -190,7 +202,7 @@ class Planner:
         points = {}
         for key in (*self._fidelity, *self._latency):
             kept = len(key)
-            if kept in (0, len(self.groups)) or (self._order is not None and key == tuple(sorted(self.along(kept).fp32))):
+            if kept in (0, len(self.groups)) or (self.order is not None and key == self._key(self.along(kept))):
                 points[kept] = PlanPoint(kept, self.plan(key), self.plan(key).label(len(self.groups)),
                                          self._fidelity.get(key), self._latency.get(key))
         return [points[k] for k in sorted(points)]

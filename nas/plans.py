@@ -76,11 +76,9 @@ def teacher_planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], o
 
     folder = teacher_export(ctx, out, pipeline)
     full_range = bool(json.loads((folder / "export.json").read_text()).get("int8_full_range"))
-    planner = Planner(folder / "model.onnx", folder / "plans", probe_scorer(ctx), judged_ms(ctx, "the teacher"),
-                      full_range=full_range, int8=folder / "model.int8.onnx")
-    if order:
-        planner._order = [Effect(**e) for e in order]
-    return planner
+    return Planner(folder / "model.onnx", folder / "plans", probe_scorer(ctx), judged_ms(ctx, "the teacher"),
+                   full_range=full_range, int8=folder / "model.int8.onnx",
+                   order=[Effect(**e) for e in order] if order else None)
 
 
 def teacher_plans(ctx: "SearchContext", attrs: dict[str, Any], out: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
@@ -95,9 +93,9 @@ def teacher_plans(ctx: "SearchContext", attrs: dict[str, Any], out: Path, pipeli
         point = planner.within_budget(budget.limit_ms)
         rows.append({"label": budget.label, "budget_ms": budget.ms, "fits": point is not None,
                      **({} if point is None else {"plan": point.to_dict()})})
-    return {"budgets": rows, "int8_ms": planner._latency.get(()), "full_range": planner.full_range,
-            "order": [e.to_dict() for e in planner._order or []],
-            "fp32_fidelity": planner._fidelity.get(tuple(sorted(g.name for g in planner.groups))),
+    return {"budgets": rows, "int8_ms": planner.known_latency(planner.along(0)), "full_range": planner.full_range,
+            "order": [e.to_dict() for e in planner.order or []],
+            "fp32_fidelity": planner.known_fidelity(planner.along(len(planner.groups))),
             "seconds": round(time.perf_counter() - started, 1)}
 
 

@@ -176,7 +176,7 @@ def test_the_planner_finds_the_fewest_groups_that_hold_a_target(exported, tmp_pa
     fake = FakeGraphs(exported)
     planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency, int8=exported / "model.int8.onnx")
     assert planner.to_target(0.85).kept == 0  # all-INT8 holds it, and no sensitivity pass was needed
-    assert planner._order is None
+    assert planner.order is None
     point = planner.to_target(0.97)
     assert point.fidelity >= 0.97 and planner.fidelity(planner.along(point.kept - 1)) < 0.97
     assert planner.to_target(0.999) is None  # more than every group fp32 gives against this reference

@@ -16,6 +16,7 @@ graph), never on the held-out sentences that judge what is shipped.
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +64,10 @@ def teacher_export(ctx: "SearchContext", out: Path, pipeline: dict[str, Any]) ->
     folder = out / TEACHER_FOLDER
     if not (folder / "export.json").is_file():
         ctx.progress.phase("the teacher's graphs, for its precision plans")
-        export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
-                     pooling=pipeline["pooling"], normalize=pipeline["normalize"])
+        with warnings.catch_warnings():  # an all-INT8 graph far from fp32 is what its plans are for (export.json)
+            warnings.simplefilter("ignore")
+            export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
+                         pooling=pipeline["pooling"], normalize=pipeline["normalize"])
     return folder
 
 

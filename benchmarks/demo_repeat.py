@@ -1,0 +1,118 @@
+"""The demo, three times from an empty cache: does the same command ship the same graph, for the same reason?
+
+Runs `kdnas search --teacher minilm-l6 --corpus news --timeout 570` (what `bash dev.sh demo` runs) `--repeats`
+times one after another on one host, each with its own empty `KDNAS_CACHE`, and records what each shipped: the
+graph (a student's shape and precision, or the teacher's plan), its held-out ρ, the budget's verdict and the
+reading that made it, the wall time. Then the worst case for a decision at the budget's edge: the budget set to
+exactly the rule shape's ratio to the teacher (3x12x384x1536, read side by side with the teacher first), the
+same command `--repeats` times: the rule trial's verdict and its stated reason in each.
+
+    python benchmarks/demo_repeat.py --repeats 3
+Writes benchmarks/results/demo_repeat.json (the runs under --work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _env import environment, kdnas
+
+DEMO = ["kdnas", "search", "--teacher", "minilm-l6", "--corpus", "news", "--timeout", "570", "--no-progress"]
+RULE_SHAPE = "3x12x384x1536"
+
+
+def run(out: Path, extra: list[str]) -> dict:
+    command = [*DEMO, "--out", str(out), *extra]
+    with tempfile.TemporaryDirectory(prefix="kdnas-cache-") as cache:
+        started = time.time()
+        done = subprocess.run(kdnas(command), env={**os.environ, "KDNAS_CACHE": cache, "HF_HUB_OFFLINE": "1"},
+                              capture_output=True, text=True, check=False)
+        seconds = round(time.time() - started, 1)
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+    return {"command": " ".join(command), "exit": done.returncode, "seconds": seconds,
+            "stderr_tail": done.stderr[-600:] if done.returncode else "", **shipped(summary), "rule": rule_trial(out)}
+
+
+def shipped(summary: dict) -> dict:
+    """What `best/` holds and why it fits: the teacher's plan where it won, else the student."""
+    teacher = next((t for t in summary.get("final_teacher") or [] if t.get("shipped")), None)
+    final = (summary.get("final") or [{}])[0]
+    if teacher:
+        return {"shipped": f"the teacher, {teacher['plan']['label']}", "graph": teacher["graph"],
+                "rho": teacher["fidelity"]["spearman"], "decided_ms": teacher["plan"]["latency_ms"],
+                "decided_by": "its precision plan's reading", "as_shipped_ms": teacher["latency_ms"],
+                "budget_ms": summary.get("budget_ms")}
+    quality = final.get("quality") or {}
+    graph = final.get("budget_graph")
+    rho = {"model.int8.onnx": quality.get("int8"), "model.mixed.onnx": quality.get("mixed")}.get(
+        graph, (quality.get("fidelity") or {}).get("student")) or {}
+    verdict = final.get("verdict") or {}
+    return {"shipped": f"student {final.get('arch')}", "graph": graph, "rho": rho.get("spearman"),
+            "steps": final.get("steps"), "decided_ms": verdict.get("ms"), "decided_by": verdict.get("by"),
+            "as_shipped_ms": final.get("latency_ms"), "budget_ms": summary.get("budget_ms")}
+
+
+def rule_trial(out: Path) -> dict:
+    """The rule shape's trial: its status, the reason it states and the readings that decided it."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name="kdnas", storage=f"sqlite:///{out / 'study.db'}")
+    except Exception:  # noqa: BLE001 - a run that made no study
+        return {}
+    for t in study.trials:
+        if t.user_attrs.get("arch") == RULE_SHAPE and t.user_attrs.get("origin") == "rule":
+            latency = t.user_attrs.get("latency") or {}
+            return {"status": t.user_attrs.get("status"), "precision": t.user_attrs.get("precision", "fp32"),
+                    "reason": t.user_attrs.get("reason", ""),
+                    "median_ms": latency.get("median_ms"), "ratio_to_teacher": latency.get("ratio_to_teacher"),
+                    "edge_readings": latency.get("edge_readings")}
+    return {}
+
+
+def rule_ratio() -> dict:
+    from kdnas.core.spec import parse_arch
+    from kdnas.distill import load_teacher
+    from kdnas.latency import profile_pair
+
+    spec = parse_arch(RULE_SHAPE, **load_teacher("minilm-l6").student_sizes())
+    pair = profile_pair(spec, "minilm-l6", seq=128, threads=2)
+    return {"ratio": round(pair.ratio, 4), "quartiles": [round(pair.ratio_low, 4), round(pair.ratio_high, 4)]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=Path("runs/demo-repeat"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "demo_repeat.json")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: at least 1")
+    result: dict = {"what": __doc__.strip().splitlines()[0], "demo": []}
+    for i in range(args.repeats):
+        result["demo"].append(run(args.work / f"demo-{i}", []))
+        _write(args.out, result)
+    result["rule_ratio"] = rule_ratio()
+    edge = ["--budget-ratio", f"{result['rule_ratio']['ratio']:.4f}"]
+    result["at_the_rule_shapes_ratio"] = []
+    for i in range(args.repeats):
+        result["at_the_rule_shapes_ratio"].append(run(args.work / f"edge-{i}", edge))
+        _write(args.out, result)
+    return 0
+
+
+def _write(path: Path, result: dict) -> None:
+    result["environment"] = environment()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -507,7 +507,7 @@ def test_several_budgets_ship_a_student_each_within_its_budget_and_a_rerun_resum
 
     fresh = tmp_path / "under"
     refused = kdnas("search", "--out", str(fresh), "--budget-ms", f"{large},{cheap / 10:.4f}", *args[3:17], *TINY)
-    assert refused.returncode == 2 and "is below the fastest student in the space" in refused.stderr
+    assert refused.returncode == 2 and "is below every precision plan of the fastest student in the space" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not fresh.exists()
 
 
@@ -550,9 +550,9 @@ def test_bad_input_is_one_line_and_loses_nothing(search_run, tmp_path):
          ("--cache-dir", "not writable", "'none'")),
         (swap("--out", str(elsewhere)), ("was timed on", "Some Other CPU 9000", "CPU model")),
         # A budget under the fastest shape of the space names that shape and its latency.
-        ([*swap("--out", str(fresh)), "--budget-ms", "0.001"], ("below the fastest", "1x4x384x256", "ms median")),
+        ([*swap("--out", str(fresh)), "--budget-ms", "0.001"], ("below every precision plan of the fastest", "1x4x384x256", "ms median")),
         ([*swap("--out", str(fresh_journal)), "--storage", f"journal:{fresh_journal}/j.log", "--budget-ms", "0.001"],
-         ("below the fastest",)),  # its own storage file in the new --out: removed with the folder
+         ("below every precision plan of the fastest",)),  # its own storage file in the new --out: removed with the folder
         (swap("--proxy-sentences", "5"), ("proxy_sentences=5", "at least 50")),
         # A corpus or --seq found wrong once the teacher is loaded: still before --out or a study.db is made.
         ([*swap("--out", str(tmp_path / "new")), "--corpus", str(tmp_path / "no-such-corpus")],

@@ -99,9 +99,9 @@ def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: dict | 
         if judged == MIXED_GRAPH:
             quality["mixed"] = int8_fidelity(ctx, prepared, dest / MIXED_GRAPH)
     metrics = ctx.measured(res)
+    shipped["export"] = jsonable(json.loads((dest / "export.json").read_text()))  # as its precision left it
     if choice is None:
         return metrics
-    shipped["export"] = jsonable(json.loads((dest / "export.json").read_text()))
     return {**metrics, "fidelity": choice.fidelity["teacher"]} if judged != FP32_GRAPH else metrics
 
 
@@ -135,7 +135,16 @@ def _precision(ctx: "SearchContext", dest: Path, label: str, gate: str | None) -
     choice = plan_student(ctx, dest, label) if gate == INT8_GRAPH else None
     if choice is not None:
         judged = choice.graph
+    elif ctx.config.latency.plans:  # the fp32 graph fitted: export.json names that choice too
+        _record_fp32_choice(dest)
     return choice, judged, shipped_latencies(ctx, dest, label, judged)
+
+
+def _record_fp32_choice(dest: Path) -> None:
+    manifest = json.loads((dest / "export.json").read_text())
+    manifest["precision"] = {"graph": FP32_GRAPH, "label": "fp32", "plan": {"fp32_groups": "all"},
+                             "why": "the fp32 graph fitted the budget before training: the closest graph within it"}
+    atomic_write_text(dest / "export.json", json.dumps(manifest, indent=2) + "\n")
 
 
 # The teacher's plan set beside a finalist, in steps of the finalist's export and reading: its graph built and

@@ -57,15 +57,24 @@ class FidelityProbe:
 
 def probe_sentences(config: Any, texts: list[str]) -> list[str]:
     """`proxy.sentences` held-out sentences after the `final.quality_sentences`; a corpus too small for
-    them is refused in one line (`nas.search` asks before it creates the study)."""
+    them is refused in one line (`nas.search` asks before it creates the study). The fidelity proxy scores
+    shapes on them and precision plans (`--runtime onnxruntime-auto`) score graphs on them: the line names
+    what needs them and the flag that does without."""
     from kdnas.distill.data import heldout_sentences
 
+    if config.proxy.kind == "fidelity":
+        needs, instead = "the fidelity proxy", "use --proxy hs"
+    else:
+        needs, instead = "precision plans", "use --runtime onnxruntime (fp32 graphs only)"
     skip = config.final.quality_sentences
-    sentences = heldout_sentences(texts, skip + config.proxy.sentences, seed=config.seed)[skip:]
+    try:
+        sentences = heldout_sentences(texts, skip + config.proxy.sentences, seed=config.seed)[skip:]
+    except InputError as err:
+        raise InputError(f"{err}; {needs} score on held-out sentences: give a larger corpus or {instead}") from None
     if len(sentences) < MIN_PROXY_SENTENCES:
         raise InputError(f"corpus {config.corpus!r} holds out {len(sentences)} sentences beyond the "
-                         f"{skip} that judge the shipped student; the fidelity proxy needs at least "
-                         f"{MIN_PROXY_SENTENCES}: give a larger corpus, lower --quality-sentences, or use --proxy hs")
+                         f"{skip} that judge the shipped student; {needs} need at least "
+                         f"{MIN_PROXY_SENTENCES}: give a larger corpus, lower --quality-sentences, or {instead}")
     return sentences
 
 

@@ -89,8 +89,8 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         # --corpus or --seq is one line with nothing written, not a study.db left behind.
         progress.phase("preparing transfer set")
         texts = load_corpus(cfg.corpus)
-        if cfg.proxy.kind == "fidelity":
-            probe_sentences(cfg, texts)  # a corpus too small for the probe
+        if cfg.proxy.kind == "fidelity" or cfg.latency.plans:
+            probe_sentences(cfg, texts)  # a corpus too small for the probe (shapes' or plans' scores)
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data, directory=targets, on_rows=progress.counter("teacher targets", "rows"),
                              last_layer=LastLayerGraph(teacher.model))
@@ -307,20 +307,22 @@ def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progre
     if held is not None:
         progress.note(held)
         return
-    for stage, chosen, later in final_order(todo, study.user_attrs, cfg.final.top_k):
-        run_final(study, stage, out, chosen, later=later)
+    for stage, chosen, later, trailing in final_order(todo, study.user_attrs, cfg.final.top_k):
+        run_final(study, stage, out, chosen, later=later, trailing=trailing)
 
 
 def final_order(todo: list, attrs: dict[str, Any], top_k: int) -> list:
     """The budgets' final stages in the order they train, each with the finalists after it that share its
-    time (`run_final`'s `later`): budgets where the teacher's own plan fits (nas.plans) go last and take the
-    time the others leave — their student must beat the teacher's graph, which needs no training (on MiniLM
-    at 0.6x and 0.5x a plan of the teacher kept ρ 0.99, and four budgets sharing 15 minutes evenly left the
-    0.25x student 20 steps) — the others largest budget first."""
+    time (`run_final`'s `later`) and those after it that do not but whose work after training it leaves time
+    for (`trailing`): budgets where the teacher's own plan fits (nas.plans) go last and take the training time
+    the others leave — their student must beat the teacher's graph, which needs no training (on MiniLM at 0.6x
+    and 0.5x a plan of the teacher kept ρ 0.99, and four budgets sharing 15 minutes evenly left the 0.25x
+    student 20 steps) — the others largest budget first."""
     teacher = [teacher_plan_for(attrs, stage.budget_label) is not None for stage, _ in todo]
     ordered = [item for item, t in zip(todo, teacher) if not t] + [item for item, t in zip(todo, teacher) if t]
     rank = sorted(teacher)
-    return [(stage, chosen, top_k * sum(1 for t in rank[i + 1:] if t == rank[i]))
+    return [(stage, chosen, top_k * sum(1 for t in rank[i + 1:] if t == rank[i]),
+             top_k * sum(1 for t in rank[i + 1:] if t != rank[i]))
             for i, (stage, chosen) in enumerate(ordered)]
 
 

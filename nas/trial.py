@@ -83,7 +83,8 @@ class SearchContext:
 
     @property
     def budget(self) -> Budget:
-        return Budget(self.budget_ms / (1.0 + self.tolerance), self.budget_label, self.tolerance)
+        # the stated budget, as given (`budget_ms` / (1 + tolerance) up to float rounding, which `round` undoes)
+        return Budget(round(self.budget_ms / (1.0 + self.tolerance), 9), self.budget_label, self.tolerance)
 
     @property
     def budget_named(self) -> str:

@@ -45,6 +45,7 @@ class Finalist:
     proxy_reward: float | None
     origin: dict[str, Any]  # `neighbour_of` for an FFN neighbour (nas.neighbours)
     seconds: dict[str, float]
+    budget_limit_ms: float | None = None  # the budget with its tolerance: the most the judged reading may be
 
     @property
     def within_budget(self) -> bool:
@@ -56,7 +57,7 @@ class Finalist:
 
     def record(self) -> dict[str, Any]:
         return {"trial": self.trial, **self.scored.record(), "dir": self.dir, "recipe": self.recipe, **self.run,
-                "budget_ms": self.budget_ms, "budget": self.budget, **self.latency, "proxy_reward": self.proxy_reward,
+                "budget_ms": self.budget_ms, "budget_limit_ms": self.budget_limit_ms, "budget": self.budget, **self.latency, "proxy_reward": self.proxy_reward,
                 **self.origin, "quality": self.quality, **self.shipped, "seconds": self.seconds}
 
 
@@ -167,7 +168,8 @@ def over_record(row: dict[str, Any], ctx: "SearchContext", moved_to: Path | None
                 readings: list[float]) -> dict[str, Any]:
     return {"trial": row["number"], "arch": row["arch"], "recipe": recipe_of(ctx.config, ctx.budget_label),
             "stage": "before training" if moved_to is None else "as shipped",
-            "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms, "budget_ms": ctx.budget_ms,
+            "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms, "budget_ms": ctx.budget.ms,
+            "budget_limit_ms": ctx.budget_ms,
             "latency_readings_ms": readings, **origin_of(row)}
 
 

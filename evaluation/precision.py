@@ -44,6 +44,7 @@ class FidelityScorer:
     max_len: int = 128
     seed: int = 0
     _seen: dict[str, dict[str, float]] = field(default_factory=dict)
+    _last: dict[str, dict[str, float]] = field(default_factory=dict)  # by path: the latest file scored there
 
     def __call__(self, graph: Path) -> float:
         return self.all(graph)[self.primary]
@@ -56,7 +57,13 @@ class FidelityScorer:
             emb = torch.from_numpy(onnx_sentence_embeddings(graph, self.tokenizer, self.sentences, max_len=self.max_len))
             self._seen[key] = {name: float(embedding_fidelity(ref, emb, pairs=PLAN_PAIRS, seed=self.seed)["spearman"])
                                for name, ref in self.references.items()}
+            self._last[str(graph)] = self._seen[key]
         return self._seen[key]
+
+    def last(self, graph: Path) -> dict[str, float] | None:
+        """The scores of the latest graph scored at `graph`'s path, though it was since removed (a sensitivity
+        pass removes each group's graph once scored); None where none was."""
+        return self._last.get(str(graph))
 
 
 @dataclass(frozen=True)
@@ -126,8 +133,11 @@ def _effects(planner: Any, scorer: FidelityScorer) -> list[dict[str, Any]]:
     is skipped when the fp32 graph or the all-INT8 one met the goal: then there are none)."""
     if planner.order is None:
         return []
-    return [{**e.to_dict(), "fidelity_by_reference": scorer.all(planner.graph(planner.plan((e.group,))))}
-            for e in planner.effects()]
+    def by_reference(group: str) -> dict[str, float]:  # scored by the pass: not built and run a second time
+        plan = planner.plan((group,))
+        return scorer.last(planner.graph_path(plan)) or scorer.all(planner.graph(plan))
+
+    return [{**e.to_dict(), "fidelity_by_reference": by_reference(e.group)} for e in planner.effects()]
 
 
 def _write(folder: Path, graph: Path, name: str, choice: PrecisionChoice) -> None:

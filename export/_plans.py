@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,7 @@ class Planner:
     int8: Path | None = None
     groups: list[Group] = field(default_factory=list)
     order: list[Effect] | None = None  # the groups' effects measured before (`effects`), where known
+    sensitivity_s: float | None = None  # what this planner's sensitivity pass took (None: it did not run one)
     _graphs: dict[tuple[str, ...], Path] = field(default_factory=dict)
     _fidelity: dict[tuple[str, ...], float] = field(default_factory=dict)
     _latency: dict[tuple[str, ...], float] = field(default_factory=dict)
@@ -112,10 +114,18 @@ class Planner:
             if len(key) == len(self.groups):
                 self._graphs[key] = self.fp32
             else:
-                name = hashlib.sha256("\n".join(key).encode()).hexdigest()[:12]
-                self._graphs[key] = plan_graph(self.fp32, self._graphs[()], self.workdir / f"plan-{name}.onnx",
-                                               plan, self.groups)
+                self._graphs[key] = plan_graph(self.fp32, self._graphs[()], self.graph_path(plan), plan, self.groups)
         return self._graphs[key]
+
+    def graph_path(self, plan: Plan) -> Path:
+        """Where the plan's graph is (or was, or will be) written: named by its fp32 groups."""
+        key = self._key(plan)
+        if not key:
+            return self._graphs[()]
+        if len(key) == len(self.groups):
+            return self.fp32
+        name = hashlib.sha256("\n".join(key).encode()).hexdigest()[:12]
+        return self.workdir / f"plan-{name}.onnx"
 
     def fidelity(self, plan: Plan) -> float:
         key = self._key(plan)
@@ -150,11 +160,13 @@ class Planner:
     def effects(self) -> list[Effect]:
         """Every group's effect, in the order plans grow (best gain per cost first; no gain last)."""
         if self.order is None:
+            started = time.perf_counter()
             base = self.fidelity(self.plan(()))
             costs = group_costs(self.fp32, self.groups)
             measured = [Effect(g.name, f, f - base, costs[g.name])
                         for g in self.groups for f in [self._scored_once(self.plan((g.name,)))]]
             self.order = growth_order(measured)
+            self.sensitivity_s = time.perf_counter() - started
         return self.order
 
     def along(self, kept: int) -> Plan:

@@ -99,6 +99,7 @@ def teacher_plans(ctx: "SearchContext", attrs: dict[str, Any], out: Path, pipeli
     return {"budgets": rows, "int8_ms": planner.known_latency(planner.along(0)), "full_range": planner.full_range,
             "order": [e.to_dict() for e in planner.order or []],
             "fp32_fidelity": planner.known_fidelity(planner.along(len(planner.groups))),
+            "sensitivity_s": None if planner.sensitivity_s is None else round(planner.sensitivity_s, 1),
             "seconds": round(time.perf_counter() - started, 1)}
 
 

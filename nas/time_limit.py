@@ -86,11 +86,18 @@ class TimeLimit:
         now = time.monotonic() if now is None else now
         return now + trial_s + final_s <= self.end
 
-    def final_until(self, after_s: float, finalists_left: int = 1, now: float | None = None) -> float:
-        """When the next final run must end: the time left less `after_s` for what follows it, shared
-        evenly among the `finalists_left` still to train (`--final-top-k`)."""
+    def final_until(self, after_s: float, finalists_left: int = 1, now: float | None = None,
+                    before_s: float = 0.0, trailing: int = 0) -> float:
+        """When the next final run must end: the time left, less `after_s` for what follows each of the
+        `finalists_left` runs still to go (this one and the rest: `--final-top-k`, other budgets) and of the
+        `trailing` ones after them that take no share of the time (nas.search.final_order), and `before_s` for
+        what precedes each later one (its untrained baselines), shared evenly among the `finalists_left` runs.
+        The others are taken to need what this one does: reserving only this run's own left the last of four
+        MPNet budgets sharing an hour 20 steps, and the command 82% over its --timeout."""
         now = time.monotonic() if now is None else now
-        return now + (self.end - after_s - now) / max(1, finalists_left)
+        left = max(1, finalists_left)
+        reserved = (left + trailing) * after_s + (left - 1 + trailing) * before_s
+        return now + (self.end - now - reserved) / left
 
 
 def final_run_s(steps: int, step_s: float, trial_s: float) -> float:

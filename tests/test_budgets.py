@@ -200,8 +200,9 @@ def test_budgets_where_the_teachers_plan_fits_train_last_on_the_time_the_others_
                                            {"label": "0.5x", "fits": True, "plan": {}},
                                            {"label": "0.35x", "fits": False}, {"label": "0.25x", "fits": False}]}}
     todo = [(SimpleNamespace(budget_label=label), label) for label in ("0.6x", "0.5x", "0.35x", "0.25x")]
-    assert [(chosen, later) for _, chosen, later in final_order(todo, plans, 1)] == [
-        ("0.35x", 1), ("0.25x", 0), ("0.6x", 1), ("0.5x", 0)]
+    # the first two leave the last two their work after training (`trailing`), not a share of the training time
+    assert [(chosen, later, trailing) for _, chosen, later, trailing in final_order(todo, plans, 1)] == [
+        ("0.35x", 1, 2), ("0.25x", 0, 2), ("0.6x", 1, 0), ("0.5x", 0, 0)]
     # no teacher plans (another runtime, or none fits): largest budget first, each sharing with those after it
-    assert [(chosen, later) for _, chosen, later in final_order(todo, {}, 2)] == [
-        ("0.6x", 6), ("0.5x", 4), ("0.35x", 2), ("0.25x", 0)]
+    assert [(chosen, later, trailing) for _, chosen, later, trailing in final_order(todo, {}, 2)] == [
+        ("0.6x", 6, 0), ("0.5x", 4, 0), ("0.35x", 2, 0), ("0.25x", 0, 0)]

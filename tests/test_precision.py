@@ -256,3 +256,31 @@ def test_the_plan_closest_under_a_budget_is_read_again_and_steps_back_when_that_
     assert steady.within_budget(budget).kept - planner.within_budget(budget).kept >= 1
     point = planner.within_budget(budget)
     assert point.latency_ms <= budget  # what stands fits on the mean of its readings
+
+
+def test_choosing_a_plan_runs_each_groups_graph_once_though_it_records_every_reference(exported, tmp_path, news_texts):
+    """The sensitivity pass scores each group's graph and removes it; the choice's per-reference effects are
+    read from that pass, not rebuilt and run again (twice the pass's time on an MPNet student)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from kdnas.core.assets import teacher_path
+    from kdnas.distill.data import heldout_sentences
+    from kdnas.evaluation import FidelityScorer, choose_precision, graph_embeddings
+
+    folder = tmp_path / "f"
+    shutil.copytree(exported, folder)
+    tokenizer = AutoTokenizer.from_pretrained(teacher_path("minilm-l6"))
+    sentences = heldout_sentences(news_texts, 40)
+    fp32 = graph_embeddings(folder / "model.onnx", tokenizer, sentences, max_len=32)
+    scorer = FidelityScorer(tokenizer, sentences, {"fp32": fp32, "teacher": fp32 + 0.1}, "fp32", max_len=32)
+    fake = FakeGraphs(folder)
+    choice = choose_precision(folder, scorer, fake.latency, budget_ms=2.6)
+    groups = len(weight_groups(folder / "model.onnx"))
+    assert choice is not None and len(choice.effects) == groups
+    ran = len(scorer._seen)  # each graph run once, whatever the references
+    assert groups + 1 <= ran <= groups + 4, ran  # the pass (and all-INT8), then the plans grown
+    for effect in choice.effects:
+        assert effect["fidelity_by_reference"]["fp32"] == pytest.approx(effect["fidelity"], abs=1e-5)  # rounded
+        assert set(effect["fidelity_by_reference"]) == {"fp32", "teacher"}

@@ -99,8 +99,14 @@ def test_the_search_splits_its_time_between_trials_and_the_final_run():
     after = after_training_s(step_s=4.0, baselines_s=12.0)
     assert after == STEPS_AFTER * 4.0 + 8.0
     assert limit.final_until(after, now=400.0) == pytest.approx(700.0 - after)
-    # two finalists left share the time: the first ends half-way
-    assert limit.final_until(after, finalists_left=2, now=400.0) == pytest.approx(400.0 + (300.0 - after) / 2)
+    # two finalists left share the time, each with what follows its run (and the second, what comes before it)
+    # set aside: the first ends half-way through what is left to train
+    assert limit.final_until(after, finalists_left=2, now=400.0) == pytest.approx(400.0 + (300.0 - 2 * after) / 2)
+    assert limit.final_until(after, finalists_left=2, now=400.0, before_s=12.0) == pytest.approx(
+        400.0 + (300.0 - 2 * after - 12.0) / 2)
+    assert limit.final_until(after, now=400.0, before_s=12.0) == pytest.approx(700.0 - after)  # none after it
+    # one after it that takes no share of the training time (a budget the teacher's plan fits): its work is kept
+    assert limit.final_until(after, now=400.0, before_s=12.0, trailing=1) == pytest.approx(700.0 - 2 * after - 12.0)
 
 
 def test_the_final_runs_forecast_and_whether_a_trial_still_leaves_it_its_time():

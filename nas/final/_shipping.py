@@ -39,7 +39,8 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], la
     baselines_s = time.perf_counter() - t0
     after_s, variant = _after_run_s(timing, spec.layers, baselines_s), timing.get("variant")
     t0 = time.perf_counter()
-    until = None if ctx.limit is None else ctx.limit.final_until(after_s, timing["finalists_left"])
+    until = None if ctx.limit is None else ctx.limit.final_until(
+        after_s, timing["finalists_left"], before_s=baselines_s, trailing=timing.get("trailing", 0))
     res = _train.distill_in_time(ctx, cache, spec, label, until, start, state_file(dest))
     student = res.student.eval()
     t1 = time.perf_counter()
@@ -53,12 +54,13 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], la
                     "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
                                      "seq_len": data.seq_len, "unit": cfg.final.unit}})
     t3 = time.perf_counter()
-    choice, judged, (latency, readings, drift, graphs) = _precision(ctx, dest, label, timing.get("gate"))
+    choice, judged, (latency, readings, drift, graphs) = _precision(ctx, dest, label, timing.get("gate"),
+                                                                    _teacher_closer(timing.get("teacher_plan"), quality))
     metrics = _shipped_scores(ctx, res, dest, quality, prepared, shipped, choice, judged)
     verdict = _verdict(ctx, timing["before_ms"], choice, latency)
     finalist = Finalist(
         trial=row["number"], scored=ctx.score(spec, metrics, latency, within=verdict["within"]), dir=str(dest),
-        recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget_ms, budget=ctx.budget_label,
+        recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms, budget=ctx.budget_label,
         run={"steps": res.steps, "steps_planned": cfg.final.steps, "steps_most": cfg.final_most,
              "timeout_s": cfg.run.timeout, "train": cfg.final.rows, "train_rows": res.rows or data.num_train,
              "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,
@@ -123,27 +125,52 @@ def _after_run_s(timing: dict[str, Any], layers: int, baselines_s: float) -> flo
     return after_s
 
 
-def _precision(ctx: "SearchContext", dest: Path, label: str, gate: str | None) -> tuple[Any, str, tuple]:
+def _precision(ctx: "SearchContext", dest: Path, label: str, gate: str | None,
+               teacher_closer: str | None = None) -> tuple[Any, str, tuple]:
     """The shipped folder's graph the budget judges, and its latencies: under --runtime onnxruntime-auto, a
-    precision plan grown on the trained weights where the fp32 graph did not fit before training; else the
-    runtime's graph. Returns the plan chosen (None: none grown), the judged graph's file name and
-    `shipped_latencies`."""
+    precision plan grown on the trained weights where the fp32 graph did not fit before training (unless
+    `teacher_closer` says why no plan of it can win: then its all-INT8 graph); else the runtime's graph.
+    Returns the plan chosen (None: none grown), the judged graph's file name and `shipped_latencies`."""
     from ..plans import plan_student
 
     ctx.progress.phase(f"{label}: latency")
     judged = INT8_GRAPH if gate == INT8_GRAPH else shipped_graphs(ctx.config.latency.runtime)[0]
-    choice = plan_student(ctx, dest, label) if gate == INT8_GRAPH else None
+    choice = plan_student(ctx, dest, label) if gate == INT8_GRAPH and teacher_closer is None else None
     if choice is not None:
         judged = choice.graph
+    elif gate == INT8_GRAPH and teacher_closer is not None:
+        _record_choice(dest, INT8_GRAPH, "all-INT8", [], teacher_closer)
     elif ctx.config.latency.plans:  # the fp32 graph fitted: export.json names that choice too
-        _record_fp32_choice(dest)
+        _record_choice(dest, FP32_GRAPH, "fp32", "all",
+                       "the fp32 graph fitted the budget before training: the closest graph within it")
     return choice, judged, shipped_latencies(ctx, dest, label, judged)
 
 
-def _record_fp32_choice(dest: Path) -> None:
+# Standard errors by which the teacher's plan must lead a student's fp32 graph before no plan of the student is
+# grown: a plan keeps fp32 at most, and a lead this wide is not one that sampling noise on the sentences makes.
+CLOSER_BY_SE = 2.0
+
+
+def _teacher_closer(plan: dict[str, Any] | None, quality: dict[str, Any] | None) -> str | None:
+    """Why no precision plan of a student is worth growing at this budget, or None: the teacher's own plan within
+    it (its probe ρ) is closer to the teacher than the student's fp32 graph (held-out ρ) by more than
+    CLOSER_BY_SE standard errors, and a plan of the student's graph keeps at most its fp32 fidelity. (On MPNet,
+    growing an 11-layer student's plan took 16 minutes of a one-hour search, for a student the teacher's plan
+    beat by 0.09.)"""
+    student = ((quality or {}).get("fidelity") or {}).get("student")
+    if not plan or plan.get("fidelity") is None or not student or student.get("spearman_se") is None:
+        return None
+    rho, se, teacher = float(student["spearman"]), float(student["spearman_se"]), float(plan["fidelity"])
+    if rho + CLOSER_BY_SE * se >= teacher:
+        return None
+    return (f"no plan grown: the teacher's plan within the budget ({plan.get('label')}, ρ {teacher:.3f} on the probe) "
+            f"is closer than this student's fp32 graph (ρ {rho:.3f} ± {se:.3f} held out), which bounds every plan "
+            f"of it; its all-INT8 graph, which fitted before training, stands beside the teacher's")
+
+
+def _record_choice(dest: Path, graph: str, label: str, fp32_groups: Any, why: str) -> None:
     manifest = json.loads((dest / "export.json").read_text())
-    manifest["precision"] = {"graph": FP32_GRAPH, "label": "fp32", "plan": {"fp32_groups": "all"},
-                             "why": "the fp32 graph fitted the budget before training: the closest graph within it"}
+    manifest["precision"] = {"graph": graph, "label": label, "plan": {"fp32_groups": fp32_groups}, "why": why}
     atomic_write_text(dest / "export.json", json.dumps(manifest, indent=2) + "\n")
 
 

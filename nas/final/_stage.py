@@ -37,12 +37,13 @@ if TYPE_CHECKING:
 MAX_OVER_BUDGET = 2
 
 
-def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[dict[str, Any]], later: int = 0
-              ) -> list[dict[str, Any]]:
+def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[dict[str, Any]], later: int = 0,
+              trailing: int = 0) -> list[dict[str, Any]]:
     """Distill, ship and profile the best `final.top_k` candidates whose shipped model.onnx is within
     `ctx`'s budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
     A finalist over the budget is moved to `over-budget/` and the next candidate is tried. `later`:
-    the finalists of the search's other budgets still to train after these (a --timeout shares the time)."""
+    the finalists of the search's other budgets still to train after these (a --timeout shares the time);
+    `trailing`: those after them that take no share of it, whose work around their runs it leaves time for."""
     from kdnas.core.assets import teacher_path
     from kdnas.export import read_sentence_pipeline
     from kdnas.export import check_pooling
@@ -68,10 +69,11 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[d
         if not ready(stage, row, pipeline, label):
             continue
         timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final.top_k - len(results) + later,
+                  "trailing": trailing,
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
                   "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"]),
                   "gate": stage.gate.get(row["arch"]), "before_ms": stage.now[row["arch"]],
-                  "teacher_plan": cfg.latency.plans and teacher_plan_for(study.user_attrs, ctx.budget_label) is not None}
+                  "teacher_plan": teacher_plan_for(study.user_attrs, ctx.budget_label) if cfg.latency.plans else None}
         finalist = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
                           pipeline, timing, stage.trained_wider(row))
         if finalist.within_budget:

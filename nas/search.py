@@ -273,12 +273,23 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
 def _one_trial(study: optuna.Study, objective: Objective, progress: Progress) -> None:
     try:
         study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
-    except ValueError as err:
-        # Another worker judged this one dead (a long pause) and failed its trial: Optuna then
-        # refuses our result. The trial is retried by the rules of nas.resume; go on.
-        if not str(err).startswith("Cannot tell a "):
+    except (ValueError, AssertionError) as err:
+        # Another worker judged this one dead (a long pause) and failed its trial: Optuna then refuses our
+        # result — a plain ValueError, which Optuna 5's own bookkeeping turns into an AssertionError ("Should
+        # not reach") — so it is told apart by the trial's state in the study, not by type or words. The
+        # trial is retried by the rules of nas.resume; go on.
+        if not failed_meanwhile(study, objective.last_number):
             raise
         progress.note(f"a trial of this worker was failed by another worker meanwhile ({err}); going on")
+
+
+def failed_meanwhile(study: optuna.Study, number: int | None) -> bool:
+    """Whether trial `number` of `study` (this worker's last) is already FAIL in the storage: failed by another
+    worker while this one still ran it."""
+    if number is None:
+        return False
+    trial = next((t for t in study.get_trials(deepcopy=False) if t.number == number), None)
+    return trial is not None and trial.state == optuna.trial.TrialState.FAIL
 
 
 def _show(study: optuna.Study, out: Path, progress: Progress) -> None:

@@ -178,10 +178,12 @@ class Objective:
 
     def __init__(self, ctx: SearchContext) -> None:
         self.ctx = ctx
+        self.last_number: int | None = None  # the trial last started (nas.search.failed_meanwhile)
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
         seconds = {"latency": 0.0, "distill": 0.0}
         start = time.perf_counter()
+        self.last_number = trial.number
         trial.set_user_attr("worker", worker_identity())
         if is_surplus(trial.study, trial.number, self.ctx.config.trial_count):
             trial.set_user_attr("status", TrialStatus.SURPLUS)

@@ -162,6 +162,8 @@ def main() -> int:
         result.setdefault("targets", {})[args.teacher] = precompute_targets(args.targets)
     run = run_search(args.teacher, sorted(args.budgets, reverse=True), args.timeout, args.work)
     run["environment"] = environment()
+    run["code"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                 cwd=Path(__file__).parent).stdout.strip() or None  # the commit the search ran
     result["runs"] = [r for r in result.get("runs", []) if r["name"] != run["name"]] + [run]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")

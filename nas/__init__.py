@@ -46,6 +46,9 @@ def write_report(out: str | Path, *, storage: str | None = None, study_name: str
     study = find_study(open_storage(storage, must_exist=True), study_name)
     if study is None:
         raise InputError(f"storage {storage} has no study named {study_name!r}")
+    from .schema import check_version
+
+    check_version(study.user_attrs, f"study {study_name!r} in {storage}")  # a newer kdnas's records: not misread
     return write_outputs(study, out)
 
 

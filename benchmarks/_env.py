@@ -59,3 +59,14 @@ def environment() -> dict:
         "onnxruntime": onnxruntime.__version__, "optuna": optuna.__version__,
         "command": " ".join(shlex.quote(a) for a in ["python", *sys.argv]),
     }
+
+
+def write_result(path, result: dict) -> None:
+    """Write a benchmark's result as JSON with the environment it ran in (after every run, so a long
+    benchmark stopped midway keeps what it measured)."""
+    import json
+    from pathlib import Path
+
+    result["environment"] = environment()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(result, indent=1, default=str) + "\n")

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from _env import environment, kdnas, ratio_list
+from _env import kdnas, ratio_list, write_result
 
 TEACHER = "mpnet-base"
 FREE = "minilm-l6"  # all-MiniLM-L6-v2 as it comes
@@ -118,7 +118,7 @@ def main() -> int:
     previous = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if args.targets:
         result["targets"] = precompute_targets(args.targets)
-        _write(args.out, result)
+        write_result(args.out, result)
     # A rerun keeps the ratio its searches were started with
     if any("minilm" in name.split("+") for name in names) or "minilm_beside_teacher" in previous:
         result["minilm_beside_teacher"] = previous.get("minilm_beside_teacher") or minilm_ratio()
@@ -130,7 +130,7 @@ def main() -> int:
         ratios = [result["minilm_beside_teacher"]["ratio"] if part == "minilm" else float(part) for part in name.split("+")]
         runs.append(run_search(name, ratios, args.timeout, args.work, args.search_args.split()))
         result["searches"] = runs
-        _write(args.out, result)
+        write_result(args.out, result)
     shipped = _shipped(runs)
     if shipped:
         quality = args.work / "student_quality.json"
@@ -139,14 +139,8 @@ def main() -> int:
                         "--tasks", *args.tasks], check=False)
         if quality.is_file():
             result["quality"] = json.loads(quality.read_text())
-    _write(args.out, result)
+    write_result(args.out, result)
     return 0
-
-
-def _write(path: Path, result: dict) -> None:
-    result["environment"] = environment()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _env import environment, kdnas
+from _env import kdnas, write_result
 
 DEMO = ["kdnas", "search", "--teacher", "minilm-l6", "--corpus", "news", "--timeout", "570", "--no-progress"]
 RULE_SHAPE = "3x12x384x1536"
@@ -98,20 +98,14 @@ def main() -> int:
     result: dict = {"what": __doc__.strip().splitlines()[0], "demo": []}
     for i in range(args.repeats):
         result["demo"].append(run(args.work / f"demo-{i}", []))
-        _write(args.out, result)
+        write_result(args.out, result)
     result["rule_ratio"] = rule_ratio()
     edge = ["--budget-ratio", f"{result['rule_ratio']['ratio']:.4f}"]
     result["at_the_rule_shapes_ratio"] = []
     for i in range(args.repeats):
         result["at_the_rule_shapes_ratio"].append(run(args.work / f"edge-{i}", edge))
-        _write(args.out, result)
+        write_result(args.out, result)
     return 0
-
-
-def _write(path: Path, result: dict) -> None:
-    result["environment"] = environment()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

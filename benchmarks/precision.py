@@ -124,15 +124,18 @@ def table(result: dict) -> str:
             return f"{g['rho']:.3f} at {g['decided_x']:.2f}× ({g['x']:.2f}× as shipped)"
         return f"{g['rho']:.3f} at {g['x']:.2f}×"
 
-    lines = ["| teacher, budget | shipped (with plans) | its ρ, latency | student fp32 | student all-INT8 | teacher all-INT8 "
-             "(if it fits) | teacher's best plan | untrained baselines |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| search | budget | shipped (with plans) | its ρ, latency | student fp32 | student all-INT8 | teacher all-INT8 "
+             "(if it fits) | teacher's best plan | untrained baselines |", "|---|---|---|---|---|---|---|---|---|"]
     for run in result.get("runs", []):
+        budgets = len(run["ratios"])
+        search = (f"{run['teacher']}, {budgets} budget{'s' if budgets > 1 else ''}, --timeout {run['timeout']} "
+                  f"(ran {run['seconds']:,.0f} s{', ' + run['code'] if run.get('code') else ''})")
         for b in run["budgets"]:
             s = b.get("student") or {}
             t8 = b.get("teacher_int8") or {}
             tp = b.get("teacher_plan")
             base = ", ".join(f"{v:.3f}" for v in (b.get("baselines") or {}).values()) or "—"
-            lines.append(f"| {run['teacher']} {b['ratio']:g}× ({run['timeout']} s) | {(b.get('shipped') or {}).get('what', '—')} | "
+            lines.append(f"| {search} | {b['ratio']:g}× | {(b.get('shipped') or {}).get('what', '—')} | "
                          f"**{cell(b.get('shipped'))}** | {cell(s.get('fp32'))} | {cell(s.get('int8'))} | "
                          f"{cell(t8) if t8.get('fits') else 'over' if t8 else '—'} | "
                          f"{cell(tp) if tp else '—'} | {base} |")

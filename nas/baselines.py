@@ -21,6 +21,7 @@ over the same would not (measured with a one-off benchmark, in git history; docs
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,10 +54,12 @@ def baseline_fidelity(ctx: "SearchContext", spec: StudentSpec, cache: Any) -> di
     return {"sentences": sentences, "reference": reference, "rows": rows, "trained_on": _training_rows(ctx, cache)}
 
 
-def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any]) -> dict[str, Any] | None:
+def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path | None = None,
+                 read: Callable[[Path], Any] | None = None) -> dict[str, Any] | None:
     """The alternative a user has for free, beside the students: the teacher itself as INT8 (the recipe of
-    `kdnas export --int8`), its latency read on the search's settings and its fidelity on the held-out
-    sentences the students are scored on (None when fidelity is not asked for)."""
+    `kdnas export --int8`; `exported`, where that graph exists already), its latency read by `read` (by default
+    alone, on the search's settings) and its fidelity on the held-out sentences the students are scored on (None
+    when fidelity is not asked for)."""
     import tempfile
 
     from kdnas.evaluation import embedding_fidelity
@@ -69,12 +72,15 @@ def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any]) -> dict[str, An
     if held is None or "skipped" in held:
         return None  # the students' table says why (baseline_fidelity)
     sentences, reference = held["sentences"], held["reference"]
+    read = read or ctx.judge.alone
     with tempfile.TemporaryDirectory(prefix="kdnas-teacher-int8-") as tmp:
-        folder = Path(tmp) / "teacher"
-        export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
-                     pooling=pipeline["pooling"], normalize=pipeline["normalize"])
-        graph = folder / "model.int8.onnx"
-        latency = latency_record(ctx.judge.alone(graph))
+        graph = exported
+        if graph is None:
+            folder = Path(tmp) / "teacher"
+            export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
+                         pooling=pipeline["pooling"], normalize=pipeline["normalize"])
+            graph = folder / "model.int8.onnx"
+        latency = latency_record(read(graph))
         emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, sentences, max_len=cfg.latency.seq)
     fidelity = embedding_fidelity(reference, torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
     return {"latency": latency, "fidelity": fidelity, "sentences": len(sentences)}

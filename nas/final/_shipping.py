@@ -60,7 +60,8 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], la
     verdict = _verdict(ctx, timing["before_ms"], choice, latency)
     finalist = Finalist(
         trial=row["number"], scored=ctx.score(spec, metrics, latency, within=verdict["within"]), dir=str(dest),
-        recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms, budget=ctx.budget_label,
+        recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms,
+        budget=ctx.budget_label,
         run={"steps": res.steps, "steps_planned": cfg.final.steps, "steps_most": cfg.final_most,
              "timeout_s": cfg.run.timeout, "train": cfg.final.rows, "train_rows": res.rows or data.num_train,
              "init": res.init, "precision": res.precision, "augment": res.config.augment if res.steps else 0.0,

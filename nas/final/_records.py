@@ -57,7 +57,8 @@ class Finalist:
 
     def record(self) -> dict[str, Any]:
         return {"trial": self.trial, **self.scored.record(), "dir": self.dir, "recipe": self.recipe, **self.run,
-                "budget_ms": self.budget_ms, "budget_limit_ms": self.budget_limit_ms, "budget": self.budget, **self.latency, "proxy_reward": self.proxy_reward,
+                "budget_ms": self.budget_ms, "budget_limit_ms": self.budget_limit_ms, "budget": self.budget,
+                **self.latency, "proxy_reward": self.proxy_reward,
                 **self.origin, "quality": self.quality, **self.shipped, "seconds": self.seconds}
 
 

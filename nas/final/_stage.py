@@ -114,15 +114,14 @@ def _teacher_int8_once(study: optuna.Study, ctx: "SearchContext", pipeline: dict
     precision plans exported the teacher's graphs (OUT/.teacher), that all-INT8 graph, timed as the shipped graphs
     are (read alone, the demo's read 5.41 ms where the same graph read 4.43 side by side with the teacher)."""
     from ..baselines import teacher_int8
-    from ..plans import TEACHER_FOLDER
+    from ..plans import teacher_export
     from ._latency import final_latency
 
     if "teacher_int8" not in study.user_attrs:
         ctx.progress.phase("final: the teacher as INT8 (what a user has for free), latency and fidelity")
-        exported = out / TEACHER_FOLDER / INT8_GRAPH if ctx.config.latency.plans else None
+        exported = teacher_export(ctx, out, pipeline) / INT8_GRAPH if ctx.config.latency.plans else None
         study.set_user_attr("teacher_int8", teacher_int8(
-            ctx, pipeline, exported=exported if exported is not None and exported.is_file() else None,
-            read=lambda graph: final_latency(ctx, graph, "the teacher as INT8")[0]))
+            ctx, pipeline, exported=exported, read=lambda graph: final_latency(ctx, graph, "the teacher as INT8")[0]))
 
 
 class Stage:

@@ -43,7 +43,8 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     fidelity = int8_fidelity(ctx, held, graph)
     student = results[0]
     student_rho = shipped_fidelity(student)
-    record = {"budget": ctx.budget_label, "budget_ms": ctx.budget.ms, "budget_limit_ms": ctx.budget_ms, "plan": row, "fidelity": fidelity,
+    record = {"budget": ctx.budget_label, "budget_ms": ctx.budget.ms, "budget_limit_ms": ctx.budget_ms, "plan": row,
+              "fidelity": fidelity,
               "student": {"arch": student["arch"], "rho": student_rho, "graph": student.get("budget_graph")},
               "shipped": student_rho is not None and fidelity["spearman"] > student_rho}
     if record["shipped"]:

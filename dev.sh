@@ -94,9 +94,9 @@ case "$cmd" in
     export HF_HUB_OFFLINE=1
     # The main job: an architecture search on the bundled teacher and corpus, ending with
     # runs/demo/pareto.html, runs/demo/report.html and the exported student in runs/demo/best/.
-    # The demo promises ten minutes: --timeout fits the search into 9.5 of them (the rest is start-up)
+    # The demo promises ten minutes: --timeout fits the search into 9 of them (the rest is set-up and start-up)
     # by cutting its final run short on a slow or busy host, and says so; a quiet host runs it whole.
-    "$VENV/bin/kdnas" search --teacher minilm-l6 --corpus news --out runs/demo --timeout 570 "$@"
+    "$VENV/bin/kdnas" search --teacher minilm-l6 --corpus news --out runs/demo --timeout 540 "$@"
     ;;
   test)
     setup

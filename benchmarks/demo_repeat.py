@@ -1,6 +1,6 @@
 """The demo, three times from an empty cache: does the same command ship the same graph, for the same reason?
 
-Runs `kdnas search --teacher minilm-l6 --corpus news --timeout 570` (what `bash dev.sh demo` runs) `--repeats`
+Runs `kdnas search --teacher minilm-l6 --corpus news --timeout 540` (what `bash dev.sh demo` runs) `--repeats`
 times one after another on one host, each with its own empty `KDNAS_CACHE`, and records what each shipped: the
 graph (a student's shape and precision, or the teacher's plan), its held-out ρ, the budget's verdict and the
 reading that made it, the wall time. Then the worst case for a decision at the budget's edge: the budget set to
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from _env import kdnas, write_result
 
-DEMO = ["kdnas", "search", "--teacher", "minilm-l6", "--corpus", "news", "--timeout", "570", "--no-progress"]
+DEMO = ["kdnas", "search", "--teacher", "minilm-l6", "--corpus", "news", "--timeout", "540", "--no-progress"]
 RULE_SHAPE = "3x12x384x1536"
 
 

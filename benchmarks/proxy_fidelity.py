@@ -129,7 +129,7 @@ class Runner:
         from kdnas.evaluation import sentence_embeddings
         from kdnas.nas import SearchConfig
         from kdnas.nas.recipe import final_transfer_set, proxy_transfer_set
-        from kdnas.nas.trial import SearchContext
+        from kdnas.nas.context import SearchContext
 
         base = SearchConfig.from_flags(final_steps=final_steps, quality_sentences=sentences)
         self.teacher, texts = load_teacher(base.teacher), load_corpus(base.corpus)

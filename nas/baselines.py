@@ -34,7 +34,7 @@ from kdnas.evaluation.baselines import untrained_baselines
 from kdnas.evaluation.fidelity import MIN_SENTENCES
 
 if TYPE_CHECKING:
-    from .trial import SearchContext
+    from .context import SearchContext
 
 PAIRS = 4000
 

@@ -11,9 +11,12 @@ trials, so every budget has the one-line rule's student among its candidates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .schema import TrialStatus
+
+if TYPE_CHECKING:
+    from .config import SearchConfig
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def study_budgets(facts: dict[str, Any]) -> list[Budget]:
     return [Budget(float(b["ms"]), b["label"], tolerance) for b in several]
 
 
-def budget_facts(cfg: Any, budgets_ms: tuple[float, ...]) -> list[dict[str, Any]]:
+def budget_facts(cfg: SearchConfig, budgets_ms: tuple[float, ...]) -> list[dict[str, Any]]:
     """A new study's record of several budgets (none for one): each one's label and milliseconds."""
     if len(budgets_ms) < 2:
         return []

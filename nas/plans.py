@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .budgets import study_budgets
 
 if TYPE_CHECKING:
-    from .trial import SearchContext
+    from .context import SearchContext
 
 TEACHER_PLANS = "teacher_plans"  # the study attribute
 TEACHER_FOLDER = ".teacher"  # in --out: the teacher's exported graphs, which its plans are built from

@@ -14,11 +14,14 @@ Kendall's τ +0.91, the paper's hs/L_HS proxy with +0.67 (docs/benchmarks/proxy-
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kdnas.core.errors import InputError
+
+if TYPE_CHECKING:
+    from .config import SearchConfig
 
 # Random sentence pairs for the proxy's ρ; fewer than the shipped student's 4,000, since every trial pays for them.
 PROXY_PAIRS = 2000
@@ -55,7 +58,7 @@ class FidelityProbe:
         return {"fidelity": float(fidelity["spearman"]), "fidelity_se": float(fidelity["spearman_se"])}
 
 
-def probe_sentences(config: Any, texts: list[str]) -> list[str]:
+def probe_sentences(config: SearchConfig, texts: list[str]) -> list[str]:
     """`proxy.sentences` held-out sentences after the `final.quality_sentences`; a corpus too small for
     them is refused in one line (`nas.search` asks before it creates the study). The fidelity proxy scores
     shapes on them and precision plans (`--runtime onnxruntime-auto`) score graphs on them: the line names
@@ -78,7 +81,7 @@ def probe_sentences(config: Any, texts: list[str]) -> list[str]:
     return sentences
 
 
-def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe:
+def fidelity_probe(config: SearchConfig, teacher: Any, texts: list[str]) -> FidelityProbe:
     """The probe of one search: its sentences and the teacher's embeddings of them."""
     from kdnas.evaluation import sentence_embeddings
 
@@ -87,7 +90,7 @@ def fidelity_probe(config: Any, teacher: Any, texts: list[str]) -> FidelityProbe
     return FidelityProbe(sentences=sentences, reference=reference, max_len=config.latency.seq, seed=config.seed)
 
 
-def proxy_loss(config: Any, metrics: dict[str, Any]) -> tuple[float, float]:
+def proxy_loss(config: SearchConfig, metrics: dict[str, Any]) -> tuple[float, float]:
     """The loss the reward uses, with its standard error: 1 − ρ (fidelity) or normalized L_HS (hs)."""
     if config.proxy.kind == "fidelity":
         return 1.0 - float(metrics["fidelity"]), float(metrics["fidelity_se"])

@@ -15,7 +15,7 @@ from kdnas.distill import StudentSpec
 from .measure import latency_record
 
 if TYPE_CHECKING:
-    from .trial import SearchContext
+    from .context import SearchContext
 
 # name, (layers, heads, hidden, ffn) for the BERT-base teacher, paper CPU latency in ms
 TABLE1 = (

@@ -45,7 +45,8 @@ from .storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_s
                       storage_file, write_pointer)
 from .time_limit import FIRST_TRIALS, TIMED_TRIAL_SHARE, TRIAL_SHARE, TimeLimit, final_run_s, pace_of
 from .recipe import proxy_transfer_set
-from .trial import Objective, SearchContext
+from .context import SearchContext
+from .trial import Objective
 
 TPE_STARTUP_TRIALS = FIRST_TRIALS  # under --timeout these start whatever the final run needs
 NSGA2_POPULATION = 50  # Optuna's default, for long searches

@@ -146,7 +146,7 @@ def test_the_held_out_sentences_are_embedded_once_for_every_budget_of_a_search(t
     from kdnas.nas.budgets import Budget
     from kdnas.nas.baselines import _held_out
     from kdnas.nas.config import SearchConfig
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     passes = []
     real = kdnas.evaluation.sentence_embeddings

@@ -111,7 +111,7 @@ def test_each_method_gets_only_the_options_it_takes():
     import pytest
 
     from kdnas.core.errors import InputError
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     def configs(**changes):
         ctx = SearchContext(config=SearchConfig.from_flags(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
@@ -151,7 +151,7 @@ def test_a_field_only_the_hs_proxy_reads_is_refused_with_the_fidelity_proxy():
 
 def test_the_fidelity_proxy_keeps_the_learning_rate_its_ranking_was_measured_at():
     from kdnas.nas.config import PROXY_FINAL_LR
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     def context(**changes):
         return SearchContext(config=SearchConfig.from_flags(**changes), space=None, sizes={}, teacher=None, texts=None,

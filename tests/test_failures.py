@@ -13,7 +13,7 @@ from kdnas.core.errors import TrainingError
 from kdnas.nas import SearchConfig, search
 from kdnas.nas.resume import counted_trials, enqueue_retries, failed_shapes, repeated_failure
 from kdnas.nas.storage import default_storage_url, open_storage
-from kdnas.nas.trial import SearchContext
+from kdnas.nas.context import SearchContext
 
 DIST = {"layers": optuna.distributions.IntDistribution(1, 6)}
 

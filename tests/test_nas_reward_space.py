@@ -156,7 +156,7 @@ def test_the_final_run_perturbs_batches_only_where_the_corpus_runs_short():
 
 def test_the_final_runs_embed_terms_are_the_users_and_the_trials_keep_theirs(tmp_path):
     from kdnas.nas import SearchConfig
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     cfg = SearchConfig.from_flags(final_embed_terms="mse+cos+rel+mid", proxy="fidelity", out=str(tmp_path))
     ctx = SearchContext(config=cfg, space=None, sizes=None, teacher=None, texts=[], data=None, cache=None,
@@ -173,7 +173,7 @@ def test_the_final_runs_embed_terms_are_the_users_and_the_trials_keep_theirs(tmp
 def test_a_scored_candidate_is_one_record_for_every_stage():
     from kdnas.core.spec import StudentSpec
     from kdnas.nas import SearchConfig
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     def context(**changes):
         return SearchContext(config=SearchConfig.from_flags(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,

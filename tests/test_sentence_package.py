@@ -214,7 +214,7 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
     from kdnas.nas import SearchConfig
     from kdnas.nas.final import run_final
     from kdnas.nas.space import SearchSpace
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     out = tmp_path / "run"
     config = SearchConfig.from_flags(out=str(out), final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
@@ -264,7 +264,7 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     from kdnas.nas.final import run_final
     from kdnas.nas.final._records import shippable
     from kdnas.nas.space import SearchSpace
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     out = tmp_path / "run"
     config = SearchConfig.from_flags(out=str(out), final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
@@ -327,7 +327,7 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     from kdnas.nas import SearchConfig
     from kdnas.nas.space import SearchSpace
     from kdnas.nas.recipe import proxy_transfer_set
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     config = SearchConfig.from_flags(proxy_steps=1, final_steps=1, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)
@@ -383,7 +383,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     from kdnas.nas import SearchConfig
     from kdnas.nas.space import SearchSpace
     from kdnas.nas.recipe import proxy_transfer_set
-    from kdnas.nas.trial import SearchContext
+    from kdnas.nas.context import SearchContext
 
     config = SearchConfig.from_flags(proxy_steps=1, final_steps=2, final_train=16, proxy_eval=8, seq_len=32,
                           latency_seq=16, threads=1, seed=3, quality_sentences=0, proxy_sentences=60)

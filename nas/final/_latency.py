@@ -15,7 +15,7 @@ from ..time_limit import MARGIN, settled
 from ..variant import PLAIN, VariantChoice, choose_variant
 
 if TYPE_CHECKING:
-    from ..trial import SearchContext
+    from ..context import SearchContext
 
 
 FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH = "model.onnx", "model.int8.onnx", "model.mixed.onnx"

@@ -23,7 +23,8 @@ from ..schema import TrialStatus
 from ..scored import Scored
 
 if TYPE_CHECKING:
-    from ..trial import SearchContext
+    from ..config import SearchConfig
+    from ..context import SearchContext
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,7 @@ def state_file(dest: Path) -> Path:
     return dest.parent / f".{dest.name}.state.pt"
 
 
-def recipe_of(cfg: Any, label: str | None = None) -> dict[str, Any]:
+def recipe_of(cfg: SearchConfig, label: str | None = None) -> dict[str, Any]:
     """What decides a final run besides the trial: a rerun with another recipe trains again. One of several
     budgets (`label`) keeps its own finalists, refusals and neighbours."""
     return {**({} if label is None else {"budget": label}),"steps": cfg.final.steps, "train": cfg.final.rows, "unit": cfg.final.unit, "method": cfg.final.method,

@@ -18,7 +18,7 @@ from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_graphs, shipp
 from ._records import Finalist, jsonable, origin_of, recipe_of, spec_of, state_file
 
 if TYPE_CHECKING:
-    from ..trial import SearchContext
+    from ..context import SearchContext
 
 
 def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,

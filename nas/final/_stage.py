@@ -30,7 +30,7 @@ from ._teacher import teacher_or_student
 from ._train import with_stored_rows
 
 if TYPE_CHECKING:
-    from ..trial import SearchContext
+    from ..context import SearchContext
 
 
 # A finalist over the budget is not shipped; the next one is trained instead, up to this many extra.

@@ -19,7 +19,8 @@ from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_latencies
 from ._records import jsonable
 
 if TYPE_CHECKING:
-    from ..trial import SearchContext
+    from ..config import SearchConfig
+    from ..context import SearchContext
 
 FINAL_TEACHER = "final_teacher"  # the study attribute: one record per budget
 
@@ -116,7 +117,7 @@ def planner_graph_name(planner: Any, plan: Any) -> str:
     return FP32_GRAPH if len(plan.fp32) >= len(planner.groups) else MIXED_GRAPH
 
 
-def teacher_card(record: dict[str, Any], config: Any) -> str:
+def teacher_card(record: dict[str, Any], config: SearchConfig) -> str:
     """The README of a `best/` that holds the teacher with a precision plan: why, and what it measured."""
     from ..card import search_command
 

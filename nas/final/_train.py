@@ -20,7 +20,8 @@ from ..config import FINAL_MAX_PASSES
 from ..recipe import final_transfer_set
 
 if TYPE_CHECKING:
-    from ..trial import SearchContext
+    from ..config import SearchConfig
+    from ..context import SearchContext
 
 
 # A run that continues a refused finalist (`Stage.trained_wider`) is not made when fewer steps than
@@ -96,7 +97,7 @@ def _grower(ctx: "SearchContext", cache: Any, label: str) -> Callable[[int], Any
     return grow
 
 
-def _free_rows(cfg: Any, cache: Any, steps: int) -> int:
+def _free_rows(cfg: SearchConfig, cache: Any, steps: int) -> int:
     """Training rows of the set on disk that hold the teacher's targets of the final run's loss (its last
     layer) and start with `cache`'s rows, up to one pass of `steps` batches: text that costs no teacher
     pass is worth more than a row seen again (3,000 steps on 32,768 sentences reached ρ 0.923 against
@@ -116,7 +117,7 @@ def with_stored_rows(ctx: "SearchContext", cache: Any) -> Any:
     return cache.grown(final_transfer_set(ctx.config, ctx.teacher, ctx.texts, rows))
 
 
-def _fitted_to(cfg: Any) -> str:
+def _fitted_to(cfg: SearchConfig) -> str:
     more = f"more, up to {cfg.final_most}, if time is left; " if cfg.final_most > cfg.final.steps else ""
     return f", {more}fewer if they would not end by --timeout"
 
@@ -128,7 +129,7 @@ def _narrowed_start(ctx: "SearchContext", cache: Any, spec: StudentSpec, start: 
     return narrowed_from(start["dir"], ctx.teacher.tokenizer, spec, *cache.data.split("train"))
 
 
-def _continued_steps(cfg: Any, start: dict[str, Any], until: float | None) -> int:
+def _continued_steps(cfg: SearchConfig, start: dict[str, Any], until: float | None) -> int:
     """The steps a continued run can make: `final.steps`, or those that fit before `until` at the
     pace of the refused run (whose FFN was wider, so a little slower: the estimate errs short)."""
     if until is None or not start.get("distill_s"):

@@ -26,6 +26,7 @@ from .reward import kdnas_reward
 from .scored import Scored
 from .search import search
 from .space import SearchSpace, default_space, rule_params
+from .schema import stored
 
 
 def write_report(out: str | Path, *, storage: str | None = None, study_name: str | None = None) -> dict[str, Any]:
@@ -48,7 +49,7 @@ def write_report(out: str | Path, *, storage: str | None = None, study_name: str
         raise InputError(f"storage {storage} has no study named {study_name!r}")
     from .schema import check_version
 
-    check_version(study.user_attrs, f"study {study_name!r} in {storage}")  # a newer kdnas's records: not misread
+    check_version(stored(study), f"study {study_name!r} in {storage}")  # a newer kdnas's records: not misread
     return write_outputs(study, out)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .schema import TrialStatus
+from .schema import StudyFacts, TrialStatus
 
 if TYPE_CHECKING:
     from .config import SearchConfig
@@ -53,14 +53,14 @@ def label_of(value: float, ratio: bool) -> str:
     return f"{value:g}x" if ratio else f"{value:g}ms"
 
 
-def study_budgets(facts: dict[str, Any]) -> list[Budget]:
+def study_budgets(facts: StudyFacts) -> list[Budget]:
     """The budgets of a study, largest first, from its facts: `budgets` where several were asked for (a
     study of one budget, and one made before several were possible, holds `budget_ms` only), each with the
     study's `budget_tolerance` (none in a study made before it)."""
-    several, tolerance = facts.get("budgets"), float(facts.get("budget_tolerance", 0.0))
-    if not several:
-        return [Budget(float(facts["budget_ms"]), None, tolerance)]
-    return [Budget(float(b["ms"]), b["label"], tolerance) for b in several]
+    tolerance = float(facts.budget_tolerance)
+    if not facts.budgets:
+        return [Budget(float(facts.budget_ms), None, tolerance)]
+    return [Budget(float(b["ms"]), b["label"], tolerance) for b in facts.budgets]
 
 
 def budget_facts(cfg: SearchConfig, budgets_ms: tuple[float, ...]) -> list[dict[str, Any]]:
@@ -71,17 +71,17 @@ def budget_facts(cfg: SearchConfig, budgets_ms: tuple[float, ...]) -> list[dict[
     return [{"label": label_of(value, ratio), "ms": ms} for value, ms in zip(cfg.budgets, budgets_ms)]
 
 
-def within(rows: list[dict[str, Any]], budget: Budget, attrs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def within(rows: list[dict[str, Any]], budget: Budget, facts: StudyFacts | None = None) -> list[dict[str, Any]]:
     """The trial rows whose judged graph fits `budget` (a trial is scored for every budget it fits). With the
-    study's `attrs`, a row whose judged graph is over but whose all-INT8 graph fits and was scored (under
+    study's `facts`, a row whose judged graph is over but whose all-INT8 graph fits and was scored (under
     --runtime onnxruntime-auto, where a smaller budget needs it) stands as that graph: its INT8 latency,
     fidelity and the reward they give."""
     out = []
     for r in rows:
         if r.get("latency_median_ms") is not None and r["latency_median_ms"] <= budget.limit_ms:
             out.append(r)
-        elif attrs is not None and _int8_fits(r, budget):
-            out.append(as_int8(r, attrs))
+        elif facts is not None and _int8_fits(r, budget):
+            out.append(as_int8(r, facts))
     return out
 
 
@@ -90,13 +90,12 @@ def _int8_fits(row: dict[str, Any], budget: Budget) -> bool:
             and row["latency_int8_ms"] <= budget.limit_ms and row.get("status") == TrialStatus.FEASIBLE)
 
 
-def as_int8(row: dict[str, Any], attrs: dict[str, Any]) -> dict[str, Any]:
+def as_int8(row: dict[str, Any], facts: StudyFacts) -> dict[str, Any]:
     """A trained trial's row as its all-INT8 graph: the latency, fidelity, loss and reward of that graph."""
     from .reward import kdnas_reward
-    from .storage import SETTINGS_ATTR
 
-    reward = (attrs.get(SETTINGS_ATTR) or {}).get("reward") or {}
+    reward = (facts.settings or {}).get("reward") or {}
     loss, ms = 1.0 - float(row["fidelity_int8"]), float(row["latency_int8_ms"])
-    teacher_ms = float(attrs["teacher_latency"]["median_ms"])
+    teacher_ms = float(facts.teacher_latency["median_ms"])
     return {**row, "precision": "int8", "latency_median_ms": ms, "fidelity": row["fidelity_int8"], "loss": loss,
             "reward": kdnas_reward(loss, ms, teacher_ms, reward.get("target_ratio", 0.6), reward.get("exponent", -0.06))}

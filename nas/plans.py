@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .budgets import study_budgets
+from .schema import StudyFacts
 
 if TYPE_CHECKING:
     from .context import SearchContext
 
-TEACHER_PLANS = "teacher_plans"  # the study attribute
 TEACHER_FOLDER = ".teacher"  # in --out: the teacher's exported graphs, which its plans are built from
 
 
@@ -84,14 +84,14 @@ def teacher_planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], o
                    order=[Effect(**e) for e in order] if order else None)
 
 
-def teacher_plans(ctx: "SearchContext", attrs: dict[str, Any], out: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
-    """The teacher's best plan within each budget of the study (`attrs`, its facts): fitting or not, its probe
+def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
+    """The teacher's best plan within each budget of the study (`facts`): fitting or not, its probe
     fidelity and latency, and the group order measured (the sensitivity pass runs only where the all-INT8
     graph fits the largest budget)."""
     started = time.perf_counter()
     planner = teacher_planner(ctx, out, pipeline)
     rows = []
-    for budget in study_budgets(attrs):
+    for budget in study_budgets(facts):
         ctx.progress.phase(f"the teacher's precision plans: {budget.named}")
         point = planner.within_budget(budget.limit_ms)
         rows.append({"label": budget.label, "budget_ms": budget.ms, "fits": point is not None,
@@ -103,9 +103,9 @@ def teacher_plans(ctx: "SearchContext", attrs: dict[str, Any], out: Path, pipeli
             "seconds": round(time.perf_counter() - started, 1)}
 
 
-def teacher_plan_for(attrs: dict[str, Any], label: str | None) -> dict[str, Any] | None:
+def teacher_plan_for(facts: StudyFacts, label: str | None) -> dict[str, Any] | None:
     """The teacher's plan within one budget (`export.PlanPoint.to_dict`), where the study measured one that fits."""
-    plans = attrs.get(TEACHER_PLANS) or {}
+    plans = facts.teacher_plans or {}
     for row in plans.get("budgets", []):
         if row.get("label") == label and row.get("fits"):
             return row["plan"]

@@ -12,8 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .resume import heartbeat_retries
-from .schema import BEFORE_TRAINING, TrialStatus
-from .storage import SETTINGS_ATTR
+from .schema import BEFORE_TRAINING, StudyFacts, TrialStatus, stored
 
 COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
@@ -33,7 +32,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
 
 
 def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict[str, Any]:
-    attrs = trial.user_attrs
+    attrs = stored(trial)
     status = str(_STATUS_OF_STATE.get(trial.state) or attrs.get("status", TrialStatus.FEASIBLE))
     if trial.state == TrialState.RUNNING:
         status = f"running ({attrs.get('phase', 'start')})"
@@ -82,7 +81,7 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         "l_hs_se": loss_se,
         "reward": attrs.get("reward"),
         "reason": _reason(trial, retried_by),
-        "retry_of": attrs.get("retry_of", trial.system_attrs.get("failed_trial")),
+        "retry_of": attrs.get("retry_of"),  # Optuna's heartbeat retries too (schema.migrate)
         "seconds_latency": seconds.get("latency"),
         "seconds_distill": seconds.get("distill"),
         "seconds_teacher": seconds.get("teacher"),  # of seconds_distill: the one-time teacher work it did first
@@ -152,7 +151,7 @@ def trial_pace(study: optuna.Study, number: int) -> float | None:
     """Seconds per update of trial `number`'s proxy run (nas.trial records it; with the fidelity proxy
     it is the final recipe's pace), or None for a trial stored without it."""
     trials = study.get_trials(deepcopy=False)
-    pace = trials[number].user_attrs.get("step_s") if 0 <= number < len(trials) else None
+    pace = stored(trials[number]).get("step_s") if 0 <= number < len(trials) else None
     return None if pace is None else float(pace)
 
 
@@ -163,7 +162,7 @@ def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Study-level facts plus counts and the per-trial time split, for summary.json and the pages."""
-    attrs = study.user_attrs
+    facts = StudyFacts.from_study(study)
     counts: dict[str, int] = {}
     for r in rows:
         key = r["status"].split(" ")[0]
@@ -179,13 +178,13 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
     best = best_row(rows)
     return {
         "study_name": study.study_name,
-        "settings": attrs.get(SETTINGS_ATTR, {}),
-        "teacher_latency": attrs.get("teacher_latency"),
-        "budget_ms": attrs.get("budget_ms"),
-        "budget_tolerance": attrs.get("budget_tolerance", 0.0),
-        "fastest": attrs.get("fastest"),
-        "space_size": attrs.get("space_size"),
-        "rule": attrs.get("rule"),
+        "settings": facts.settings or {},
+        "teacher_latency": facts.teacher_latency,
+        "budget_ms": facts.budget_ms,
+        "budget_tolerance": facts.budget_tolerance,
+        "fastest": facts.fastest,
+        "space_size": facts.space_size,
+        "rule": facts.rule,
         "trials": len(rows),
         "counts": counts,
         "rejected_before_training": len(before_training),
@@ -195,26 +194,26 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "best_trial": best,
         "latency_model": latency_model_facts(rows),
         "pareto_front": [r["number"] for r in pareto_front(rows)],
-        "reference": attrs.get("reference"),
-        "final": attrs.get("final"),
-        "teacher_int8": attrs.get("teacher_int8"),
-        "teacher_plans": attrs.get("teacher_plans"),
-        "final_teacher": attrs.get("final_teacher") or [],
-        "final_over_budget": attrs.get("final_over_budget") or [],
-        "final_neighbours": attrs.get("final_neighbours") or [],
-        **({"budgets": budget_table(attrs, rows)} if attrs.get("budgets") else {}),
+        "reference": facts.reference,
+        "final": facts.final,
+        "teacher_int8": facts.teacher_int8,
+        "teacher_plans": facts.teacher_plans,
+        "final_teacher": facts.final_teacher or [],
+        "final_over_budget": facts.final_over_budget or [],
+        "final_neighbours": facts.final_neighbours or [],
+        **({"budgets": budget_table(facts, rows)} if facts.budgets else {}),
     }
 
 
-def budget_table(attrs: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def budget_table(facts: StudyFacts, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A study of several budgets, one row each, largest first: the trials it holds (every trial is scored
     for every budget it fits), the best of them, and the student shipped for it (nas.budgets)."""
     from .budgets import study_budgets, within
 
     table = []
-    for budget in study_budgets(attrs):
-        fits = [r for r in within(rows, budget, attrs) if r["status"] == TrialStatus.FEASIBLE]
-        shipped = [f for f in attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == budget.label]
+    for budget in study_budgets(facts):
+        fits = [r for r in within(rows, budget, facts) if r["status"] == TrialStatus.FEASIBLE]
+        shipped = [f for f in facts.final or [] if (f.get("recipe") or {}).get("budget") == budget.label]
         best = best_row(fits)
         table.append({"label": budget.label, "budget_ms": budget.ms, "folder": budget.best,
                       "trials_within": [r["number"] for r in fits], "best_trial": None if best is None else best["number"],
@@ -246,9 +245,9 @@ def latency_model_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _reason(trial: optuna.trial.FrozenTrial, retried_by: int | None) -> str:
-    reason = trial.user_attrs.get("reason", "")
+    reason = stored(trial).get("reason", "")
     if retried_by is None or trial.state != TrialState.FAIL:
         return reason
     # Failed by Optuna's heartbeat: its worker died; the user attributes are from its last phase.
-    return (f"stale: its worker stopped sending heartbeats during phase {trial.user_attrs.get('phase', 'start')!r}; "
+    return (f"stale: its worker stopped sending heartbeats during phase {stored(trial).get('phase', 'start')!r}; "
             f"retried as trial {retried_by}")

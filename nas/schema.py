@@ -3,12 +3,20 @@
 A study is read by later versions of kdnas (a rerun resumes it, `kdnas report` rebuilds its pages), so each new
 study stores SCHEMA_VERSION; a study of a newer version than this kdnas reads is refused in one line rather than
 misread. Statuses are stored as their plain strings (JSON), and compare equal to them.
+
+This module is the storage edge: a trial's and a study's attributes are read (`stored`, `stored_system`) and
+written (`store`, `enqueue`) here and nowhere else in `nas` (tests/test_layout.py holds it), so a record written
+by an earlier version is read through one place (`migrate`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
+
+from optuna.trial import FrozenTrial
 
 from kdnas.core.errors import StorageError
 
@@ -16,6 +24,7 @@ from kdnas.core.errors import StorageError
 # the budget's tolerance, a repeated shape's status.
 SCHEMA_VERSION = 2
 VERSION_ATTR = "kdnas_schema"
+SETTINGS_ATTR = "kdnas_settings"  # a study without it is not a kdnas study (nas.storage.check_settings)
 
 
 class TrialStatus(str, Enum):
@@ -50,9 +59,100 @@ BEFORE_TRAINING = (TrialStatus.REJECTED, TrialStatus.INFEASIBLE, TrialStatus.RES
 UNCOUNTED = (TrialStatus.SURPLUS, TrialStatus.RESAMPLED, TrialStatus.REPEAT)
 
 
-def check_version(attrs: dict[str, Any], where: str) -> None:
+def check_version(attrs: Mapping[str, Any], where: str) -> None:
     """Refuse a study written by a newer kdnas than this one (its records may mean something else)."""
     version = attrs.get(VERSION_ATTR, 1)
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise StorageError(f"{where} holds a study of kdnas record version {version!r}; this kdnas reads versions up "
                            f"to {SCHEMA_VERSION}: upgrade kdnas, or give another --study-name")
+
+
+class _Attributed(Protocol):
+    """An Optuna study or trial (live or frozen): what carries user attributes."""
+
+    @property
+    def user_attrs(self) -> dict[str, Any]: ...
+
+
+def stored(owner: _Attributed) -> Mapping[str, Any]:
+    """A study's or a trial's attributes as this version reads them (`migrate`)."""
+    # only a frozen trial reads Optuna's own attributes (a live one's are not the record)
+    return migrate(owner.user_attrs, owner.system_attrs if isinstance(owner, FrozenTrial) else {})
+
+
+def stored_system(owner: Any) -> Mapping[str, Any]:
+    """Optuna's own attributes of a frozen trial (`failed_trial`: the trial a retry of Optuna's replaces)."""
+    return owner.system_attrs
+
+
+def store(owner: Any, key: str, value: Any) -> None:
+    """Write one attribute of a study or a trial (JSON-serializable: the storage is JSON at this edge)."""
+    owner.set_user_attr(key, value)
+
+
+def enqueue(study: Any, params: dict[str, Any], attrs: dict[str, Any], *, skip_if_exists: bool = False) -> None:
+    """Queue a trial of `params` that starts with `attrs` stored (a rule shape, a retry)."""
+    study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=skip_if_exists)
+
+
+def migrate(attrs: dict[str, Any], system: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Records of earlier versions in this version's form. Version 1 studies (no `kdnas_schema`) and every
+    version so far store what this one reads; a trial Optuna's heartbeat retried names the failed trial only
+    in its system attributes, which this version reads as `retry_of`."""
+    if "retry_of" not in attrs and "failed_trial" in system:
+        return {**attrs, "retry_of": system["failed_trial"]}
+    return attrs
+
+
+@dataclass(frozen=True)
+class StudyFacts:
+    """What a study holds beside its trials. Made once with the study — the settings, the teacher's reading, the
+    budgets and their rule shapes — then added to by the stages that follow (`record_fact`). Nested records stay
+    the JSON they are stored as."""
+
+    settings: dict[str, Any] | None = None  # stored as SETTINGS_ATTR
+    version: int = 1  # stored as VERSION_ATTR; absent: a study of before the version was stored
+    teacher_latency: dict[str, Any] | None = None  # the teacher's reading (median_ms; int8_ms where INT8 is tried)
+    budget_ms: float | None = None  # the largest budget: the trials' gate
+    budget_tolerance: float = 0.0
+    budgets: list[dict[str, Any]] | None = None  # several budgets: one record each, largest first
+    fastest: dict[str, Any] | None = None
+    space_size: int | None = None
+    rule: dict[str, Any] | None = None  # the rule shape of the largest budget
+    rules: list[dict[str, Any] | None] | None = None  # several budgets: each one's
+    int8_rules: list[dict[str, Any] | None] | None = None  # the rule's depth as an all-INT8 graph, each budget's
+    trials_reached: int | None = None  # trials that followed the time (nas.search._trials_reached)
+    teacher_plans: dict[str, Any] | None = None  # nas.plans
+    reference: Any = None  # the reference shapes' scores (--reference)
+    teacher_int8: dict[str, Any] | None = None
+    final: list[dict[str, Any]] | None = None  # the finalists, every budget's
+    final_teacher: list[dict[str, Any]] | None = None  # the teacher's plan where it was a finalist, per budget
+    final_over_budget: list[dict[str, Any]] | None = None
+    final_neighbours: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> StudyFacts:
+        """The facts in a study's attributes (keys this version does not know are left out)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{name: attrs[key] for key in attrs if (name := _FACT_OF.get(key, key)) in known})
+
+    @classmethod
+    def from_study(cls, study: _Attributed) -> StudyFacts:
+        return cls.from_attrs(stored(study))
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The attributes a new study is made with: every fact that is set."""
+        return {_STORED_AS.get(f.name, f.name): value for f in fields(self)
+                if (value := getattr(self, f.name)) is not None}
+
+
+_STORED_AS = {"settings": SETTINGS_ATTR, "version": VERSION_ATTR}
+_FACT_OF = {key: name for name, key in _STORED_AS.items()}
+
+
+def record_fact(study: Any, name: str, value: Any) -> None:
+    """Store one of the study's facts (a field of `StudyFacts`: a name it does not have is an error here, not a
+    record no reader finds)."""
+    if name not in {f.name for f in fields(StudyFacts)}:
+        raise KeyError(f"StudyFacts has no field {name!r}")
+    study.set_user_attr(_STORED_AS.get(name, name), value)

@@ -12,6 +12,7 @@ import logging
 import statistics
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,8 @@ from .config import DEFAULT_TRIALS, SearchConfig
 from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, latency_record
 from .neighbours import WIDER, ffn_neighbour
-from .plans import TEACHER_PLANS, teacher_plan_for, teacher_plans
-from .schema import SCHEMA_VERSION, VERSION_ATTR
+from .plans import teacher_plan_for, teacher_plans
+from .schema import SCHEMA_VERSION, SETTINGS_ATTR, StudyFacts, enqueue, record_fact, store, stored
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_pace, trial_rows
@@ -41,7 +42,7 @@ from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, recover, repeated_failure, slots_taken
 from .space import SearchSpace, rule_params
-from .storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_study, holds_studies, open_storage,
+from .storage import (check_settings, default_storage_url, find_study, holds_studies, open_storage,
                       storage_file, write_pointer)
 from .time_limit import FIRST_TRIALS, TIMED_TRIAL_SHARE, TRIAL_SHARE, TimeLimit, final_run_s, pace_of
 from .recipe import proxy_transfer_set
@@ -56,7 +57,6 @@ PRUNER_MIN_TRAINED = 3
 SAME_ERROR_STOPS = 3
 WAIT_S = 2.0  # how often a worker with nothing left to start looks at the others' last trials
 # The trials that a run whose trials followed the time (no --trials, a --timeout) had when they stopped.
-TRIALS_REACHED = "trials_reached"
 
 
 def search(config: SearchConfig) -> dict[str, Any]:
@@ -111,15 +111,15 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         cfg = _trials_reached(study, cfg, progress)
         write_pointer(out, url, cfg.run.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
-                            cache=cache, teacher_latency_ms=facts["teacher_latency"]["median_ms"],
+                            cache=cache, teacher_latency_ms=facts.teacher_latency["median_ms"],
                             budget_ms=study_budgets(facts)[0].limit_ms, progress=progress, limit=limit,
                             smallest_ms=study_budgets(facts)[-1].limit_ms,
                             tolerance=study_budgets(facts)[0].tolerance)
-        if cfg.latency.plans and TEACHER_PLANS not in study.user_attrs:  # the teacher is a candidate too
-            study.set_user_attr(TEACHER_PLANS, teacher_plans(ctx, study.user_attrs, out, teacher_pipeline(cfg)))
+        if cfg.latency.plans and (facts := StudyFacts.from_study(study)).teacher_plans is None:  # the teacher is a candidate too
+            record_fact(study, "teacher_plans", teacher_plans(ctx, facts, out, teacher_pipeline(cfg)))
         _run_trials(study, Objective(ctx), cfg, out, progress, limit)
-        if cfg.run.reference and study.user_attrs.get("reference") is None:
-            study.set_user_attr("reference", evaluate_references(ctx))
+        if cfg.run.reference and StudyFacts.from_study(study).reference is None:
+            record_fact(study, "reference", evaluate_references(ctx))
         _finish(study, ctx, out, progress)
         progress.phase("done")
         return write_outputs(study, out)
@@ -129,8 +129,9 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
 
 def _trials_reached(study: optuna.Study, cfg: SearchConfig, progress: Progress) -> SearchConfig:
     """`cfg` with the trial count that trials which followed the time reached in an earlier run of this study
-    (TRIALS_REACHED): a rerun resumes the study as it stands instead of running trials again on its own clock."""
-    reached = study.user_attrs.get(TRIALS_REACHED)
+    (`StudyFacts.trials_reached`): a rerun resumes the study as it stands instead of running trials again on its
+    own clock."""
+    reached = StudyFacts.from_study(study).trials_reached
     if not cfg.trials_follow_time or reached is None:
         return cfg
     progress.set_total(reached)
@@ -150,20 +151,19 @@ def _check_methods(cfg: SearchConfig, space, teacher_dims) -> None:
                 raise InputError(f"{flag} {method}: the space proposes {heads} heads of {hidden}; {err}") from None
 
 
-def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> dict[str, Any]:
+def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> StudyFacts:
     """A new study's facts: the teacher's latency, the fastest shape and the budget (measured); with several
     budgets, `budget_ms` is the largest (the trials' gate) and `budgets` holds them all, largest first."""
     teacher_latency, fastest, budgets_ms = _latency_facts(cfg, space, teacher, progress)
     rules = [rule_params(space, teacher.dims.layers, ms / teacher_latency["median_ms"]) for ms in budgets_ms]
-    facts = {"teacher_latency": teacher_latency, "budget_ms": budgets_ms[0], "fastest": fastest,
-             "space_size": space.size, "rule": rules[0], "budget_tolerance": cfg.latency.budget_tolerance}
-    if several := budget_facts(cfg, budgets_ms):
-        facts |= {"budgets": several, "rules": rules}
-    if "int8_ms" in teacher_latency:  # the rule applied to the all-INT8 graph: the depth that fits as INT8
-        facts["int8_rules"] = [_below_teacher(space, teacher.dims.layers,
-                                              rule_params(space, teacher.dims.layers, ms / teacher_latency["int8_ms"]))
-                               for ms in budgets_ms]
-    return facts
+    several = budget_facts(cfg, budgets_ms)
+    # the rule applied to the all-INT8 graph, where graphs may be INT8: the depth that fits as INT8
+    int8_rules = [_below_teacher(space, teacher.dims.layers,
+                                 rule_params(space, teacher.dims.layers, ms / teacher_latency["int8_ms"]))
+                  for ms in budgets_ms] if "int8_ms" in teacher_latency else None
+    return StudyFacts(teacher_latency=teacher_latency, budget_ms=budgets_ms[0], fastest=fastest, space_size=space.size,
+                      rule=rules[0], budget_tolerance=cfg.latency.budget_tolerance, budgets=several or None,
+                      rules=rules if several else None, int8_rules=int8_rules)
 
 
 def _below_teacher(space: SearchSpace, teacher_layers: int, rule: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -176,7 +176,7 @@ def _below_teacher(space: SearchSpace, teacher_layers: int, rule: dict[str, Any]
 
 
 def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
-                new_facts) -> tuple[optuna.Study, dict[str, Any]]:
+                new_facts) -> tuple[optuna.Study, StudyFacts]:
     """The study to work on and its facts (budget, teacher latency): the existing one (checked against
     `settings`), or a new one with `new_facts()` — also the existing one when another worker created it
     between our check and our create."""
@@ -184,7 +184,7 @@ def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
     if existing is not None:
         check_settings(existing, settings, url)
     else:
-        facts = {**new_facts(), VERSION_ATTR: SCHEMA_VERSION, SETTINGS_ATTR: settings}
+        facts = replace(new_facts(), version=SCHEMA_VERSION, settings=settings)
         study = _create_study(cfg, storage, facts)
         if study is not None:
             return study, facts
@@ -192,7 +192,7 @@ def _open_study(cfg: SearchConfig, storage, url: str, settings: dict[str, Any],
         check_settings(existing, settings, url)
     study = optuna.load_study(study_name=cfg.run.study_name, storage=storage,
                               sampler=_sampler(cfg, len(existing.trials)), pruner=_pruner(cfg))
-    return study, existing.user_attrs
+    return study, StudyFacts.from_study(existing)
 
 
 def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, out: Path, progress: Progress,
@@ -209,7 +209,7 @@ def _run_trials(study: optuna.Study, objective: Objective, cfg: SearchConfig, ou
             return
         if limit is not None and not _trial_fits(study, objective.ctx, limit, done):
             if cfg.trials_follow_time:
-                study.set_user_attr(TRIALS_REACHED, done)  # a rerun resumes this study as it is
+                record_fact(study, "trials_reached", done)  # a rerun resumes this study as it is
             return
         if slots_taken(study) >= cfg.trial_count:
             progress.phase("waiting for other workers' last trials")
@@ -259,9 +259,9 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
     # A trial's own time, without the one-time teacher work it happened to do first (the first trained
     # trial of an MPNet search spent 8 of its 10 minutes on the teacher's targets, and its 592 s as the
     # "typical trial" stopped the trials after six, so a 0.30-fidelity shape shipped).
-    trained = [t.user_attrs["seconds"]["total"] - t.user_attrs["seconds"].get("teacher", 0.0)
+    trained = [stored(t)["seconds"]["total"] - stored(t)["seconds"].get("teacher", 0.0)
                for t in study.get_trials(deepcopy=False)
-               if "step_s" in t.user_attrs and "duplicate_of" not in t.user_attrs and "seconds" in t.user_attrs]
+               if "step_s" in stored(t) and "duplicate_of" not in stored(t) and "seconds" in stored(t)]
     if step_s is None or not trained:
         return None
     wider = ffn_neighbour(space, best, WIDER, taken=set())
@@ -304,7 +304,7 @@ def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progre
     budget first (or say why not)."""
     cfg = ctx.config
     stages = [(ctx.for_budget(budget), finalists(study, cfg.reward.objective, budget))
-              for budget in study_budgets(study.user_attrs)]
+              for budget in study_budgets(StudyFacts.from_study(study))]
     empty = [stage.budget_named for stage, chosen in stages if not chosen]
     if empty:
         write_outputs(study, out)
@@ -319,18 +319,18 @@ def _finish(study: optuna.Study, ctx: SearchContext, out: Path, progress: Progre
     if held is not None:
         progress.note(held)
         return
-    for stage, chosen, later, trailing in final_order(todo, study.user_attrs, cfg.final.top_k):
+    for stage, chosen, later, trailing in final_order(todo, StudyFacts.from_study(study), cfg.final.top_k):
         run_final(study, stage, out, chosen, later=later, trailing=trailing)
 
 
-def final_order(todo: list, attrs: dict[str, Any], top_k: int) -> list:
+def final_order(todo: list, facts: StudyFacts, top_k: int) -> list:
     """The budgets' final stages in the order they train, each with the finalists after it that share its
     time (`run_final`'s `later`) and those after it that do not but whose work after training it leaves time
     for (`trailing`): budgets where the teacher's own plan fits (nas.plans) go last and take the training time
     the others leave — their student must beat the teacher's graph, which needs no training (on MiniLM at 0.6x
     and 0.5x a plan of the teacher kept ρ 0.99, and four budgets sharing 15 minutes evenly left the 0.25x
     student 20 steps) — the others largest budget first."""
-    teacher = [teacher_plan_for(attrs, stage.budget_label) is not None for stage, _ in todo]
+    teacher = [teacher_plan_for(facts, stage.budget_label) is not None for stage, _ in todo]
     ordered = [item for item, t in zip(todo, teacher) if not t] + [item for item, t in zip(todo, teacher) if t]
     rank = sorted(teacher)
     return [(stage, chosen, top_k * sum(1 for t in rank[i + 1:] if t == rank[i]),
@@ -338,7 +338,7 @@ def final_order(todo: list, attrs: dict[str, Any], top_k: int) -> list:
             for i, (stage, chosen) in enumerate(ordered)]
 
 
-def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.Study | None:
+def _create_study(cfg: SearchConfig, storage, facts: StudyFacts) -> optuna.Study | None:
     """Create the study with its facts, or None when another worker created it first."""
     try:
         study = optuna.create_study(storage=storage, study_name=cfg.run.study_name, directions=_directions(cfg),
@@ -347,16 +347,16 @@ def _create_study(cfg: SearchConfig, storage, attrs: dict[str, Any]) -> optuna.S
         return None
     # the first trials: the shape the one-line rule gives for each budget (`_new_facts`), each with the
     # smallest budget it is the rule of (where it reads over that, a shallower one follows: `Objective`)
-    budgets, rules = study_budgets(attrs), attrs.get("rules") or [attrs.get("rule")]
+    budgets, rules = study_budgets(facts), facts.rules or [facts.rule]
     for rule in _distinct([rule for rule in rules if rule]):
         budget = min(b.ms for b, r in zip(budgets, rules) if r == rule)
-        study.enqueue_trial(rule, user_attrs={"origin": "rule", "rule_budget_ms": budget})
+        enqueue(study, rule, {"origin": "rule", "rule_budget_ms": budget})
     # and where graphs may be INT8 (--runtime onnxruntime-auto), the rule's depth as an all-INT8 graph
-    for rule in _distinct([r for r in attrs.get("int8_rules") or [] if r and r not in rules]):
-        study.enqueue_trial(rule, user_attrs={"origin": "rule, INT8"})
+    for rule in _distinct([r for r in facts.int8_rules or [] if r and r not in rules]):
+        enqueue(study, rule, {"origin": "rule, INT8"})
     # Settings last: a study without them is not a kdnas study (see check_settings).
-    for key, value in attrs.items():
-        study.set_user_attr(key, value)
+    for name, value in sorted(facts.to_attrs().items(), key=lambda item: item[0] == SETTINGS_ATTR):
+        store(study, name, value)
     return study
 
 
@@ -370,7 +370,7 @@ def _found_study(storage, name: str) -> optuna.Study | None:
     worker started beside this one (three workers on one journal file: one of them saw the study before its
     creator had written the settings, and refused it as not kdnas's): it is read once they are."""
     existing = find_study(storage, name)
-    if existing is None or SETTINGS_ATTR in existing.user_attrs or any(
+    if existing is None or StudyFacts.from_study(existing).settings is not None or any(
             t.state != optuna.trial.TrialState.WAITING for t in existing.trials):
         return existing
     return _settled_study(storage, name)
@@ -382,7 +382,7 @@ def _settled_study(storage, name: str, wait_s: float = 60.0) -> optuna.Study:
     deadline = time.monotonic() + wait_s
     while True:
         study = find_study(storage, name)
-        if SETTINGS_ATTR in study.user_attrs or time.monotonic() > deadline:
+        if StudyFacts.from_study(study).settings is not None or time.monotonic() > deadline:
             return study
         time.sleep(0.5)
 

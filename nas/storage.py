@@ -38,8 +38,8 @@ from kdnas.core.errors import KdnasError, InputError, StorageError, first_line
 from kdnas.core.files import atomic_write_text
 
 from .resume import claim_retry
+from .schema import SETTINGS_ATTR, check_version, stored
 
-SETTINGS_ATTR = "kdnas_settings"
 HEARTBEAT_S = 30  # a running trial writes its heartbeat this often ...
 GRACE_S = 120  # ... and is presumed dead after this long without one (a long evaluation stays well inside)
 POINTER_FILE = "search.json"  # in the output folder: how `kdnas report OUT` finds the study
@@ -178,27 +178,25 @@ def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study 
 
 def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> None:
     """Refuse to continue a study that was created with other settings (one line: the first difference)."""
-    stored = study.user_attrs.get(SETTINGS_ATTR)
-    if stored is None:
+    settings = stored(study).get(SETTINGS_ATTR)
+    if settings is None:
         raise StorageError(
             f"study {study.study_name!r} in {url} was not created by kdnas search; use another --study-name"
         )
-    from .schema import check_version
-
-    check_version(study.user_attrs, f"study {study.study_name!r} in {url}")
+    check_version(stored(study), f"study {study.study_name!r} in {url}")
     # The same normalisation the storage applies; a group (`proxy`, `latency`, ...) compared field by field, so
     # the line names the one that differs (`proxy.method`), not the whole group.
-    stored, wanted = _dotted(stored), _dotted(json.loads(json.dumps(wanted)))
-    for key in sorted(set(stored) | set(wanted)):
-        if key == "latency_machine" and stored.get(key) != wanted.get(key):
+    had, wanted = _dotted(settings), _dotted(json.loads(json.dumps(wanted)))
+    for key in sorted(set(had) | set(wanted)):
+        if key == "latency_machine" and had.get(key) != wanted.get(key):
             raise InputError(
-                f"study {study.study_name!r} in {url} was timed on {_short(stored.get(key))}, this worker runs on "
+                f"study {study.study_name!r} in {url} was timed on {_short(had.get(key))}, this worker runs on "
                 f"{_short(wanted.get(key))}: its latencies would not compare with the study's budget; run it on "
                 "that CPU model and runtime, or start another --study-name"
             )
-        if stored.get(key) != wanted.get(key):
+        if had.get(key) != wanted.get(key):
             raise InputError(
-                f"study {study.study_name!r} in {url} exists with {key}={_short(stored.get(key))}, "
+                f"study {study.study_name!r} in {url} exists with {key}={_short(had.get(key))}, "
                 f"this run asks {key}={_short(wanted.get(key))}; rerun with the same settings to resume, "
                 "or use another --study-name or --out"
             )

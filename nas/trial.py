@@ -23,7 +23,7 @@ from kdnas.core.errors import first_line
 from .measure import MODEL_CHECK, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
 from .context import SearchContext
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
-from .schema import UNTRAINED_LOSS, TrialStatus
+from .schema import UNTRAINED_LOSS, TrialStatus, enqueue, store, stored
 from .scored import Scored
 
 # The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
@@ -38,7 +38,7 @@ PRECISION_ATTRS = (INT8_LATENCY, "precision", "fidelity_fp32", "fidelity_int8")
 def _earlier_result(trial: optuna.Trial, arch: str) -> optuna.trial.FrozenTrial | None:
     """A finished (COMPLETE) trial of the same shape, if any."""
     for other in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if other.user_attrs.get("arch") == arch and other.number != trial.number:
+        if stored(other).get("arch") == arch and other.number != trial.number:
             return other
     return None
 
@@ -48,8 +48,8 @@ def _stored_latency(trial: optuna.Trial, arch: str, attr: str = "latency") -> di
     that any worker of the study measured (pruned, failed or running trials included): measured once per
     study, not once per worker."""
     for other in trial.study.get_trials(deepcopy=False):
-        latency = other.user_attrs.get(attr)
-        if (other.number != trial.number and other.user_attrs.get("arch") == arch and latency
+        latency = stored(other).get(attr)
+        if (other.number != trial.number and stored(other).get("arch") == arch and latency
                 and not latency.get("noisy")):
             reused = {k: v for k, v in latency.items() if k not in MODEL_CHECK}  # the check is the other trial's
             return {**reused, "cached": True, "measured_in_trial": latency.get("measured_in_trial", other.number)}
@@ -67,35 +67,35 @@ class Objective:
         seconds = {"latency": 0.0, "distill": 0.0}
         start = time.perf_counter()
         self.last_number = trial.number
-        trial.set_user_attr("worker", worker_identity())
+        store(trial, "worker", worker_identity())
         if is_surplus(trial.study, trial.number, self.ctx.config.trial_count):
-            trial.set_user_attr("status", TrialStatus.SURPLUS)
-            trial.set_user_attr("reason", "surplus: another worker started the last trial at the same moment; not run")
+            store(trial, "status", TrialStatus.SURPLUS)
+            store(trial, "reason", "surplus: another worker started the last trial at the same moment; not run")
             raise optuna.TrialPruned()
         try:
             return self._run(trial, seconds)
         except optuna.TrialPruned:
-            trial.set_user_attr("status", TrialStatus.PRUNED)
+            store(trial, "status", TrialStatus.PRUNED)
             raise
         except KeyboardInterrupt:
-            trial.set_user_attr("status", TrialStatus.FAILED)
-            trial.set_user_attr("fail_kind", "interrupted")
-            trial.set_user_attr("reason", f"interrupted during {trial.user_attrs.get('phase')!r}; retried on resume")
+            store(trial, "status", TrialStatus.FAILED)
+            store(trial, "fail_kind", "interrupted")
+            store(trial, "reason", f"interrupted during {stored(trial).get('phase')!r}; retried on resume")
             raise
         except Exception as err:
-            trial.set_user_attr("status", TrialStatus.FAILED)
-            trial.set_user_attr("fail_kind", "error")
+            store(trial, "status", TrialStatus.FAILED)
+            store(trial, "fail_kind", "error")
             message = first_line(err)
-            trial.set_user_attr("reason", f"{type(err).__name__}: {message}"[:500])
+            store(trial, "reason", f"{type(err).__name__}: {message}"[:500])
             raise
         finally:
             seconds["total"] = time.perf_counter() - start
-            trial.set_user_attr("seconds", {k: round(v, 3) for k, v in seconds.items()})
+            store(trial, "seconds", {k: round(v, 3) for k, v in seconds.items()})
 
     def _phase(self, trial: optuna.Trial, phase: str, shown: str | None = None) -> None:
         # `alive_at` lets a later run tell a slow trial from one whose worker died (nas/resume.py).
-        trial.set_user_attr("phase", phase)
-        trial.set_user_attr("alive_at", time.time())
+        store(trial, "phase", phase)
+        store(trial, "alive_at", time.time())
         self.ctx.progress.phase(f"trial {trial.number}: {shown or phase}")
 
     def _run(self, trial: optuna.Trial, seconds: dict[str, float]) -> float | tuple[float, float]:
@@ -103,7 +103,7 @@ class Objective:
         self._phase(trial, "propose")
         layers, heads, hidden, ffn = ctx.space.suggest(trial)
         arch = f"{layers}x{heads}x{hidden}x{ffn}"
-        trial.set_user_attr("arch", arch)
+        store(trial, "arch", arch)
         earlier = _earlier_result(trial, arch)
         if earlier is not None:
             return self._repeat(trial, earlier)
@@ -115,8 +115,8 @@ class Objective:
             return self._reject(trial, f"failed twice, not tried again: {failed}")
 
         spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **ctx.sizes)
-        trial.set_user_attr("params", spec.num_parameters())
-        trial.set_user_attr("flops", spec.flops(cfg.latency.seq))
+        store(trial, "params", spec.num_parameters())
+        store(trial, "flops", spec.flops(cfg.latency.seq))
 
         self._phase(trial, "latency")
         t0 = time.perf_counter()
@@ -127,11 +127,11 @@ class Objective:
         judged = latency
         if median > ctx.budget_ms and cfg.latency.plans:
             judged = self._latency(trial, spec, INT8_LATENCY)
-            trial.set_user_attr("precision", "int8")
+            store(trial, "precision", "int8")
         seconds["latency"] = time.perf_counter() - t0
         trial.set_constraint("shape", 0.0)
         trial.set_constraint("latency", judged["median_ms"] - ctx.budget_ms)
-        if trial.user_attrs.get("origin") == "rule":
+        if stored(trial).get("origin") == "rule":
             self._rule_fallback(trial, median)
         if judged["median_ms"] > ctx.budget_ms:
             return self._over_budget(trial, judged)
@@ -149,7 +149,7 @@ class Objective:
             latency = predicted_latency(fitted, ctx.budget_ms)
         if latency is None:
             latency = trial_latency(spec, judge, ctx.budget_ms, ctx.teacher_latency_ms) | model_check(fitted)
-        trial.set_user_attr(attr, latency)
+        store(trial, attr, latency)
         return latency
 
     def _rule_fallback(self, trial: optuna.Trial, median_ms: float) -> None:
@@ -158,13 +158,13 @@ class Objective:
         budget's candidates. (Measured: MPNet at 0.25x, a 30-minute search of three budgets — the rule's 3
         layers read 21.9 ms against 21.7, none of the search's five trials was full width within the budget,
         and the 2-layer full-width student, trained alike, beat the one it shipped.)"""
-        budget = trial.user_attrs.get("rule_budget_ms", self.ctx.budget_ms) * (1.0 + self.ctx.tolerance) \
-            if "rule_budget_ms" in trial.user_attrs else self.ctx.budget_ms
+        budget = stored(trial).get("rule_budget_ms", self.ctx.budget_ms) * (1.0 + self.ctx.tolerance) \
+            if "rule_budget_ms" in stored(trial) else self.ctx.budget_ms
         shallower = [n for n in self.ctx.space.layers if n < trial.params["layers"]]
         if median_ms <= budget or not shallower:
             return
-        trial.study.enqueue_trial({**trial.params, "layers": max(shallower)}, skip_if_exists=True,
-                                  user_attrs={"origin": "rule", "rule_budget_ms": budget})
+        enqueue(trial.study, {**trial.params, "layers": max(shallower)}, {"origin": "rule", "rule_budget_ms": budget},
+                skip_if_exists=True)
 
     def _train(self, trial: optuna.Trial, spec: StudentSpec, latency: dict[str, Any],
                seconds: dict[str, float]) -> float | tuple[float, float]:
@@ -180,7 +180,7 @@ class Objective:
         def on_eval(step: int, metrics: dict) -> None:
             loss = float(metrics["l_hs_norm"])
             self._phase(trial, "distill", f"distill {step}/{cfg.proxy.steps} L_HS {loss:.3f}")
-            trial.set_user_attr("last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": float(metrics["l_hs_raw"]),
+            store(trial, "last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": float(metrics["l_hs_raw"]),
                                                "l_hs_se": float(metrics["l_hs_se"])})
             if cfg.reward.objective != "reward" or cfg.proxy.kind != "hs":
                 return  # Optuna reports/pruning are single-objective only; the fidelity proxy is scored at its end
@@ -188,7 +188,7 @@ class Objective:
             trial.report(interim, step)
             if cfg.pruning and step < cfg.proxy.steps and trial.should_prune():
                 seconds["distill"] = time.perf_counter() - t0
-                trial.set_user_attr("reason", f"pruned at step {step}/{cfg.proxy.steps}: reward {interim:.4f} "
+                store(trial, "reason", f"pruned at step {step}/{cfg.proxy.steps}: reward {interim:.4f} "
                                               "below the median of earlier trials at this step")
                 raise optuna.TrialPruned(f"step {step}")
 
@@ -197,13 +197,13 @@ class Objective:
         # The one-time teacher work this trial happened to do first: not the pace of a trial (nas.search).
         seconds["teacher"] = ctx.cache.pass_seconds - passes + probe_s
         # The shape's pace under the proxy's recipe: with the fidelity proxy, the final run's (nas.time_limit).
-        trial.set_user_attr("step_s", round(result.train_seconds / max(1, result.steps), 4))
+        store(trial, "step_s", round(result.train_seconds / max(1, result.steps), 4))
         metrics = self._int8_scores(trial, spec, result)
         scored = ctx.score(spec, metrics, latency)
         for key in SCORE_ATTRS:  # shape and latency are stored already
-            trial.set_user_attr(key, getattr(scored, key))
-        trial.set_user_attr("train_loss", float(result.metrics.get("train_loss", float("nan"))))
-        trial.set_user_attr("status", TrialStatus.FEASIBLE)
+            store(trial, key, getattr(scored, key))
+        store(trial, "train_loss", float(result.metrics.get("train_loss", float("nan"))))
+        store(trial, "status", TrialStatus.FEASIBLE)
         self._phase(trial, "done")
         return scored.reward if cfg.reward.objective == "reward" else (scored.loss, median)
 
@@ -216,16 +216,16 @@ class Objective:
         metrics = result.metrics
         if not (cfg.latency.plans and cfg.proxy.kind == "fidelity"):
             return metrics
-        fp32_ms = trial.user_attrs["latency"]["median_ms"]
-        trial.set_user_attr("fidelity_fp32", float(metrics["fidelity"]))
+        fp32_ms = stored(trial)["latency"]["median_ms"]
+        store(trial, "fidelity_fp32", float(metrics["fidelity"]))
         if fp32_ms <= ctx.smallest_budget_ms:
             return metrics
-        if INT8_LATENCY not in trial.user_attrs:
+        if INT8_LATENCY not in stored(trial):
             self._latency(trial, spec, INT8_LATENCY)
         self._phase(trial, "int8", "its INT8 graph on the probe")
         int8 = ctx.int8_fidelity(result.student)
-        trial.set_user_attr("fidelity_int8", int8["fidelity"])
-        return {**metrics, **int8} if trial.user_attrs.get("precision") == "int8" else metrics
+        store(trial, "fidelity_int8", int8["fidelity"])
+        return {**metrics, **int8} if stored(trial).get("precision") == "int8" else metrics
 
     def _repeat(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
         # Same shape, same data, same seed: training again would give the same numbers (and cost
@@ -234,18 +234,18 @@ class Objective:
             trial.set_constraint(key, value)
         for key in ("status", "reason", "params", "flops", "latency", *SCORE_ATTRS, "train_loss", "last_eval", "step_s",
                     *PRECISION_ATTRS):
-            if key in earlier.user_attrs:
-                trial.set_user_attr(key, earlier.user_attrs[key])
+            if key in stored(earlier):
+                store(trial, key, stored(earlier)[key])
         note = f"same shape as trial {earlier.number}: result copied, not retrained"
-        reason = earlier.user_attrs.get("reason")
-        trial.set_user_attr("duplicate_of", earlier.number)
-        tried = {t.user_attrs.get("arch") for t in trial.study.get_trials(deepcopy=False)} - {None}
+        reason = stored(earlier).get("reason")
+        store(trial, "duplicate_of", earlier.number)
+        tried = {stored(t).get("arch") for t in trial.study.get_trials(deepcopy=False)} - {None}
         if len(tried) < self.ctx.space.size and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
             # one trial per shape: the sampler learns its value and proposes again; --trials buys distinct shapes
             # (counted once every shape of the space was tried, or after RESAMPLES x --trials proposals again)
-            trial.set_user_attr("status", TrialStatus.REPEAT)
+            store(trial, "status", TrialStatus.REPEAT)
             note += ", proposed again (not counted)"
-        trial.set_user_attr("reason", f"{note}; {reason}" if reason else note)
+        store(trial, "reason", f"{note}; {reason}" if reason else note)
         values = earlier.values
         return values[0] if len(values) == 1 else tuple(values)
 
@@ -253,8 +253,8 @@ class Objective:
         # Settled at once; recorded as infeasible so the sampler learns to avoid the shape.
         trial.set_constraint("shape", 1.0)
         trial.set_constraint("latency", 0.0)
-        trial.set_user_attr("status", TrialStatus.REJECTED)
-        trial.set_user_attr("reason", reason)
+        store(trial, "status", TrialStatus.REJECTED)
+        store(trial, "reason", reason)
         return self._untrained(2.0 * self.ctx.budget_ms)
 
     def _over_budget(self, trial: optuna.Trial, latency: dict[str, Any]) -> float | tuple[float, float]:
@@ -263,13 +263,13 @@ class Objective:
         trials a study counts are shapes within or near the budget."""
         median, budget = float(latency["median_ms"]), self.ctx.budget_ms
         if latency.get("predicted") and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
-            trial.set_user_attr("status", TrialStatus.RESAMPLED)
-            trial.set_user_attr("reason", f"predicted {median:.2f} ms > budget {budget:.2f} ms; not measured, "
+            store(trial, "status", TrialStatus.RESAMPLED)
+            store(trial, "reason", f"predicted {median:.2f} ms > budget {budget:.2f} ms; not measured, "
                                           "proposed again (not counted)")
         else:
-            trial.set_user_attr("status", TrialStatus.INFEASIBLE)
+            store(trial, "status", TrialStatus.INFEASIBLE)
             how = "predicted" if latency.get("predicted") else "latency"
-            trial.set_user_attr("reason", f"{how} {median:.2f} ms > budget {budget:.2f} ms; not trained")
+            store(trial, "reason", f"{how} {median:.2f} ms > budget {budget:.2f} ms; not trained")
         return self._untrained(median)
 
     def _untrained(self, latency_ms: float) -> float | tuple[float, float]:

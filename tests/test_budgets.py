@@ -23,6 +23,7 @@ from kdnas.nas.final import final_dir, finalists
 from kdnas.nas.final._records import of_other_budgets, recipe_of
 from kdnas.nas.plots import students_figure
 from kdnas.nas.records import budget_table, trial_rows
+from kdnas.nas.schema import StudyFacts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,9 +65,9 @@ def test_each_budget_is_labelled_by_what_was_asked_and_a_single_budget_keeps_its
     assert ratios == [{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}]
     assert budget_facts(SearchConfig.from_flags(budget_ms=(8, 4)), (8.0, 4.0))[1] == {"label": "4ms", "ms": 4.0}
     assert budget_facts(SearchConfig(), (10.0,)) == []  # one budget: the study's facts as before
-    budgets = study_budgets({"budget_ms": 10.0, "budgets": ratios})
+    budgets = study_budgets(StudyFacts(budget_ms=10.0, budgets=ratios))
     assert budgets == [Budget(10.0, "0.5x"), Budget(5.0, "0.25x")]
-    assert study_budgets({"budget_ms": 10.0}) == [Budget(10.0)]
+    assert study_budgets(StudyFacts(budget_ms=10.0)) == [Budget(10.0)]
     assert [b.best for b in budgets] == ["best-0.5x", "best-0.25x"] and Budget(10.0).best == "best"
     out = Path("runs/x")
     assert final_dir(out, 1, "3x12x384x1536") == out / "best"
@@ -93,8 +94,8 @@ def test_every_trial_is_a_candidate_for_every_budget_it_fits():
     assert [r["number"] for r in finalists(study, "reward", small)] == [1]
     assert [r["number"] for r in finalists(study, "reward")] == [0, 2, 1]  # one budget: every trained trial
     assert [r["number"] for r in within(trial_rows(study), small)] == [1]
-    table = budget_table({"budget_ms": 10.0, "budgets": [{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}],
-                          "final": [{"recipe": {"budget": "0.25x"}, "arch": "2x12x384x1536"}]}, trial_rows(study))
+    table = budget_table(StudyFacts(budget_ms=10.0, budgets=[{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}],
+                                    final=[{"recipe": {"budget": "0.25x"}, "arch": "2x12x384x1536"}]), trial_rows(study))
     assert [(t["label"], t["trials_within"], t["best_trial"], len(t["final"])) for t in table] == [
         ("0.5x", [0, 1, 2], 0, 0), ("0.25x", [1], 1, 1)]
 
@@ -170,9 +171,9 @@ def test_a_rule_shape_over_its_budget_queues_the_next_shallower_full_width_one()
 
     cfg = SearchConfig.from_flags(budget_ratio=(0.5, 0.25), sampler="random")
     rules = [{"layers": 6, "hidden": 768, "ffn": 3072}, {"layers": 3, "hidden": 768, "ffn": 3072}]
-    attrs = {"budget_ms": 43.0, "budgets": [{"label": "0.5x", "ms": 43.0}, {"label": "0.25x", "ms": 21.5}],
-             "rules": rules, "rule": rules[0]}
-    study = _create_study(cfg, None, attrs)
+    facts = StudyFacts(budget_ms=43.0, budgets=[{"label": "0.5x", "ms": 43.0}, {"label": "0.25x", "ms": 21.5}],
+                       rules=rules, rule=rules[0])
+    study = _create_study(cfg, None, facts)
     queued = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.WAITING]
     assert [(t.system_attrs["fixed_params"]["layers"], t.user_attrs["rule_budget_ms"]) for t in queued] == [(6, 43.0), (3, 21.5)]
 
@@ -196,13 +197,13 @@ def test_budgets_where_the_teachers_plan_fits_train_last_on_the_time_the_others_
 
     from kdnas.nas.search import final_order
 
-    plans = {"teacher_plans": {"budgets": [{"label": "0.6x", "fits": True, "plan": {}},
-                                           {"label": "0.5x", "fits": True, "plan": {}},
-                                           {"label": "0.35x", "fits": False}, {"label": "0.25x", "fits": False}]}}
+    plans = StudyFacts(teacher_plans={"budgets": [{"label": "0.6x", "fits": True, "plan": {}},
+                                                  {"label": "0.5x", "fits": True, "plan": {}},
+                                                  {"label": "0.35x", "fits": False}, {"label": "0.25x", "fits": False}]})
     todo = [(SimpleNamespace(budget_label=label), label) for label in ("0.6x", "0.5x", "0.35x", "0.25x")]
     # the first two leave the last two their work after training (`trailing`), not a share of the training time
     assert [(chosen, later, trailing) for _, chosen, later, trailing in final_order(todo, plans, 1)] == [
         ("0.35x", 1, 2), ("0.25x", 0, 2), ("0.6x", 1, 0), ("0.5x", 0, 0)]
     # no teacher plans (another runtime, or none fits): largest budget first, each sharing with those after it
-    assert [(chosen, later, trailing) for _, chosen, later, trailing in final_order(todo, {}, 2)] == [
+    assert [(chosen, later, trailing) for _, chosen, later, trailing in final_order(todo, StudyFacts(), 2)] == [
         ("0.6x", 6, 0), ("0.5x", 4, 0), ("0.35x", 2, 0), ("0.25x", 0, 0)]

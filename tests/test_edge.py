@@ -87,15 +87,17 @@ def test_edge_reading_stops_when_the_limit_leaves_the_interval():
 def test_the_tolerance_is_one_rule_for_every_budget_and_is_refused_out_of_range():
     from kdnas.core.errors import InputError
     from kdnas.nas.budgets import study_budgets, within
+    from kdnas.nas.schema import StudyFacts
 
-    facts = {"budget_ms": 10.0, "budget_tolerance": 0.01, "budgets": [{"label": "0.5x", "ms": 10.0},
-                                                                     {"label": "0.25x", "ms": 5.0}]}
+    facts = StudyFacts(budget_ms=10.0, budget_tolerance=0.01, budgets=[{"label": "0.5x", "ms": 10.0},
+                                                                       {"label": "0.25x", "ms": 5.0}])
     budgets = study_budgets(facts)
     assert [b.limit_ms for b in budgets] == [pytest.approx(10.1), pytest.approx(5.05)]
     assert "5.05 with its 1% tolerance" in budgets[1].named
     rows = [{"latency_median_ms": 5.04, "status": "feasible"}, {"latency_median_ms": 5.06, "status": "feasible"}]
     assert within(rows, budgets[1]) == rows[:1]
-    assert study_budgets({"budget_ms": 10.0})[0].limit_ms == 10.0  # a study made before the tolerance: none
+    # a study made before the tolerance: none
+    assert study_budgets(StudyFacts.from_attrs({"budget_ms": 10.0}))[0].limit_ms == 10.0
     for bad in (-0.01, 0.5, "x"):
         with pytest.raises(InputError, match="--budget-tolerance"):
             SearchConfig.from_flags(budget_tolerance=bad)

@@ -122,3 +122,30 @@ def test_packages_use_each_other_through_their_facades_by_their_installed_names(
                 bare[str(path.relative_to(REPO))] = sorted(found)
     assert not private, private
     assert not bare, bare
+
+
+# Optuna's attribute store of a study or a trial: the storage edge, which only nas/schema.py touches.
+STORAGE_EDGE = {"user_attrs", "system_attrs", "set_user_attr", "set_system_attr", "enqueue_trial"}
+
+
+def storage_edge_uses(path: Path) -> list[int]:
+    """The lines of `path` that read or write Optuna's attributes directly (an attribute or a keyword)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in STORAGE_EDGE:
+            lines.append(node.lineno)
+        elif isinstance(node, ast.keyword) and node.arg == "user_attrs":
+            lines.append(node.value.lineno)
+    return sorted(lines)
+
+
+def test_the_checker_sees_attribute_reads_writes_and_keywords(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("a = t.user_attrs\nt.set_user_attr('k', 1)\ns.enqueue_trial({}, user_attrs={})\nb = t.params\n")
+    assert storage_edge_uses(source) == [1, 2, 3, 3]
+
+
+def test_only_the_schema_module_reads_and_writes_study_and_trial_attributes():
+    found = {str(path.relative_to(REPO)): lines for path in sorted((REPO / "nas").rglob("*.py"))
+             if path.name != "schema.py" and (lines := storage_edge_uses(path))}
+    assert not found, found

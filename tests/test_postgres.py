@@ -104,6 +104,7 @@ def test_two_workers_share_one_study_and_ship_once(pg_url, tmp_path, dashboard):
 _START = """
 import sys, time
 from kdnas.nas import SearchConfig
+from kdnas.nas.schema import StudyFacts
 from kdnas.nas.search import _open_study
 from kdnas.nas.storage import open_storage
 url, at = sys.argv[1], float(sys.argv[2])
@@ -115,10 +116,10 @@ measured = []
 def new_facts():
     measured.append(True)  # only when no study was found
     time.sleep(max(0.0, at - time.time()))
-    return {"budget_ms": 8.0}
+    return StudyFacts(budget_ms=8.0)
 
 study, facts = _open_study(cfg, storage, url, settings, new_facts)
-print(study._study_id, facts["budget_ms"], bool(measured), flush=True)
+print(study._study_id, facts.budget_ms, bool(measured), flush=True)
 """
 
 

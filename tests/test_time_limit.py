@@ -185,11 +185,12 @@ def test_a_rerun_of_a_study_whose_trials_followed_the_time_resumes_it_at_the_cou
     import optuna
 
     from kdnas.nas._progress import Progress
-    from kdnas.nas.search import TRIALS_REACHED, _trials_reached
+    from kdnas.nas.schema import record_fact
+    from kdnas.nas.search import _trials_reached
 
     study, cfg = optuna.create_study(), SearchConfig.from_flags(timeout=3600)
     assert _trials_reached(study, cfg, Progress(None, 0, False)) is cfg  # a first run: the time decides
-    study.set_user_attr(TRIALS_REACHED, 37)
+    record_fact(study, "trials_reached", 37)
     assert _trials_reached(study, cfg, Progress(None, 0, False)).run.trials == 37
     assert _trials_reached(study, cfg.with_flags(trials=50), Progress(None, 0, False)).run.trials == 50  # asked for more
 

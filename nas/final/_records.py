@@ -19,7 +19,7 @@ from ..budgets import Budget, within
 from ..neighbours import candidates
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
-from ..schema import TrialStatus
+from ..schema import StudyFacts, TrialStatus, store, stored
 from ..scored import Scored
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def finalists(study: optuna.Study, objective: str, budget: Budget | None = None)
     `budget`, of the trials within it (one of several budgets: `nas.budgets`)."""
     copies = _copies(study)
     rows = [r for r in trial_rows(study) if r["number"] not in copies]
-    rows = rows if budget is None else within(rows, budget, study.user_attrs)
+    rows = rows if budget is None else within(rows, budget, StudyFacts.from_study(study))
     pool = pareto_front(rows) if objective == "pareto" else [
         r for r in rows if r["status"] == TrialStatus.FEASIBLE and r["reward"] is not None]
     return sorted(pool, key=lambda r: -r["reward"])
@@ -78,7 +78,7 @@ def _copies(study: optuna.Study) -> set[int]:
     """Trials that copied an earlier trial's result (the same shape): one candidate per shape, so a shape
     refused as shipped is not tried again under its copy's number (a demo whose first trial, the rule's
     3x12x384x1536, was proposed again as trial 3 measured it twice and trained it 182 steps)."""
-    return {t.number for t in study.get_trials(deepcopy=False) if "duplicate_of" in t.user_attrs}
+    return {t.number for t in study.get_trials(deepcopy=False) if "duplicate_of" in stored(t)}
 
 
 def final_dir(out: Path, rank: int, arch: str, label: str | None = None) -> Path:
@@ -105,12 +105,12 @@ def recipe_of(cfg: SearchConfig, label: str | None = None) -> dict[str, Any]:
 
 def refused_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
     """Finalists already trained with this recipe whose shipped model missed the budget."""
-    return [s for s in study.user_attrs.get("final_over_budget") or [] if s.get("recipe") == recipe_of(cfg, label)]
+    return [s for s in StudyFacts.from_study(study).final_over_budget or [] if s.get("recipe") == recipe_of(cfg, label)]
 
 
 def neighbour_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
     """FFN neighbours of finalists scored with this recipe (nas.neighbours)."""
-    return [n for n in study.user_attrs.get("final_neighbours") or [] if n.get("recipe") == recipe_of(cfg, label)]
+    return [n for n in StudyFacts.from_study(study).final_neighbours or [] if n.get("recipe") == recipe_of(cfg, label)]
 
 
 def shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any,
@@ -137,10 +137,10 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
     for _ in range(2):
         try:
             claim = optuna.create_study(storage=study._storage, study_name=name)
-            claim.set_user_attr("worker", me)
+            store(claim, "worker", me)
             return None
         except optuna.exceptions.DuplicatedStudyError:
-            holder = optuna.load_study(study_name=name, storage=study._storage).user_attrs.get("worker") or {}
+            holder = stored(optuna.load_study(study_name=name, storage=study._storage)).get("worker") or {}
             if holder and worker_alive(holder, holder.get("claimed_at"), stale_after_s):
                 return (f"the final stage is run by another worker (host {holder.get('host')}, pid {holder.get('pid')}); "
                         "its best/ is in that worker's --out")
@@ -154,7 +154,7 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
 def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], ctx: "SearchContext") -> bool:
     """Whether the final stage of `ctx`'s budget has shipped `pool`'s candidates with this recipe already."""
     cfg, label = ctx.config, ctx.budget_label
-    done = [f for f in study.user_attrs.get("final") or [] if (f.get("recipe") or {}).get("budget") == label]
+    done = [f for f in StudyFacts.from_study(study).final or [] if (f.get("recipe") or {}).get("budget") == label]
     want = [(r["number"], recipe_of(cfg, label), str(final_dir(out, i, r["arch"], label)))
             for i, r in enumerate(shippable(study, pool, cfg, label), 1)]
     # a student the teacher displaced from best/ (nas.final._teacher) is kept under the folder it shipped as

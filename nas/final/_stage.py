@@ -20,6 +20,7 @@ from ..neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighb
 from ..records import trial_pace, trial_rows
 from ..time_limit import marginal
 from ..recipe import final_transfer_set
+from ..schema import StudyFacts, record_fact
 from ..variant import VariantChoice
 from ._latency import INT8_GRAPH, drift_of, shipped_graph_latency
 from ._records import (final_dir, jsonable, neighbour_records, of_other_budgets, over_record, recipe_of,
@@ -73,7 +74,7 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[d
                   "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
                   "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"]),
                   "gate": stage.gate.get(row["arch"]), "before_ms": stage.now[row["arch"]],
-                  "teacher_plan": teacher_plan_for(study.user_attrs, ctx.budget_label) if cfg.latency.plans else None}
+                  "teacher_plan": teacher_plan_for(StudyFacts.from_study(study), ctx.budget_label) if cfg.latency.plans else None}
         finalist = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
                           pipeline, timing, stage.trained_wider(row))
         if finalist.within_budget:
@@ -86,7 +87,7 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[d
         stage.propose(row, NARROWER)
     if cfg.latency.plans:  # the teacher's own plan within the budget, beside the student
         results = teacher_or_student(study, ctx, out, results, pipeline, teacher_dir)
-    study.set_user_attr("final", of_other_budgets(study.user_attrs.get("final") or [], ctx.budget_label)
+    record_fact(study, "final", of_other_budgets(StudyFacts.from_study(study).final or [], ctx.budget_label)
                         + jsonable(results))
     if not results:
         tried = ", ".join(f"{s['arch']} {s['latency_ms']:.2f} ms" for s in stage.over)
@@ -117,10 +118,10 @@ def _teacher_int8_once(study: optuna.Study, ctx: "SearchContext", pipeline: dict
     from ..plans import teacher_export
     from ._latency import final_latency
 
-    if "teacher_int8" not in study.user_attrs:
+    if StudyFacts.from_study(study).teacher_int8 is None:
         ctx.progress.phase("final: the teacher as INT8 (what a user has for free), latency and fidelity")
         exported = teacher_export(ctx, out, pipeline) / INT8_GRAPH if ctx.config.latency.plans else None
-        study.set_user_attr("teacher_int8", teacher_int8(
+        record_fact(study, "teacher_int8", teacher_int8(
             ctx, pipeline, exported=exported, read=lambda graph: final_latency(ctx, graph, "the teacher as INT8")[0]))
 
 
@@ -183,9 +184,10 @@ class Stage:
         return min(wider, key=lambda pair: pair[0])[1] if wider else None
 
     def save(self) -> None:
-        label, attrs = self.ctx.budget_label, self.study.user_attrs
-        for key, records in (("final_over_budget", self.over), ("final_neighbours", self.neighbours)):
-            self.study.set_user_attr(key, of_other_budgets(attrs.get(key) or [], label) + jsonable(records))
+        label, facts = self.ctx.budget_label, StudyFacts.from_study(self.study)
+        record_fact(self.study, "final_over_budget", of_other_budgets(facts.final_over_budget or [], label) + jsonable(self.over))
+        record_fact(self.study, "final_neighbours",
+                    of_other_budgets(facts.final_neighbours or [], label) + jsonable(self.neighbours))
 
 
 def ready(stage: Stage, row: dict[str, Any], pipeline: dict[str, Any], label: str) -> bool:

@@ -15,6 +15,7 @@ import optuna
 
 from kdnas.core.files import atomic_write_text, staged_folder
 
+from ..schema import StudyFacts, record_fact
 from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_latencies
 from ._records import jsonable
 
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from ..config import SearchConfig
     from ..context import SearchContext
 
-FINAL_TEACHER = "final_teacher"  # the study attribute: one record per budget
 
 
 def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[dict[str, Any]],
@@ -30,15 +30,16 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     """`results` (the budget's shipped students, best first), or with the teacher's graph in the first one's
     place where the teacher's plan within the budget is closer to the teacher than that student's shipped graph."""
     from ..baselines import _held_out, int8_fidelity
-    from ..plans import TEACHER_PLANS, teacher_plan_for
+    from ..plans import teacher_plan_for
 
-    row = teacher_plan_for(study.user_attrs, ctx.budget_label)  # the plan: its groups, label, latency, probe ρ
+    facts = StudyFacts.from_study(study)
+    row = teacher_plan_for(facts, ctx.budget_label)  # the plan: its groups, label, latency, probe ρ
     held = _held_out(ctx)
     if row is None or not results or held is None or "skipped" in held:
         return results
     label = "the teacher" + ("" if ctx.budget_label is None else f" ({ctx.budget_label})")
     ctx.progress.phase(f"{label}: its plan within {ctx.budget_named} on the held-out sentences")
-    planner = _planner(ctx, out, pipeline, study.user_attrs[TEACHER_PLANS]["order"])
+    planner = _planner(ctx, out, pipeline, facts.teacher_plans["order"])
     plan = planner.plan(tuple(row["fp32_groups"]))
     graph = planner.graph(plan)
     fidelity = int8_fidelity(ctx, held, graph)
@@ -50,8 +51,8 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
               "shipped": student_rho is not None and fidelity["spearman"] > student_rho}
     if record["shipped"]:
         results = _ship_teacher(study, ctx, out, results, record, planner, plan, graph, pipeline, teacher_dir)
-    others = [r for r in study.user_attrs.get(FINAL_TEACHER) or [] if r.get("budget") != ctx.budget_label]
-    study.set_user_attr(FINAL_TEACHER, others + [jsonable(record)])
+    others = [r for r in StudyFacts.from_study(study).final_teacher or [] if r.get("budget") != ctx.budget_label]
+    record_fact(study, "final_teacher", others + [jsonable(record)])
     return results
 
 
@@ -96,7 +97,7 @@ def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results:
         write_sentence_transformers(stage, teacher_dir, hidden_size=ctx.teacher.model.config.hidden_size)
         manifest = json.loads((stage / "export.json").read_text())
         manifest["precision"] = {"plan": plan.to_dict(), "label": record["plan"]["label"], "graph": name,
-                                 "effects": study.user_attrs["teacher_plans"]["order"], "probe": record["plan"]}
+                                 "effects": StudyFacts.from_study(study).teacher_plans["order"], "probe": record["plan"]}
         manifest["sizes"] = {p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}
         atomic_write_text(stage / "export.json", json.dumps(manifest, indent=2) + "\n")
     latency, readings, drift, graphs = shipped_latencies(ctx, dest, "the teacher", name)

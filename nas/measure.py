@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .config import SearchConfig
-from .schema import stored
+from .schema import recorded
 
 # A trial's reading up to this factor over a ratio budget is judged side by side with the teacher
 # (`beside_teacher`). A shared host's speed drifts during a search: one demo's trials read
@@ -176,7 +176,7 @@ def study_readings(trials: Any, attr: str = "latency") -> list[Any]:
 
     out = []
     for t in trials:
-        latency, arch = stored(t).get(attr), stored(t).get("arch")
+        latency, arch = getattr(recorded(t), attr), recorded(t).arch
         if not latency or not arch or latency.get("predicted") or latency.get("noisy") \
                 or latency.get("measured_in_trial") is not None:
             continue

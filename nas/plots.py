@@ -16,7 +16,7 @@ from optuna.trial import TrialState, create_trial
 from kdnas.core.errors import first_line
 
 from .records import latency_model_facts, loss_of, model_checked, pareto_front
-from .schema import UNTRAINED_LOSS, TrialStatus, stored
+from .schema import UNTRAINED_LOSS, TrialStatus, recorded
 
 _STYLE = {  # status -> (legend name, marker)
     TrialStatus.FEASIBLE: ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
@@ -267,7 +267,7 @@ def importances(study: optuna.Study, rows: list[dict[str, Any]]) -> tuple[dict[s
     """Parameter importances for the reward over the trained trials, or ({}, why not)."""
     trained = {r["number"]: r["reward"] for r in rows if r["reward"] is not None}
     frozen = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.number in trained and "duplicate_of" not in stored(t)]  # a copy adds no information
+              if t.number in trained and recorded(t).duplicate_of is None]  # a copy adds no information
     if len(frozen) < 2:
         return {}, f"needs at least 2 trained trials (has {len(frozen)})"
     # Untrained trials carry placeholder values, so the evaluator sees only trained ones, scored by reward.

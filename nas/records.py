@@ -12,7 +12,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .resume import heartbeat_retries
-from .schema import BEFORE_TRAINING, StudyFacts, TrialStatus, stored
+from .schema import BEFORE_TRAINING, StudyFacts, TrialRecord, TrialStatus, recorded
 
 COLUMNS = (
     "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
@@ -32,33 +32,33 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
 
 
 def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict[str, Any]:
-    attrs = stored(trial)
-    status = str(_STATUS_OF_STATE.get(trial.state) or attrs.get("status", TrialStatus.FEASIBLE))
+    rec = recorded(trial)
+    status = str(_STATUS_OF_STATE.get(trial.state) or rec.status or TrialStatus.FEASIBLE)
     if trial.state == TrialState.RUNNING:
-        status = f"running ({attrs.get('phase', 'start')})"
-    arch = attrs.get("arch")
+        status = f"running ({rec.phase or 'start'})"
+    arch = rec.arch
     # The arch names the shape as built; params lack `heads` when the space derives it from hidden.
     shape = [int(v) for v in arch.split("x")] if arch else [trial.params.get(k) for k in ("layers", "heads", "hidden", "ffn")]
     if arch is None and all(v is not None for v in shape):
         arch = "x".join(str(v) for v in shape)
-    latency = _judged_latency(attrs)
-    seconds = attrs.get("seconds") or {}
-    loss_norm, loss_raw, loss_se = attrs.get("l_hs_norm"), attrs.get("l_hs_raw"), attrs.get("l_hs_se")
-    last = attrs.get("last_eval")
+    latency = _judged_latency(rec)
+    seconds = rec.seconds or {}
+    loss_norm, loss_raw, loss_se = rec.l_hs_norm, rec.l_hs_raw, rec.l_hs_se
+    last = rec.last_eval
     if loss_norm is None and trial.state == TrialState.PRUNED and last:
         # the held-out loss when it was stopped (on the interim rows)
         loss_norm, loss_raw, loss_se = last["l_hs_norm"], last["l_hs_raw"], last.get("l_hs_se")
     # The reward's loss (nas.proxy); a pruned trial, or one stored before the loss was, scores by L_HS
     # (only the hs proxy prunes, and it was the only proxy then).
-    loss = attrs.get("loss", loss_norm)
+    loss = loss_norm if rec.loss is None else rec.loss
     return {
         "number": trial.number,
         "state": trial.state.name,
         "status": status,
         "arch": arch,
         "layers": shape[0], "heads": shape[1], "hidden": shape[2], "ffn": shape[3],
-        "params": attrs.get("params"),
-        "flops": attrs.get("flops"),
+        "params": rec.params,
+        "flops": rec.flops,
         "latency_median_ms": latency.get("median_ms"),
         "latency_p90_ms": latency.get("p90_ms"),
         "latency_min_ms": latency.get("min_ms"),
@@ -70,18 +70,18 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
         # nas.measure: predicted by the latency model instead of measured; or measured, and what it predicted
         "latency_predicted": bool(latency.get("predicted")),
         "latency_model_ms": latency.get("median_ms") if latency.get("predicted") else latency.get("model_ms"),
-        **_precision_columns(attrs),
+        **_precision_columns(rec),
         "loss": loss,
-        "loss_se": attrs.get("loss_se", loss_se),
-        "fidelity": attrs.get("fidelity"),
-        "fidelity_fp32": attrs.get("fidelity_fp32"),
-        "fidelity_int8": attrs.get("fidelity_int8"),
+        "loss_se": loss_se if rec.loss_se is None else rec.loss_se,
+        "fidelity": rec.fidelity,
+        "fidelity_fp32": rec.fidelity_fp32,
+        "fidelity_int8": rec.fidelity_int8,
         "l_hs_raw": loss_raw,
         "l_hs_norm": loss_norm,
         "l_hs_se": loss_se,
-        "reward": attrs.get("reward"),
+        "reward": rec.reward,
         "reason": _reason(trial, retried_by),
-        "retry_of": attrs.get("retry_of"),  # Optuna's heartbeat retries too (schema.migrate)
+        "retry_of": rec.retry_of,  # Optuna's heartbeat retries too (schema.migrate)
         "seconds_latency": seconds.get("latency"),
         "seconds_distill": seconds.get("distill"),
         "seconds_teacher": seconds.get("teacher"),  # of seconds_distill: the one-time teacher work it did first
@@ -90,15 +90,15 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
     }
 
 
-def _judged_latency(attrs: dict[str, Any]) -> dict[str, Any]:
+def _judged_latency(rec: TrialRecord) -> dict[str, Any]:
     """The latency record of the graph the trial is judged by: its fp32 graph, or (--runtime onnxruntime-auto,
     fp32 over the budget) its all-INT8 graph; both readings are kept beside it (`_precision_columns`)."""
-    return (attrs.get("latency_int8") if attrs.get("precision") == "int8" else attrs.get("latency")) or {}
+    return (rec.latency_int8 if rec.precision == "int8" else rec.latency) or {}
 
 
-def _precision_columns(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {"precision": attrs.get("precision", "fp32"), "latency_fp32_ms": (attrs.get("latency") or {}).get("median_ms"),
-            "latency_int8_ms": (attrs.get("latency_int8") or {}).get("median_ms")}
+def _precision_columns(rec: TrialRecord) -> dict[str, Any]:
+    return {"precision": rec.precision or "fp32", "latency_fp32_ms": (rec.latency or {}).get("median_ms"),
+            "latency_int8_ms": (rec.latency_int8 or {}).get("median_ms")}
 
 
 def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -151,7 +151,7 @@ def trial_pace(study: optuna.Study, number: int) -> float | None:
     """Seconds per update of trial `number`'s proxy run (nas.trial records it; with the fidelity proxy
     it is the final recipe's pace), or None for a trial stored without it."""
     trials = study.get_trials(deepcopy=False)
-    pace = stored(trials[number]).get("step_s") if 0 <= number < len(trials) else None
+    pace = recorded(trials[number]).step_s if 0 <= number < len(trials) else None
     return None if pace is None else float(pace)
 
 
@@ -245,9 +245,9 @@ def latency_model_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _reason(trial: optuna.trial.FrozenTrial, retried_by: int | None) -> str:
-    reason = stored(trial).get("reason", "")
+    reason = recorded(trial).reason or ""
     if retried_by is None or trial.state != TrialState.FAIL:
         return reason
     # Failed by Optuna's heartbeat: its worker died; the user attributes are from its last phase.
-    return (f"stale: its worker stopped sending heartbeats during phase {stored(trial).get('phase', 'start')!r}; "
+    return (f"stale: its worker stopped sending heartbeats during phase {(recorded(trial).phase or 'start')!r}; "
             f"retried as trial {retried_by}")

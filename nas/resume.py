@@ -23,7 +23,7 @@ import optuna
 import psutil
 from optuna.trial import TrialState
 
-from .schema import UNCOUNTED, TrialStatus, enqueue, stored, stored_system
+from .schema import UNCOUNTED, TrialStatus, enqueue, recorded, store_of_another, stored_system
 
 RETRYABLE = ("stale", "interrupted", "error")
 # At most this many proposals per `--trials` are proposed again, uncounted, when the latency model puts
@@ -60,18 +60,16 @@ def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> list[int]:
     storage = study._storage  # optuna exposes no public way to change another trial's state
     failed = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker = stored(trial).get("worker")
-        alive_at = stored(trial).get("alive_at")
+        worker = recorded(trial).worker
+        alive_at = recorded(trial).alive_at
         if alive_at is None and trial.datetime_start is not None:
             alive_at = trial.datetime_start.timestamp()
         if worker_alive(worker, alive_at, stale_after_s):
             continue
         try:
-            storage.set_trial_user_attr(trial._trial_id, "fail_kind", "stale")
-            storage.set_trial_user_attr(
-                trial._trial_id, "reason",
-                f"stale: its worker stopped during phase {stored(trial).get('phase', 'start')!r}; retried",
-            )
+            store_of_another(study, trial, "fail_kind", "stale")
+            store_of_another(study, trial, "reason",
+                             f"stale: its worker stopped during phase {(recorded(trial).phase or 'start')!r}; retried")
             if storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
                 failed.append(trial.number)
         except optuna.exceptions.UpdateFinishedTrialError:
@@ -81,11 +79,11 @@ def fail_stale_trials(study: optuna.Study, stale_after_s: float) -> list[int]:
 
 def is_retry(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether `trial` retries an earlier failure (queued by kdnas, or by Optuna's heartbeat callback)."""
-    return "retry_of" in stored(trial)  # Optuna's retries too (schema.migrate)
+    return recorded(trial).retry_of is not None  # Optuna's retries too (schema.migrate)
 
 
 def _final_failure(trial: optuna.trial.FrozenTrial) -> bool:
-    return trial.state == TrialState.FAIL and is_retry(trial) and stored(trial).get("fail_kind") != "interrupted"
+    return trial.state == TrialState.FAIL and is_retry(trial) and recorded(trial).fail_kind != "interrupted"
 
 
 def claim_retry(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
@@ -108,7 +106,7 @@ def enqueue_retries(study: optuna.Study) -> list[int]:
     retried = _retried(trials)
     queued = []
     for trial in trials:
-        if (trial.state == TrialState.FAIL and stored(trial).get("fail_kind") in RETRYABLE
+        if (trial.state == TrialState.FAIL and recorded(trial).fail_kind in RETRYABLE
                 and trial.number not in retried and trial.params and not _final_failure(trial)
                 and claim_retry(study, trial)):
             enqueue(study, trial.params, {"retry_of": trial.number})
@@ -118,20 +116,20 @@ def enqueue_retries(study: optuna.Study) -> list[int]:
 
 def failed_shapes(study: optuna.Study) -> dict[str, str]:
     """{shape: reason} of the shapes whose retry failed as well: they are not trained again."""
-    return {stored(t)["arch"]: str(stored(t).get("reason") or "its worker died")
+    return {recorded(t).arch: str(recorded(t).reason or "its worker died")
             for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            if _final_failure(t) and "arch" in stored(t)}
+            if _final_failure(t) and recorded(t).arch is not None}
 
 
 def repeated_failure(study: optuna.Study, last: int) -> str | None:
     """The error of the study's `last` finished trials when they all failed with the same one
     (trials settled without running, as rejected or copied shapes, are skipped)."""
     finished = [t for t in study.get_trials(deepcopy=False) if t.state.is_finished()
-                and stored(t).get("status") not in (TrialStatus.REJECTED, TrialStatus.SURPLUS)
-                and "duplicate_of" not in stored(t)][-last:]
-    reasons = {stored(t).get("reason") for t in finished}
+                and recorded(t).status not in (TrialStatus.REJECTED, TrialStatus.SURPLUS)
+                and recorded(t).duplicate_of is None][-last:]
+    reasons = {recorded(t).reason for t in finished}
     if (len(finished) == last and len(reasons) == 1 and None not in reasons
-            and all(t.state == TrialState.FAIL and stored(t).get("fail_kind") == "error" for t in finished)):
+            and all(t.state == TrialState.FAIL and recorded(t).fail_kind == "error" for t in finished)):
         return str(reasons.pop())
     return None
 
@@ -167,7 +165,7 @@ def is_surplus(study: optuna.Study, number: int, wanted: int) -> bool:
 
 
 def _counts(trial: optuna.trial.FrozenTrial, retried: set[int]) -> bool:
-    return (stored(trial).get("status") not in UNCOUNTED
+    return (recorded(trial).status not in UNCOUNTED
             and not (trial.state == TrialState.FAIL and trial.number in retried))
 
 
@@ -175,12 +173,12 @@ def resampled_trials(study: optuna.Study) -> int:
     """Proposals answered without a trial's work and proposed again instead of counted: shapes the latency
     model put over the budget, and shapes the study holds already (`repeat`)."""
     return sum(1 for t in study.get_trials(deepcopy=False)
-               if stored(t).get("status") in (TrialStatus.RESAMPLED, TrialStatus.REPEAT))
+               if recorded(t).status in (TrialStatus.RESAMPLED, TrialStatus.REPEAT))
 
 
 def _retried(trials: list[optuna.trial.FrozenTrial]) -> set[int]:
     """Numbers of the failed trials that have a retry, queued by kdnas or by the heartbeat callback."""
-    return {stored(t)["retry_of"] for t in trials if "retry_of" in stored(t)}  # Optuna's too (schema.migrate)
+    return {n for t in trials if (n := recorded(t).retry_of) is not None}  # Optuna's too (schema.migrate)
 
 
 def recover(study: optuna.Study, stale_after_s: float) -> None:

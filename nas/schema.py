@@ -86,8 +86,79 @@ def stored_system(owner: Any) -> Mapping[str, Any]:
 
 
 def store(owner: Any, key: str, value: Any) -> None:
-    """Write one attribute of a study or a trial (JSON-serializable: the storage is JSON at this edge)."""
+    """Write one field of a trial's record (`TrialRecord`; JSON-serializable: the storage is JSON at this edge). A
+    trial writes its record a field at a time, as its phases go (a worker that dies leaves what it had), so a
+    name the record lacks is refused here rather than stored where no reader looks."""
+    if key not in _TRIAL_FIELDS:
+        raise KeyError(f"TrialRecord has no field {key!r}")
     owner.set_user_attr(key, value)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What a trial stores, as this version reads it (`recorded`): where it came from, who runs it, its shape,
+    its readings, its scores and how it ended. Every field is optional: a trial writes them as its phases go."""
+
+    # queued with it: a rule shape (and the smallest budget it is the rule of), or a retry of a failed trial
+    origin: str | None = None
+    rule_budget_ms: float | None = None
+    retry_of: int | None = None
+    # the worker that runs it, its heartbeat and the phase it is in (nas.resume)
+    worker: dict[str, Any] | None = None
+    alive_at: float | None = None
+    phase: str | None = None
+    arch: str | None = None
+    params: int | None = None
+    flops: int | None = None
+    # the latency records (nas.measure.latency_record) of its fp32 and, where INT8 is tried, all-INT8 graphs,
+    # and which of the two the trial is judged by
+    latency: dict[str, Any] | None = None
+    latency_int8: dict[str, Any] | None = None
+    precision: str | None = None
+    status: TrialStatus | None = None
+    reason: str | None = None
+    fail_kind: str | None = None  # "error" or "interrupted"
+    duplicate_of: int | None = None  # a shape the study had: answered from that trial
+    last_eval: dict[str, Any] | None = None  # the held-out loss at the last interim evaluation (the pruner's)
+    loss: float | None = None
+    loss_se: float | None = None
+    fidelity: float | None = None
+    fidelity_fp32: float | None = None
+    fidelity_int8: float | None = None
+    l_hs_norm: float | None = None
+    l_hs_raw: float | None = None
+    l_hs_se: float | None = None
+    reward: float | None = None
+    train_loss: float | None = None
+    step_s: float | None = None  # the proxy's seconds per step: the final run's pace forecast
+    seconds: dict[str, float] | None = None  # latency, distill, teacher, total
+
+    def __post_init__(self) -> None:
+        if isinstance(self.status, str) and not isinstance(self.status, TrialStatus):
+            try:
+                object.__setattr__(self, "status", TrialStatus(self.status))
+            except ValueError:  # a status this version does not know: kept as it reads
+                pass
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> TrialRecord:
+        return cls(**{key: value for key, value in attrs.items() if key in _TRIAL_FIELDS})
+
+
+def recorded(trial: _Attributed) -> TrialRecord:
+    """A trial's record (`migrate`d from an earlier version's)."""
+    return TrialRecord.from_attrs(stored(trial))
+
+
+_TRIAL_FIELDS = frozenset(f.name for f in fields(TrialRecord))
+
+
+def store_of_another(study: Any, trial: FrozenTrial, key: str, value: Any) -> None:
+    """Write one field of another worker's trial (a running trial whose worker died: `nas.resume.recover`);
+    Optuna exposes no public way to, so through the study's storage."""
+    if key not in _TRIAL_FIELDS:
+        raise KeyError(f"TrialRecord has no field {key!r}")
+    study._storage.set_trial_user_attr(trial._trial_id, key, value)
 
 
 def enqueue(study: Any, params: dict[str, Any], attrs: dict[str, Any], *, skip_if_exists: bool = False) -> None:
@@ -140,10 +211,11 @@ class StudyFacts:
     def from_study(cls, study: _Attributed) -> StudyFacts:
         return cls.from_attrs(stored(study))
 
-    def to_attrs(self) -> dict[str, Any]:
-        """The attributes a new study is made with: every fact that is set."""
-        return {_STORED_AS.get(f.name, f.name): value for f in fields(self)
-                if (value := getattr(self, f.name)) is not None}
+    def set_fields(self) -> dict[str, Any]:
+        """The facts that are set, by field name (what a new study is made with), the settings last: a study
+        without them is not a kdnas study (nas.storage.check_settings), so they mark it complete."""
+        found = {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+        return dict(sorted(found.items(), key=lambda item: item[0] == "settings"))
 
 
 _STORED_AS = {"settings": SETTINGS_ATTR, "version": VERSION_ATTR}

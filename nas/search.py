@@ -34,7 +34,7 @@ from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, latency_record
 from .neighbours import WIDER, ffn_neighbour
 from .plans import teacher_plan_for, teacher_plans
-from .schema import SCHEMA_VERSION, SETTINGS_ATTR, StudyFacts, enqueue, record_fact, store, stored
+from .schema import SCHEMA_VERSION, StudyFacts, enqueue, record_fact, recorded
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_pace, trial_rows
@@ -259,9 +259,9 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
     # A trial's own time, without the one-time teacher work it happened to do first (the first trained
     # trial of an MPNet search spent 8 of its 10 minutes on the teacher's targets, and its 592 s as the
     # "typical trial" stopped the trials after six, so a 0.30-fidelity shape shipped).
-    trained = [stored(t)["seconds"]["total"] - stored(t)["seconds"].get("teacher", 0.0)
-               for t in study.get_trials(deepcopy=False)
-               if "step_s" in stored(t) and "duplicate_of" not in stored(t) and "seconds" in stored(t)]
+    records = [recorded(t) for t in study.get_trials(deepcopy=False)]
+    trained = [r.seconds["total"] - r.seconds.get("teacher", 0.0) for r in records
+               if r.step_s is not None and r.duplicate_of is None and r.seconds is not None]
     if step_s is None or not trained:
         return None
     wider = ffn_neighbour(space, best, WIDER, taken=set())
@@ -354,9 +354,8 @@ def _create_study(cfg: SearchConfig, storage, facts: StudyFacts) -> optuna.Study
     # and where graphs may be INT8 (--runtime onnxruntime-auto), the rule's depth as an all-INT8 graph
     for rule in _distinct([r for r in facts.int8_rules or [] if r and r not in rules]):
         enqueue(study, rule, {"origin": "rule, INT8"})
-    # Settings last: a study without them is not a kdnas study (see check_settings).
-    for name, value in sorted(facts.to_attrs().items(), key=lambda item: item[0] == SETTINGS_ATTR):
-        store(study, name, value)
+    for name, value in facts.set_fields().items():  # settings last (StudyFacts.set_fields)
+        record_fact(study, name, value)
     return study
 
 

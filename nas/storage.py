@@ -38,7 +38,7 @@ from kdnas.core.errors import KdnasError, InputError, StorageError, first_line
 from kdnas.core.files import atomic_write_text
 
 from .resume import claim_retry
-from .schema import SETTINGS_ATTR, check_version, stored
+from .schema import StudyFacts, check_version, stored
 
 HEARTBEAT_S = 30  # a running trial writes its heartbeat this often ...
 GRACE_S = 120  # ... and is presumed dead after this long without one (a long evaluation stays well inside)
@@ -178,7 +178,7 @@ def find_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study 
 
 def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> None:
     """Refuse to continue a study that was created with other settings (one line: the first difference)."""
-    settings = stored(study).get(SETTINGS_ATTR)
+    settings = StudyFacts.from_study(study).settings
     if settings is None:
         raise StorageError(
             f"study {study.study_name!r} in {url} was not created by kdnas search; use another --study-name"

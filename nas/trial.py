@@ -23,7 +23,7 @@ from kdnas.core.errors import first_line
 from .measure import MODEL_CHECK, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
 from .context import SearchContext
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
-from .schema import UNTRAINED_LOSS, TrialStatus, enqueue, store, stored
+from .schema import UNTRAINED_LOSS, TrialStatus, enqueue, recorded, store
 from .scored import Scored
 
 # The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
@@ -38,7 +38,7 @@ PRECISION_ATTRS = (INT8_LATENCY, "precision", "fidelity_fp32", "fidelity_int8")
 def _earlier_result(trial: optuna.Trial, arch: str) -> optuna.trial.FrozenTrial | None:
     """A finished (COMPLETE) trial of the same shape, if any."""
     for other in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if stored(other).get("arch") == arch and other.number != trial.number:
+        if recorded(other).arch == arch and other.number != trial.number:
             return other
     return None
 
@@ -48,8 +48,8 @@ def _stored_latency(trial: optuna.Trial, arch: str, attr: str = "latency") -> di
     that any worker of the study measured (pruned, failed or running trials included): measured once per
     study, not once per worker."""
     for other in trial.study.get_trials(deepcopy=False):
-        latency = stored(other).get(attr)
-        if (other.number != trial.number and stored(other).get("arch") == arch and latency
+        latency = getattr(recorded(other), attr)
+        if (other.number != trial.number and recorded(other).arch == arch and latency
                 and not latency.get("noisy")):
             reused = {k: v for k, v in latency.items() if k not in MODEL_CHECK}  # the check is the other trial's
             return {**reused, "cached": True, "measured_in_trial": latency.get("measured_in_trial", other.number)}
@@ -80,7 +80,7 @@ class Objective:
         except KeyboardInterrupt:
             store(trial, "status", TrialStatus.FAILED)
             store(trial, "fail_kind", "interrupted")
-            store(trial, "reason", f"interrupted during {stored(trial).get('phase')!r}; retried on resume")
+            store(trial, "reason", f"interrupted during {recorded(trial).phase!r}; retried on resume")
             raise
         except Exception as err:
             store(trial, "status", TrialStatus.FAILED)
@@ -131,7 +131,7 @@ class Objective:
         seconds["latency"] = time.perf_counter() - t0
         trial.set_constraint("shape", 0.0)
         trial.set_constraint("latency", judged["median_ms"] - ctx.budget_ms)
-        if stored(trial).get("origin") == "rule":
+        if recorded(trial).origin == "rule":
             self._rule_fallback(trial, median)
         if judged["median_ms"] > ctx.budget_ms:
             return self._over_budget(trial, judged)
@@ -158,8 +158,8 @@ class Objective:
         budget's candidates. (Measured: MPNet at 0.25x, a 30-minute search of three budgets — the rule's 3
         layers read 21.9 ms against 21.7, none of the search's five trials was full width within the budget,
         and the 2-layer full-width student, trained alike, beat the one it shipped.)"""
-        budget = stored(trial).get("rule_budget_ms", self.ctx.budget_ms) * (1.0 + self.ctx.tolerance) \
-            if "rule_budget_ms" in stored(trial) else self.ctx.budget_ms
+        rule_ms = recorded(trial).rule_budget_ms
+        budget = self.ctx.budget_ms if rule_ms is None else rule_ms * (1.0 + self.ctx.tolerance)
         shallower = [n for n in self.ctx.space.layers if n < trial.params["layers"]]
         if median_ms <= budget or not shallower:
             return
@@ -216,16 +216,16 @@ class Objective:
         metrics = result.metrics
         if not (cfg.latency.plans and cfg.proxy.kind == "fidelity"):
             return metrics
-        fp32_ms = stored(trial)["latency"]["median_ms"]
+        fp32_ms = recorded(trial).latency["median_ms"]
         store(trial, "fidelity_fp32", float(metrics["fidelity"]))
         if fp32_ms <= ctx.smallest_budget_ms:
             return metrics
-        if INT8_LATENCY not in stored(trial):
+        if recorded(trial).latency_int8 is None:
             self._latency(trial, spec, INT8_LATENCY)
         self._phase(trial, "int8", "its INT8 graph on the probe")
         int8 = ctx.int8_fidelity(result.student)
         store(trial, "fidelity_int8", int8["fidelity"])
-        return {**metrics, **int8} if stored(trial).get("precision") == "int8" else metrics
+        return {**metrics, **int8} if recorded(trial).precision == "int8" else metrics
 
     def _repeat(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
         # Same shape, same data, same seed: training again would give the same numbers (and cost
@@ -234,12 +234,12 @@ class Objective:
             trial.set_constraint(key, value)
         for key in ("status", "reason", "params", "flops", "latency", *SCORE_ATTRS, "train_loss", "last_eval", "step_s",
                     *PRECISION_ATTRS):
-            if key in stored(earlier):
-                store(trial, key, stored(earlier)[key])
+            if (value := getattr(recorded(earlier), key)) is not None:
+                store(trial, key, value)
         note = f"same shape as trial {earlier.number}: result copied, not retrained"
-        reason = stored(earlier).get("reason")
+        reason = recorded(earlier).reason
         store(trial, "duplicate_of", earlier.number)
-        tried = {stored(t).get("arch") for t in trial.study.get_trials(deepcopy=False)} - {None}
+        tried = {recorded(t).arch for t in trial.study.get_trials(deepcopy=False)} - {None}
         if len(tried) < self.ctx.space.size and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
             # one trial per shape: the sampler learns its value and proposes again; --trials buys distinct shapes
             # (counted once every shape of the space was tried, or after RESAMPLES x --trials proposals again)

@@ -13,8 +13,9 @@ from optuna.trial import TrialState
 
 from kdnas.core.errors import KdnasError
 from kdnas.nas.resume import claim_retry, counted_trials, enqueue_retries, fail_stale_trials, worker_identity
-from kdnas.nas.storage import (SETTINGS_ATTR, check_settings, default_storage_url, find_study, holds_studies, open_storage,
-                         storage_file)
+from kdnas.nas.schema import SETTINGS_ATTR
+from kdnas.nas.storage import (check_settings, default_storage_url, find_study, holds_studies, open_storage,
+                               storage_file)
 
 
 def _digest(path) -> str:
@@ -199,7 +200,7 @@ def test_a_study_of_a_newer_record_version_is_refused_in_one_line():
 
     from kdnas.core.errors import StorageError
     from kdnas.nas.schema import SCHEMA_VERSION, VERSION_ATTR
-    from kdnas.nas.storage import SETTINGS_ATTR, check_settings
+    from kdnas.nas.storage import check_settings
 
     study = optuna.create_study(study_name="newer")
     study.set_user_attr(SETTINGS_ATTR, {"teacher": "minilm-l6"})

@@ -19,7 +19,7 @@ from ..budgets import Budget, within
 from ..neighbours import candidates
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
-from ..schema import StudyFacts, TrialStatus, store, stored
+from ..schema import StudyFacts, TrialStatus, recorded, store
 from ..scored import Scored
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ def _copies(study: optuna.Study) -> set[int]:
     """Trials that copied an earlier trial's result (the same shape): one candidate per shape, so a shape
     refused as shipped is not tried again under its copy's number (a demo whose first trial, the rule's
     3x12x384x1536, was proposed again as trial 3 measured it twice and trained it 182 steps)."""
-    return {t.number for t in study.get_trials(deepcopy=False) if "duplicate_of" in stored(t)}
+    return {t.number for t in study.get_trials(deepcopy=False) if recorded(t).duplicate_of is not None}
 
 
 def final_dir(out: Path, rank: int, arch: str, label: str | None = None) -> Path:
@@ -140,7 +140,7 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
             store(claim, "worker", me)
             return None
         except optuna.exceptions.DuplicatedStudyError:
-            holder = stored(optuna.load_study(study_name=name, storage=study._storage)).get("worker") or {}
+            holder = recorded(optuna.load_study(study_name=name, storage=study._storage)).worker or {}
             if holder and worker_alive(holder, holder.get("claimed_at"), stale_after_s):
                 return (f"the final stage is run by another worker (host {holder.get('host')}, pid {holder.get('pid')}); "
                         "its best/ is in that worker's --out")

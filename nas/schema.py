@@ -89,9 +89,7 @@ def store(owner: Any, key: str, value: Any) -> None:
     """Write one field of a trial's record (`TrialRecord`; JSON-serializable: the storage is JSON at this edge). A
     trial writes its record a field at a time, as its phases go (a worker that dies leaves what it had), so a
     name the record lacks is refused here rather than stored where no reader looks."""
-    if key not in _TRIAL_FIELDS:
-        raise KeyError(f"TrialRecord has no field {key!r}")
-    owner.set_user_attr(key, value)
+    owner.set_user_attr(_trial_field(key), value)
 
 
 @dataclass(frozen=True)
@@ -153,12 +151,16 @@ def recorded(trial: _Attributed) -> TrialRecord:
 _TRIAL_FIELDS = frozenset(f.name for f in fields(TrialRecord))
 
 
+def _trial_field(key: str) -> str:
+    if key not in _TRIAL_FIELDS:
+        raise KeyError(f"TrialRecord has no field {key!r}")
+    return key
+
+
 def store_of_another(study: Any, trial: FrozenTrial, key: str, value: Any) -> None:
     """Write one field of another worker's trial (a running trial whose worker died: `nas.resume.recover`);
     Optuna exposes no public way to, so through the study's storage."""
-    if key not in _TRIAL_FIELDS:
-        raise KeyError(f"TrialRecord has no field {key!r}")
-    study._storage.set_trial_user_attr(trial._trial_id, key, value)
+    study._storage.set_trial_user_attr(trial._trial_id, _trial_field(key), value)
 
 
 def enqueue(study: Any, params: dict[str, Any], attrs: dict[str, Any], *, skip_if_exists: bool = False) -> None:

@@ -1,0 +1,46 @@
+"""nas.schema, the storage edge: what a study and a trial hold, read and written by field."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.distributions import IntDistribution
+from optuna.trial import TrialState, create_trial
+
+from kdnas.nas.schema import (SETTINGS_ATTR, StudyFacts, TrialRecord, TrialStatus, record_fact, recorded, store,
+                              stored)
+
+
+def test_a_trials_record_reads_by_field_and_a_field_it_lacks_is_refused_when_written():
+    study = optuna.create_study()
+    trial = study.ask()
+    store(trial, "arch", "3x12x384x1536")
+    store(trial, "status", TrialStatus.FEASIBLE)
+    with pytest.raises(KeyError, match="TrialRecord has no field 'arhc'"):
+        store(trial, "arhc", "3x12x384x1536")
+    rec = recorded(trial)
+    assert rec.arch == "3x12x384x1536" and rec.status is TrialStatus.FEASIBLE and rec.reward is None
+    assert TrialRecord.from_attrs({"status": "a status of a later version"}).status == "a status of a later version"
+
+
+def test_an_optuna_heartbeat_retry_reads_as_retry_of_through_migrate():
+    frozen = create_trial(state=TrialState.WAITING, params={"layers": 2}, distributions={"layers": IntDistribution(1, 6)},
+                          system_attrs={"failed_trial": 4})
+    assert recorded(frozen).retry_of == 4 and stored(frozen)["retry_of"] == 4
+    own = create_trial(state=TrialState.WAITING, params={"layers": 2}, distributions={"layers": IntDistribution(1, 6)},
+                       user_attrs={"retry_of": 1}, system_attrs={"failed_trial": 4})
+    assert recorded(own).retry_of == 1  # kdnas's own record wins
+
+
+def test_the_studys_facts_are_written_by_field_with_the_settings_last_and_read_back():
+    facts = StudyFacts(settings={"teacher": "minilm-l6"}, budget_ms=8.0, teacher_latency={"median_ms": 16.0})
+    assert list(facts.set_fields())[-1] == "settings"  # a study without them is not yet a kdnas study
+    study = optuna.create_study()
+    for name, value in facts.set_fields().items():
+        record_fact(study, name, value)
+    assert SETTINGS_ATTR in study.user_attrs  # stored under the name earlier versions used
+    assert StudyFacts.from_study(study) == facts
+    with pytest.raises(KeyError, match="StudyFacts has no field 'finals'"):
+        record_fact(study, "finals", [])
+    record_fact(study, "final", [{"arch": "3x12x384x1536"}])
+    assert StudyFacts.from_study(study).final == [{"arch": "3x12x384x1536"}]

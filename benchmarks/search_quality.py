@@ -54,7 +54,7 @@ def run_search(config) -> tuple[dict, float]:
 
 def summarize(summary: dict, seconds: float) -> dict:
     """One search's figures: its rewards in trial order, best, time, and Pareto front."""
-    from kdnas.nas.records import pareto_front
+    from kdnas.nas.records import TrialRow, pareto_front
 
     rows = summary["trials_table"]
     finished = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED", "FAIL")]
@@ -72,9 +72,9 @@ def summarize(summary: dict, seconds: float) -> dict:
         "seconds_per_trial": summary["seconds_per_trial"],
         "rejected_before_training_share": summary["rejected_before_training_share"],
         "counts": summary["counts"],
-        "pareto_front": [{"number": r["number"], "arch": r["arch"], "latency_ms": r["latency_median_ms"],
-                          "loss": r["loss"], "loss_se": r.get("loss_se"), "l_hs_norm": r["l_hs_norm"]}
-                         for r in pareto_front(rows)],
+        "pareto_front": [{"number": r.number, "arch": r.arch, "latency_ms": r.latency_median_ms,
+                          "loss": r.loss, "loss_se": r.loss_se, "l_hs_norm": r.l_hs_norm}
+                         for r in pareto_front([TrialRow.from_dict(r) for r in rows])],
     }
 
 
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         summary, seconds = run_search(config)
         budget = summary["budget_ms"]  # every later search uses exactly the first one's budget
         results["runs"][label] = summarize(summary, seconds)
-        fronts[label] = summary["trials_table"]
+        fronts[label] = _table_rows(summary)
         if label == "tpe/seed0":
             results["reference"] = summary["reference"]
             results["budget_ms"] = budget
@@ -177,16 +177,22 @@ def _plan(base, args) -> list[tuple[str, str, int, bool, str]]:
     return plan
 
 
-def _front_rows(run: dict) -> list[dict]:
+def _table_rows(summary: dict) -> list:
+    from kdnas.nas.records import TrialRow
+
+    return [TrialRow.from_dict(r) for r in summary["trials_table"]]
+
+
+def _front_rows(run: dict) -> list:
     """A kept search's Pareto front as trial rows: the union of the searches' fronts has the same
     front as the union of all their trials, so dominance needs no more than this."""
-    from kdnas.nas.records import loss_of
+    from kdnas.nas.records import TrialRow, loss_of
 
-    return [{"number": r["number"], "arch": r["arch"], "latency_median_ms": r["latency_ms"], "loss": loss_of(r),
-             "status": "feasible"} for r in run["pareto_front"]]
+    return [TrialRow(number=r["number"], arch=r["arch"], latency_median_ms=r["latency_ms"], loss=loss_of(r))
+            for r in run["pareto_front"]]
 
 
-def _compare(results: dict, fronts: dict[str, list[dict]], seeds: int) -> None:
+def _compare(results: dict, fronts: dict[str, list], seeds: int) -> None:
     """Samplers against each other (trials to 99 % of the best reward any reward search found) and
     the searched fronts against the paper's reference shapes."""
     from kdnas.nas.records import dominates_point, loss_of, pareto_front
@@ -215,7 +221,7 @@ def _compare(results: dict, fronts: dict[str, list[dict]], seeds: int) -> None:
         for label, front in compared.items():
             hit = dominates_point(front, ref["latency_ms"], entry["loss"])
             entry[f"dominated_by_{label}"] = None if hit is None else {
-                "number": hit["number"], "arch": hit["arch"], "latency_ms": hit["latency_median_ms"], "loss": hit["loss"]}
+                "number": hit.number, "arch": hit.arch, "latency_ms": hit.latency_median_ms, "loss": hit.loss}
         table.append(entry)
     results["reference_dominance"] = table
 

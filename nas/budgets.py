@@ -10,13 +10,14 @@ trials, so every budget has the one-line rule's student among its candidates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .schema import StudyFacts, TrialStatus
 
 if TYPE_CHECKING:
     from .config import SearchConfig
+    from .records import TrialRow
 
 
 @dataclass(frozen=True)
@@ -71,31 +72,31 @@ def budget_facts(cfg: SearchConfig, budgets_ms: tuple[float, ...]) -> list[dict[
     return [{"label": label_of(value, ratio), "ms": ms} for value, ms in zip(cfg.budgets, budgets_ms)]
 
 
-def within(rows: list[dict[str, Any]], budget: Budget, facts: StudyFacts | None = None) -> list[dict[str, Any]]:
+def within(rows: list[TrialRow], budget: Budget, facts: StudyFacts | None = None) -> list[TrialRow]:
     """The trial rows whose judged graph fits `budget` (a trial is scored for every budget it fits). With the
     study's `facts`, a row whose judged graph is over but whose all-INT8 graph fits and was scored (under
     --runtime onnxruntime-auto, where a smaller budget needs it) stands as that graph: its INT8 latency,
     fidelity and the reward they give."""
     out = []
     for r in rows:
-        if r.get("latency_median_ms") is not None and r["latency_median_ms"] <= budget.limit_ms:
+        if r.latency_median_ms is not None and r.latency_median_ms <= budget.limit_ms:
             out.append(r)
         elif facts is not None and _int8_fits(r, budget):
             out.append(as_int8(r, facts))
     return out
 
 
-def _int8_fits(row: dict[str, Any], budget: Budget) -> bool:
-    return (row.get("fidelity_int8") is not None and row.get("latency_int8_ms") is not None
-            and row["latency_int8_ms"] <= budget.limit_ms and row.get("status") == TrialStatus.FEASIBLE)
+def _int8_fits(row: TrialRow, budget: Budget) -> bool:
+    return (row.fidelity_int8 is not None and row.latency_int8_ms is not None
+            and row.latency_int8_ms <= budget.limit_ms and row.status == TrialStatus.FEASIBLE)
 
 
-def as_int8(row: dict[str, Any], facts: StudyFacts) -> dict[str, Any]:
+def as_int8(row: TrialRow, facts: StudyFacts) -> TrialRow:
     """A trained trial's row as its all-INT8 graph: the latency, fidelity, loss and reward of that graph."""
     from .reward import kdnas_reward
 
     reward = (facts.settings or {}).get("reward") or {}
-    loss, ms = 1.0 - float(row["fidelity_int8"]), float(row["latency_int8_ms"])
+    loss, ms = 1.0 - float(row.fidelity_int8), float(row.latency_int8_ms)
     teacher_ms = float(facts.teacher_latency["median_ms"])
-    return {**row, "precision": "int8", "latency_median_ms": ms, "fidelity": row["fidelity_int8"], "loss": loss,
-            "reward": kdnas_reward(loss, ms, teacher_ms, reward.get("target_ratio", 0.6), reward.get("exponent", -0.06))}
+    return replace(row, precision="int8", latency_median_ms=ms, fidelity=row.fidelity_int8, loss=loss,
+                   reward=kdnas_reward(loss, ms, teacher_ms, reward.get("target_ratio", 0.6), reward.get("exponent", -0.06)))

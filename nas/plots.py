@@ -15,7 +15,7 @@ from optuna.trial import TrialState, create_trial
 
 from kdnas.core.errors import first_line
 
-from .records import latency_model_facts, loss_of, model_checked, pareto_front
+from .records import TrialRow, latency_model_facts, loss_of, model_checked, pareto_front
 from .schema import UNTRAINED_LOSS, TrialStatus, recorded
 
 _STYLE = {  # status -> (legend name, marker)
@@ -36,43 +36,43 @@ def _fmt(value: Any, spec: str = ".3f") -> str:
     return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
-def _hover(r: dict[str, Any]) -> str:
-    params = r["params"]
+def _hover(r: TrialRow) -> str:
+    params = r.params
     return "<br>".join([
-        f"<b>trial {r['number']}</b>: {r['arch']} ({r['status']})",
+        f"<b>trial {r.number}</b>: {r.arch} ({r.status})",
         f"params {params / 1e6:.2f} M" if params else "params –",
-        f"latency median {_fmt(r['latency_median_ms'], '.2f')} ms, p90 {_fmt(r['latency_p90_ms'], '.2f')}, "
-        f"min {_fmt(r['latency_min_ms'], '.2f')}, cv {_fmt(r['latency_cv'], '.3f')}"
-        + (" (noisy)" if r["latency_noisy"] else ""),
-        f"loss {_fmt(r.get('loss'), '.4f')} ± {_fmt(r.get('loss_se'), '.4f')} (SE); fidelity ρ {_fmt(r.get('fidelity'), '.4f')}",
-        f"L_HS norm {_fmt(r['l_hs_norm'], '.4f')} ± {_fmt(r.get('l_hs_se'), '.4f')} (SE), raw {_fmt(r['l_hs_raw'], '.4f')}",
-        f"reward {_fmt(r['reward'], '.4f')}",
-        *([r["reason"][:120]] if r["reason"] else []),
+        f"latency median {_fmt(r.latency_median_ms, '.2f')} ms, p90 {_fmt(r.latency_p90_ms, '.2f')}, "
+        f"min {_fmt(r.latency_min_ms, '.2f')}, cv {_fmt(r.latency_cv, '.3f')}"
+        + (" (noisy)" if r.latency_noisy else ""),
+        f"loss {_fmt(r.loss, '.4f')} ± {_fmt(r.loss_se, '.4f')} (SE); fidelity ρ {_fmt(r.fidelity, '.4f')}",
+        f"L_HS norm {_fmt(r.l_hs_norm, '.4f')} ± {_fmt(r.l_hs_se, '.4f')} (SE), raw {_fmt(r.l_hs_raw, '.4f')}",
+        f"reward {_fmt(r.reward, '.4f')}",
+        *([r.reason[:120]] if r.reason else []),
     ])
 
 
-def pareto_figure(rows: list[dict[str, Any]], facts: dict[str, Any]) -> go.Figure:
+def pareto_figure(rows: list[TrialRow], facts: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     for status, (name, marker) in _STYLE.items():
-        group = [r for r in rows if r["status"] == status and r["latency_median_ms"] is not None]
+        group = [r for r in rows if r.status == status and r.latency_median_ms is not None]
         if not group:
             continue
-        y = [r["loss"] if r["loss"] is not None else UNTRAINED_LOSS for r in group]
+        y = [r.loss if r.loss is not None else UNTRAINED_LOSS for r in group]
         fig.add_trace(go.Scatter(
-            x=[r["latency_median_ms"] for r in group], y=y, mode="markers", name=f"{name} ({len(group)})",
+            x=[r.latency_median_ms for r in group], y=y, mode="markers", name=f"{name} ({len(group)})",
             marker=marker, text=[_hover(r) for r in group], hoverinfo="text",
-            error_x=dict(type="data", symmetric=False, array=[r["latency_p90_ms"] - r["latency_median_ms"]
-                         if r["latency_p90_ms"] is not None else 0 for r in group],
-                         arrayminus=[r["latency_median_ms"] - r["latency_min_ms"]
-                                     if r["latency_min_ms"] is not None else 0 for r in group],
+            error_x=dict(type="data", symmetric=False, array=[r.latency_p90_ms - r.latency_median_ms
+                         if r.latency_p90_ms is not None else 0 for r in group],
+                         arrayminus=[r.latency_median_ms - r.latency_min_ms
+                                     if r.latency_min_ms is not None else 0 for r in group],
                          thickness=1, width=0, color=marker["color"]),
-            error_y=dict(type="data", array=[2 * (r.get("loss_se") or 0) for r in group],
+            error_y=dict(type="data", array=[2 * (r.loss_se or 0) for r in group],
                          thickness=1, width=3, color=marker["color"]),
         ))
     front = pareto_front(rows)
     if front:
         fig.add_trace(go.Scatter(
-            x=[r["latency_median_ms"] for r in front], y=[r["loss"] for r in front],
+            x=[r.latency_median_ms for r in front], y=[r.loss for r in front],
             mode="lines+markers", line=dict(shape="hv", color="#2ca02c", width=2), name=f"Pareto front ({len(front)})",
             marker=dict(symbol="circle-open", size=15, color="#2ca02c", line=dict(width=2)),
             hoverinfo="skip",
@@ -239,33 +239,33 @@ def _latency_setting(facts: dict[str, Any]) -> str:
     return latency_setting(facts.get("settings") or {})
 
 
-def history_figure(rows: list[dict[str, Any]]) -> go.Figure:
+def history_figure(rows: list[TrialRow]) -> go.Figure:
     fig = go.Figure()
-    done = sorted((r for r in rows if r["reward"] is not None), key=lambda r: r["number"])
-    fig.add_trace(go.Scatter(x=[r["number"] for r in done], y=[r["reward"] for r in done], mode="markers",
+    done = sorted((r for r in rows if r.reward is not None), key=lambda r: r.number)
+    fig.add_trace(go.Scatter(x=[r.number for r in done], y=[r.reward for r in done], mode="markers",
                              name="reward (trained trials)", marker=dict(size=9, color="#1f77b4"),
                              text=[_hover(r) for r in done], hoverinfo="text"))
     best, xs, ys = -math.inf, [], []
     for r in done:
-        best = max(best, r["reward"])
-        xs.append(r["number"])
+        best = max(best, r.reward)
+        xs.append(r.number)
         ys.append(best)
     if xs:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", color="#2ca02c"),
                                  name="best so far"))
-    other = [r for r in rows if r["reward"] is None and r["state"] != "WAITING"]
+    other = [r for r in rows if r.reward is None and r.state != "WAITING"]
     if other:
         fig.add_trace(go.Scatter(
-            x=[r["number"] for r in other], y=[0.0] * len(other), mode="markers", name="not scored (at 0)",
+            x=[r.number for r in other], y=[0.0] * len(other), mode="markers", name="not scored (at 0)",
             marker=dict(symbol="x", size=8, color="#d62728"), text=[_hover(r) for r in other], hoverinfo="text"))
     fig.update_layout(title="Optimization history (KD-NAS reward)", xaxis_title="trial",
                       yaxis_title="reward", template="plotly_white", height=420)
     return fig
 
 
-def importances(study: optuna.Study, rows: list[dict[str, Any]]) -> tuple[dict[str, float], str]:
+def importances(study: optuna.Study, rows: list[TrialRow]) -> tuple[dict[str, float], str]:
     """Parameter importances for the reward over the trained trials, or ({}, why not)."""
-    trained = {r["number"]: r["reward"] for r in rows if r["reward"] is not None}
+    trained = {r.number: r.reward for r in rows if r.reward is not None}
     frozen = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
               if t.number in trained and recorded(t).duplicate_of is None]  # a copy adds no information
     if len(frozen) < 2:
@@ -295,16 +295,16 @@ def importance_figure(values: dict[str, float], why_not: str) -> go.Figure:
     return fig
 
 
-def latency_model_figure(rows: list[dict[str, Any]]) -> go.Figure:
+def latency_model_figure(rows: list[TrialRow]) -> go.Figure:
     """The latency model's prediction against the measurement, for the trials measured although it had a
     prediction (its interval held the budget); the diagonal is a perfect prediction."""
     fig = go.Figure()
     checked = model_checked(rows)
     if checked:
-        measured, predicted = [r["latency_median_ms"] for r in checked], [r["latency_model_ms"] for r in checked]
+        measured, predicted = [r.latency_median_ms for r in checked], [r.latency_model_ms for r in checked]
         fig.add_trace(go.Scatter(
             x=measured, y=predicted, mode="markers", name="trial (measured near the budget)",
-            marker=dict(size=9, color="#1f77b4"), text=[f"#{r['number']} {r['arch']}" for r in checked],
+            marker=dict(size=9, color="#1f77b4"), text=[f"#{r.number} {r.arch}" for r in checked],
             hoverinfo="text+x+y"))
         edge = [min(measured + predicted) * 0.9, max(measured + predicted) * 1.1]
         fig.add_trace(go.Scatter(x=edge, y=edge, mode="lines", name="predicted = measured",

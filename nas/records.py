@@ -6,6 +6,7 @@ output without the teacher, the corpus or the search process.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 import optuna
@@ -14,24 +15,75 @@ from optuna.trial import TrialState
 from .resume import heartbeat_retries
 from .schema import BEFORE_TRAINING, StudyFacts, TrialRecord, TrialStatus, recorded
 
-COLUMNS = (
-    "number", "state", "status", "arch", "layers", "heads", "hidden", "ffn", "params", "flops",
-    "latency_median_ms", "latency_p90_ms", "latency_min_ms", "latency_cv", "latency_noisy", "latency_cached",
-    "latency_scaled_by", "latency_predicted", "latency_model_ms", "precision", "latency_fp32_ms", "latency_int8_ms",
-    "loss", "loss_se", "fidelity", "fidelity_fp32", "fidelity_int8", "l_hs_raw", "l_hs_norm", "l_hs_se", "reward", "reason", "retry_of",
-    "seconds_latency", "seconds_distill", "seconds_teacher", "seconds_total", "datetime_start",
-)
+@dataclass(frozen=True)
+class TrialRow:
+    """One trial as trials.csv, summary.json and the pages show it: its record (`nas.schema.TrialRecord`) with
+    the state Optuna gives it, the latency of the graph it is judged by and the reason in words."""
+
+    number: int
+    state: str = "COMPLETE"  # Optuna's
+    status: str = TrialStatus.FEASIBLE  # a TrialStatus, or "running (PHASE)" while it runs
+    arch: str | None = None
+    layers: int | None = None
+    heads: int | None = None
+    hidden: int | None = None
+    ffn: int | None = None
+    params: int | None = None
+    flops: int | None = None
+    # the judged graph's reading (`_judged_latency`)
+    latency_median_ms: float | None = None
+    latency_p90_ms: float | None = None
+    latency_min_ms: float | None = None
+    latency_cv: float | None = None
+    latency_noisy: bool | None = None
+    latency_cached: bool | None = None
+    # nas.measure.trial_latency: set where the reading was judged side by side with the teacher
+    latency_scaled_by: float | None = None
+    # nas.measure: predicted by the latency model instead of measured; or measured, and what it predicted
+    latency_predicted: bool = False
+    latency_model_ms: float | None = None
+    precision: str = "fp32"
+    latency_fp32_ms: float | None = None
+    latency_int8_ms: float | None = None
+    loss: float | None = None
+    loss_se: float | None = None
+    fidelity: float | None = None
+    fidelity_fp32: float | None = None
+    fidelity_int8: float | None = None
+    l_hs_raw: float | None = None
+    l_hs_norm: float | None = None
+    l_hs_se: float | None = None
+    reward: float | None = None
+    reason: str = ""
+    retry_of: int | None = None
+    seconds_latency: float | None = None
+    seconds_distill: float | None = None
+    seconds_teacher: float | None = None  # of seconds_distill: the one-time teacher work it did first
+    seconds_total: float | None = None
+    datetime_start: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON and CSV hold it (the storage edge of the pages: `summary.json`, `trials.csv`)."""
+        return {name: getattr(self, name) for name in COLUMNS}
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> TrialRow:
+        """A row read back from `summary.json`'s `trials_table` (columns this version lacks are left out)."""
+        return cls(**{name: row[name] for name in COLUMNS if name in row})
+
+
+COLUMNS = tuple(f.name for f in fields(TrialRow))
 
 _STATUS_OF_STATE = {TrialState.RUNNING: TrialStatus.RUNNING, TrialState.WAITING: TrialStatus.WAITING,
                     TrialState.PRUNED: TrialStatus.PRUNED, TrialState.FAIL: TrialStatus.FAILED}
 
 
-def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
+def trial_rows(study: optuna.Study) -> list[TrialRow]:
     retried_by = heartbeat_retries(study)
     return [_row(t, retried_by.get(t.number)) for t in study.get_trials(deepcopy=False)]
 
 
-def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict[str, Any]:
+def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> TrialRow:
     rec = recorded(trial)
     status = str(_STATUS_OF_STATE.get(trial.state) or rec.status or TrialStatus.FEASIBLE)
     if trial.state == TrialState.RUNNING:
@@ -51,43 +103,41 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> dict
     # The reward's loss (nas.proxy); a pruned trial, or one stored before the loss was, scores by L_HS
     # (only the hs proxy prunes, and it was the only proxy then).
     loss = loss_norm if rec.loss is None else rec.loss
-    return {
-        "number": trial.number,
-        "state": trial.state.name,
-        "status": status,
-        "arch": arch,
-        "layers": shape[0], "heads": shape[1], "hidden": shape[2], "ffn": shape[3],
-        "params": rec.params,
-        "flops": rec.flops,
-        "latency_median_ms": latency.get("median_ms"),
-        "latency_p90_ms": latency.get("p90_ms"),
-        "latency_min_ms": latency.get("min_ms"),
-        "latency_cv": latency.get("cv"),
-        "latency_noisy": latency.get("noisy"),
-        "latency_cached": latency.get("cached"),
-        # nas.measure.trial_latency: set where the reading was judged side by side with the teacher
-        "latency_scaled_by": latency.get("latency_scaled_by"),
-        # nas.measure: predicted by the latency model instead of measured; or measured, and what it predicted
-        "latency_predicted": bool(latency.get("predicted")),
-        "latency_model_ms": latency.get("median_ms") if latency.get("predicted") else latency.get("model_ms"),
+    return TrialRow(
+        number=trial.number,
+        state=trial.state.name,
+        status=status,
+        arch=arch,
+        layers=shape[0], heads=shape[1], hidden=shape[2], ffn=shape[3],
+        params=rec.params,
+        flops=rec.flops,
+        latency_median_ms=latency.get("median_ms"),
+        latency_p90_ms=latency.get("p90_ms"),
+        latency_min_ms=latency.get("min_ms"),
+        latency_cv=latency.get("cv"),
+        latency_noisy=latency.get("noisy"),
+        latency_cached=latency.get("cached"),
+        latency_scaled_by=latency.get("latency_scaled_by"),
+        latency_predicted=bool(latency.get("predicted")),
+        latency_model_ms=latency.get("median_ms") if latency.get("predicted") else latency.get("model_ms"),
         **_precision_columns(rec),
-        "loss": loss,
-        "loss_se": loss_se if rec.loss_se is None else rec.loss_se,
-        "fidelity": rec.fidelity,
-        "fidelity_fp32": rec.fidelity_fp32,
-        "fidelity_int8": rec.fidelity_int8,
-        "l_hs_raw": loss_raw,
-        "l_hs_norm": loss_norm,
-        "l_hs_se": loss_se,
-        "reward": rec.reward,
-        "reason": _reason(trial, retried_by),
-        "retry_of": rec.retry_of,  # Optuna's heartbeat retries too (schema.migrate)
-        "seconds_latency": seconds.get("latency"),
-        "seconds_distill": seconds.get("distill"),
-        "seconds_teacher": seconds.get("teacher"),  # of seconds_distill: the one-time teacher work it did first
-        "seconds_total": seconds.get("total"),
-        "datetime_start": trial.datetime_start.isoformat(timespec="seconds") if trial.datetime_start else None,
-    }
+        loss=loss,
+        loss_se=loss_se if rec.loss_se is None else rec.loss_se,
+        fidelity=rec.fidelity,
+        fidelity_fp32=rec.fidelity_fp32,
+        fidelity_int8=rec.fidelity_int8,
+        l_hs_raw=loss_raw,
+        l_hs_norm=loss_norm,
+        l_hs_se=loss_se,
+        reward=rec.reward,
+        reason=_reason(trial, retried_by),
+        retry_of=rec.retry_of,  # Optuna's heartbeat retries too (schema.migrate)
+        seconds_latency=seconds.get("latency"),
+        seconds_distill=seconds.get("distill"),
+        seconds_teacher=seconds.get("teacher"),
+        seconds_total=seconds.get("total"),
+        datetime_start=trial.datetime_start.isoformat(timespec="seconds") if trial.datetime_start else None,
+    )
 
 
 def _judged_latency(rec: TrialRecord) -> dict[str, Any]:
@@ -101,23 +151,23 @@ def _precision_columns(rec: TrialRecord) -> dict[str, Any]:
             "latency_int8_ms": (rec.latency_int8 or {}).get("median_ms")}
 
 
-def pareto_front(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pareto_front(rows: list[TrialRow]) -> list[TrialRow]:
     """Feasible trained trials not dominated in (latency, the proxy's loss), sorted by latency."""
-    points = [r for r in rows if r["status"] == TrialStatus.FEASIBLE and r["loss"] is not None
-              and r["latency_median_ms"] is not None]
-    points.sort(key=lambda r: (r["latency_median_ms"], r["loss"]))
+    points = [r for r in rows if r.status == TrialStatus.FEASIBLE and r.loss is not None
+              and r.latency_median_ms is not None]
+    points.sort(key=lambda r: (r.latency_median_ms, r.loss))
     front, best_loss = [], float("inf")
     for r in points:
-        if r["loss"] < best_loss:
+        if r.loss < best_loss:
             front.append(r)
-            best_loss = r["loss"]
+            best_loss = r.loss
     return front
 
 
-def dominates_point(front: list[dict[str, Any]], latency_ms: float, loss: float) -> dict[str, Any] | None:
+def dominates_point(front: list[TrialRow], latency_ms: float, loss: float) -> TrialRow | None:
     """A front member with lower loss at equal or lower latency than the given point, if any."""
     for r in front:
-        if r["latency_median_ms"] <= latency_ms and r["loss"] < loss:
+        if r.latency_median_ms <= latency_ms and r.loss < loss:
             return r
     return None
 
@@ -155,24 +205,24 @@ def trial_pace(study: optuna.Study, number: int) -> float | None:
     return None if pace is None else float(pace)
 
 
-def best_row(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    feasible = [r for r in rows if r["status"] == TrialStatus.FEASIBLE and r["reward"] is not None]
-    return max(feasible, key=lambda r: r["reward"]) if feasible else None
+def best_row(rows: list[TrialRow]) -> TrialRow | None:
+    feasible = [r for r in rows if r.status == TrialStatus.FEASIBLE and r.reward is not None]
+    return max(feasible, key=lambda r: r.reward) if feasible else None
 
 
-def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def study_facts(study: optuna.Study, rows: list[TrialRow]) -> dict[str, Any]:
     """Study-level facts plus counts and the per-trial time split, for summary.json and the pages."""
     facts = StudyFacts.from_study(study)
     counts: dict[str, int] = {}
     for r in rows:
-        key = r["status"].split(" ")[0]
+        key = r.status.split(" ")[0]
         counts[key] = counts.get(key, 0) + 1
-    finished = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED", "FAIL")]
-    before_training = [r for r in finished if r["status"] in BEFORE_TRAINING]
-    timed = [r for r in finished if r["seconds_total"] is not None]
+    finished = [r for r in rows if r.state in ("COMPLETE", "PRUNED", "FAIL")]
+    before_training = [r for r in finished if r.status in BEFORE_TRAINING]
+    timed = [r for r in finished if r.seconds_total is not None]
 
     def mean(key: str) -> float | None:
-        values = [r[key] for r in timed if r[key] is not None]
+        values = [getattr(r, key) for r in timed if getattr(r, key) is not None]
         return round(sum(values) / len(values), 3) if values else None
 
     best = best_row(rows)
@@ -191,9 +241,9 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
         "rejected_before_training_share": round(len(before_training) / len(finished), 4) if finished else None,
         "seconds_per_trial": {"latency": mean("seconds_latency"), "distill": mean("seconds_distill"),
                               "total": mean("seconds_total")},
-        "best_trial": best,
+        "best_trial": None if best is None else best.as_dict(),
         "latency_model": latency_model_facts(rows),
-        "pareto_front": [r["number"] for r in pareto_front(rows)],
+        "pareto_front": [r.number for r in pareto_front(rows)],
         "reference": facts.reference,
         "final": facts.final,
         "teacher_int8": facts.teacher_int8,
@@ -205,39 +255,39 @@ def study_facts(study: optuna.Study, rows: list[dict[str, Any]]) -> dict[str, An
     }
 
 
-def budget_table(facts: StudyFacts, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def budget_table(facts: StudyFacts, rows: list[TrialRow]) -> list[dict[str, Any]]:
     """A study of several budgets, one row each, largest first: the trials it holds (every trial is scored
     for every budget it fits), the best of them, and the student shipped for it (nas.budgets)."""
     from .budgets import study_budgets, within
 
     table = []
     for budget in study_budgets(facts):
-        fits = [r for r in within(rows, budget, facts) if r["status"] == TrialStatus.FEASIBLE]
+        fits = [r for r in within(rows, budget, facts) if r.status == TrialStatus.FEASIBLE]
         shipped = [f for f in facts.final or [] if (f.get("recipe") or {}).get("budget") == budget.label]
         best = best_row(fits)
         table.append({"label": budget.label, "budget_ms": budget.ms, "folder": budget.best,
-                      "trials_within": [r["number"] for r in fits], "best_trial": None if best is None else best["number"],
+                      "trials_within": [r.number for r in fits], "best_trial": None if best is None else best.number,
                       "final": shipped})
     return table
 
 
-def model_checked(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def model_checked(rows: list[TrialRow]) -> list[TrialRow]:
     """Trials measured in their own run although the latency model had a prediction for them (its interval
     held the budget): the only trials where predicted and measured stand side by side. A trial that reused
     another's reading of its shape carries no prediction (nas.trial._stored_latency), so none counts twice."""
-    return [r for r in rows if r["latency_model_ms"] is not None and not r["latency_predicted"]
-            and r["latency_median_ms"] is not None]
+    return [r for r in rows if r.latency_model_ms is not None and not r.latency_predicted
+            and r.latency_median_ms is not None]
 
 
-def latency_model_facts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def latency_model_facts(rows: list[TrialRow]) -> dict[str, Any]:
     """How often the latency model stood in for a measurement, and its error where a trial was measured
     anyway (those near the budget, so not a random sample: benchmarks/latency_model.py holds one)."""
     from kdnas.latency import kendall_tau, mape
 
     checked = model_checked(rows)
-    facts: dict[str, Any] = {"predicted": sum(r["latency_predicted"] for r in rows), "checked": len(checked)}
+    facts: dict[str, Any] = {"predicted": sum(r.latency_predicted for r in rows), "checked": len(checked)}
     if checked:
-        predicted, measured = [r["latency_model_ms"] for r in checked], [r["latency_median_ms"] for r in checked]
+        predicted, measured = [r.latency_model_ms for r in checked], [r.latency_median_ms for r in checked]
         facts["mape"] = round(mape(predicted, measured), 4)
         if len(checked) >= 2:
             facts["kendall_tau"] = round(kendall_tau(predicted, measured), 4)

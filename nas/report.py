@@ -21,7 +21,7 @@ from kdnas.core.files import atomic_write_text
 from .neighbours import shape_label
 from .plots import (history_figure, importance_figure, importances, latency_model_figure, latency_setting, pareto_figure,
                     proxy_settings, students_figure)
-from .records import COLUMNS, loss_of, steps_label, study_facts, trial_rows
+from .records import COLUMNS, TrialRow, loss_of, steps_label, study_facts, trial_rows
 
 _TABLE_COLUMNS = (
     ("number", "#"), ("status", "status"), ("arch", "L×A×H×F"), ("params", "params (M)"),
@@ -37,7 +37,7 @@ def write_outputs(study: optuna.Study, out: str | Path) -> dict[str, Any]:
     out = Path(out)
     rows = trial_rows(study)
     facts = study_facts(study, rows)
-    summary = {**facts, "trials_table": rows}
+    summary = {**facts, "trials_table": [r.as_dict() for r in rows]}
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     atomic_write_text(out / "trials.csv", _csv(rows))
     pareto, students = pareto_figure(rows, facts), students_figure(facts)
@@ -61,12 +61,12 @@ def _pareto_page(facts: dict[str, Any], pareto: Any, students: Any) -> str:
 """
 
 
-def _csv(rows: list[dict[str, Any]]) -> str:
+def _csv(rows: list[TrialRow]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for r in rows:
-        writer.writerow({k: ("" if r[k] is None else r[k]) for k in COLUMNS})
+        writer.writerow({k: ("" if v is None else v) for k, v in r.as_dict().items()})
     return buffer.getvalue()
 
 
@@ -91,7 +91,7 @@ def _proxy(settings: dict[str, Any]) -> str:
     return f"proxy: {proxy.get('method')} for {proxy.get('steps')} steps, scored by held-out L_HS"
 
 
-def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: list) -> str:
+def _report_page(facts: dict[str, Any], rows: list[TrialRow], figures: list) -> str:
     divs = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False})
             for i, fig in enumerate(figures)]
     s = facts.get("settings") or {}
@@ -115,8 +115,8 @@ def _report_page(facts: dict[str, Any], rows: list[dict[str, Any]], figures: lis
     lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}" for k, v in split.items()))
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in _TABLE_COLUMNS)
     body = "".join(
-        f"<tr class='{html.escape(r['status'].split(' ')[0])}'>"
-        + "".join(f"<td>{_cell(k, r[k])}</td>" for k, _ in _TABLE_COLUMNS) + "</tr>"
+        f"<tr class='{html.escape(r.status.split(' ')[0])}'>"
+        + "".join(f"<td>{_cell(k, getattr(r, k))}</td>" for k, _ in _TABLE_COLUMNS) + "</tr>"
         for r in rows
     )
     return f"""<!DOCTYPE html>

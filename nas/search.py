@@ -255,7 +255,7 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
     if cfg.proxy.kind != "fidelity" or cfg.final.steps <= 0:
         return None
     best = best_row(trial_rows(study))
-    step_s = None if best is None else trial_pace(study, best["number"])
+    step_s = None if best is None else trial_pace(study, best.number)
     # A trial's own time, without the one-time teacher work it happened to do first (the first trained
     # trial of an MPNet search spent 8 of its 10 minutes on the teacher's targets, and its 592 s as the
     # "typical trial" stopped the trials after six, so a 0.30-fidelity shape shipped).
@@ -264,9 +264,9 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
                if r.step_s is not None and r.duplicate_of is None and r.seconds is not None]
     if step_s is None or not trained:
         return None
-    wider = ffn_neighbour(space, best, WIDER, taken=set())
+    wider = ffn_neighbour(space, best.as_dict(), WIDER, taken=set())
     if wider is not None:
-        step_s = pace_of(step_s, best["arch"], wider["arch"], cfg.proxy.seq_len)
+        step_s = pace_of(step_s, best.arch, wider["arch"], cfg.proxy.seq_len)
     trial_s = statistics.median(trained)
     return cfg.final.top_k * len(cfg.budgets) * final_run_s(cfg.final.steps, step_s, trial_s), trial_s
 
@@ -295,7 +295,7 @@ def failed_meanwhile(study: optuna.Study, number: int | None) -> bool:
 
 def _show(study: optuna.Study, out: Path, progress: Progress) -> None:
     progress.set_done(counted_trials(study))
-    progress.best((best_row(trial_rows(study)) or {}).get("reward"))
+    progress.best(None if (best := best_row(trial_rows(study))) is None else best.reward)
     write_outputs(study, out)
 
 

@@ -93,7 +93,7 @@ def test_every_trial_is_a_candidate_for_every_budget_it_fits():
     assert [r["number"] for r in finalists(study, "reward", large)] == [0, 2, 1]
     assert [r["number"] for r in finalists(study, "reward", small)] == [1]
     assert [r["number"] for r in finalists(study, "reward")] == [0, 2, 1]  # one budget: every trained trial
-    assert [r["number"] for r in within(trial_rows(study), small)] == [1]
+    assert [r.number for r in within(trial_rows(study), small)] == [1]
     table = budget_table(StudyFacts(budget_ms=10.0, budgets=[{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}],
                                     final=[{"recipe": {"budget": "0.25x"}, "arch": "2x12x384x1536"}]), trial_rows(study))
     assert [(t["label"], t["trials_within"], t["best_trial"], len(t["final"])) for t in table] == [

@@ -87,6 +87,7 @@ def test_edge_reading_stops_when_the_limit_leaves_the_interval():
 def test_the_tolerance_is_one_rule_for_every_budget_and_is_refused_out_of_range():
     from kdnas.core.errors import InputError
     from kdnas.nas.budgets import study_budgets, within
+    from kdnas.nas.records import TrialRow
     from kdnas.nas.schema import StudyFacts
 
     facts = StudyFacts(budget_ms=10.0, budget_tolerance=0.01, budgets=[{"label": "0.5x", "ms": 10.0},
@@ -94,7 +95,7 @@ def test_the_tolerance_is_one_rule_for_every_budget_and_is_refused_out_of_range(
     budgets = study_budgets(facts)
     assert [b.limit_ms for b in budgets] == [pytest.approx(10.1), pytest.approx(5.05)]
     assert "5.05 with its 1% tolerance" in budgets[1].named
-    rows = [{"latency_median_ms": 5.04, "status": "feasible"}, {"latency_median_ms": 5.06, "status": "feasible"}]
+    rows = [TrialRow(number=0, latency_median_ms=5.04), TrialRow(number=1, latency_median_ms=5.06)]
     assert within(rows, budgets[1]) == rows[:1]
     # a study made before the tolerance: none
     assert study_budgets(StudyFacts.from_attrs({"budget_ms": 10.0}))[0].limit_ms == 10.0

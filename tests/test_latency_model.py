@@ -107,11 +107,11 @@ def test_a_trial_reads_the_model_only_where_its_interval_keeps_clear_of_the_budg
 
 def test_the_report_sets_the_models_predictions_beside_the_measurements():
     from kdnas.nas.plots import latency_model_figure
-    from kdnas.nas.records import latency_model_facts
+    from kdnas.nas.records import TrialRow, latency_model_facts
 
     def row(n, measured, model, predicted=False, cached=False):
-        return {"number": n, "arch": "1x12x384x512", "latency_median_ms": measured, "latency_model_ms": model,
-                "latency_predicted": predicted, "latency_cached": cached}
+        return TrialRow(number=n, arch="1x12x384x512", latency_median_ms=measured, latency_model_ms=model,
+                        latency_predicted=predicted, latency_cached=cached)
 
     rows = [row(0, 10.0, None), row(1, 12.0, 11.0), row(2, 8.0, 8.8), row(3, 20.0, 19.0, cached=True),
             row(4, 30.0, 30.0, predicted=True),  # predicted, not measured: no check

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from kdnas.nas.plots import pareto_figure
+from kdnas.nas.records import TrialRow
 
 
-def _row(number: int, latency: float, loss: float, se: float | None) -> dict:
-    return {"number": number, "status": "feasible", "arch": "2x4x64x128", "params": 1_000_000,
-            "latency_median_ms": latency, "latency_p90_ms": latency * 1.1, "latency_min_ms": latency * 0.9,
-            "latency_cv": 0.05, "latency_noisy": False, "loss": loss, "loss_se": se, "fidelity": 1 - loss,
-            "l_hs_norm": 0.7, "l_hs_raw": 0.7, "l_hs_se": 0.003, "reward": 1 - loss, "reason": ""}
+def _row(number: int, latency: float, loss: float, se: float | None) -> TrialRow:
+    return TrialRow(number=number, arch="2x4x64x128", params=1_000_000, latency_median_ms=latency,
+                    latency_p90_ms=latency * 1.1, latency_min_ms=latency * 0.9, latency_cv=0.05, latency_noisy=False,
+                    loss=loss, loss_se=se, fidelity=1 - loss, l_hs_norm=0.7, l_hs_raw=0.7, l_hs_se=0.003,
+                    reward=1 - loss)
 
 
 def test_trials_are_drawn_with_two_standard_errors_and_the_hover_says_so():

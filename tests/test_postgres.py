@@ -49,8 +49,8 @@ def test_a_dead_workers_trial_is_failed_by_heartbeat_and_retried_once(pg_url):
     assert study.trials[1].params == study.trials[0].params  # the same shape, retried
     assert counted_trials(study) == 1  # a retried failure counts through its retry
     row = trial_rows(study)[0]
-    assert row["reason"].startswith("stale") and "retried as trial 1" in row["reason"]
-    assert trial_rows(study)[1]["retry_of"] == 0
+    assert row.reason.startswith("stale") and "retried as trial 1" in row.reason
+    assert trial_rows(study)[1].retry_of == 0
 
 
 def _search_args(pg_url: str, out: Path) -> list[str]:

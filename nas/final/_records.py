@@ -65,13 +65,14 @@ class Finalist:
 
 def finalists(study: optuna.Study, objective: str, budget: Budget | None = None) -> list[dict[str, Any]]:
     """Every trained candidate for the final phase, best reward first (Pareto: front members only); with
-    `budget`, of the trials within it (one of several budgets: `nas.budgets`)."""
+    `budget`, of the trials within it (one of several budgets: `nas.budgets`). As dicts: the final stage's queue
+    holds them beside its FFN neighbours, which it scores as it goes (`nas.neighbours`)."""
     copies = _copies(study)
-    rows = [r for r in trial_rows(study) if r["number"] not in copies]
+    rows = [r for r in trial_rows(study) if r.number not in copies]
     rows = rows if budget is None else within(rows, budget, StudyFacts.from_study(study))
     pool = pareto_front(rows) if objective == "pareto" else [
-        r for r in rows if r["status"] == TrialStatus.FEASIBLE and r["reward"] is not None]
-    return sorted(pool, key=lambda r: -r["reward"])
+        r for r in rows if r.status == TrialStatus.FEASIBLE and r.reward is not None]
+    return [r.as_dict() for r in sorted(pool, key=lambda r: -r.reward)]
 
 
 def _copies(study: optuna.Study) -> set[int]:

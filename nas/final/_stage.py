@@ -134,7 +134,7 @@ class Stage:
         self.over = refused_records(study, ctx.config, ctx.budget_label)
         self.neighbours = neighbour_records(study, ctx.config, ctx.budget_label)
         self.queue = candidates(pool, self.over, self.neighbours)
-        self.tried = {r["arch"] for r in trial_rows(study) + pool}
+        self.tried = {r.arch for r in trial_rows(study)} | {r["arch"] for r in pool}
         # Each shape's shipped-graph reading in this run; a shape over the budget never returns to
         # the queue, so a shape read here fits.
         self.now: dict[str, float] = {}

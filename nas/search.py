@@ -56,7 +56,6 @@ PRUNER_MIN_TRAINED = 3
 # driver), not a bad shape: stop with that error instead of spending the budget on it.
 SAME_ERROR_STOPS = 3
 WAIT_S = 2.0  # how often a worker with nothing left to start looks at the others' last trials
-# The trials that a run whose trials followed the time (no --trials, a --timeout) had when they stopped.
 
 
 def search(config: SearchConfig) -> dict[str, Any]:

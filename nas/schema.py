@@ -4,9 +4,10 @@ A study is read by later versions of kdnas (a rerun resumes it, `kdnas report` r
 study stores SCHEMA_VERSION; a study of a newer version than this kdnas reads is refused in one line rather than
 misread. Statuses are stored as their plain strings (JSON), and compare equal to them.
 
-This module is the storage edge: a trial's and a study's attributes are read (`stored`, `stored_system`) and
-written (`store`, `enqueue`) here and nowhere else in `nas` (tests/test_layout.py holds it), so a record written
-by an earlier version is read through one place (`migrate`).
+This module is the storage edge: a trial's record (`TrialRecord`, read by `recorded`, written a field at a time
+by `store`) and the study's facts (`StudyFacts`, written by `record_fact`) meet Optuna's attributes here and
+nowhere else in `nas` (tests/test_layout.py holds it), so a record written by an earlier version is read through
+one place (`migrate`), and a field name no record has is refused when written.
 """
 
 from __future__ import annotations

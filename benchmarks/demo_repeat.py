@@ -8,6 +8,7 @@ exactly the rule shape's ratio to the teacher (3x12x384x1536, read side by side 
 same command `--repeats` times: the rule trial's verdict and its stated reason in each.
 
     python benchmarks/demo_repeat.py --repeats 3
+    python benchmarks/demo_repeat.py --redo demo-1      # one run again (say, one a test run beside it disturbed)
 Writes benchmarks/results/demo_repeat.json (the runs under --work).
 """
 
@@ -92,9 +93,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("runs/demo-repeat"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "demo_repeat.json")
+    parser.add_argument("--redo", metavar="RUN", help="run one entry of --out again and replace it: demo-1, edge-0, ... "
+                        "(a run a disturbance outside kdnas spoiled; the JSON says which was redone)")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: at least 1")
+    if args.redo:
+        return redo(args)
     result: dict = {"what": __doc__.strip().splitlines()[0], "demo": []}
     for i in range(args.repeats):
         result["demo"].append(run(args.work / f"demo-{i}", []))
@@ -105,6 +110,24 @@ def main() -> int:
     for i in range(args.repeats):
         result["at_the_rule_shapes_ratio"].append(run(args.work / f"edge-{i}", edge))
         write_result(args.out, result)
+    return 0
+
+
+def redo(args: argparse.Namespace) -> int:
+    """Run one entry again with the command it ran (`demo-1`: the second demo; `edge-0`: the first at the rule
+    shape's ratio) and replace it in --out, the earlier run kept beside it as `replaced`."""
+    kind, _, index = args.redo.partition("-")
+    key = {"demo": "demo", "edge": "at_the_rule_shapes_ratio"}.get(kind)
+    result = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    runs = result.get(key) or []
+    if key is None or not index.isdigit() or int(index) >= len(runs):
+        sys.exit(f"demo_repeat.py: --redo {args.redo!r}: no such run in {args.out}; allowed: "
+                 + ", ".join([f"demo-{i}" for i in range(len(result.get('demo') or []))]
+                             + [f"edge-{i}" for i in range(len(result.get('at_the_rule_shapes_ratio') or []))]))
+    earlier = runs[int(index)]
+    extra = ["--budget-ratio", f"{result['rule_ratio']['ratio']:.4f}"] if kind == "edge" else []
+    runs[int(index)] = {**run(args.work / f"{args.redo}-redo", extra), "replaced": earlier}
+    write_result(args.out, result)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The demo, three times from an empty cache: does the same command ship the same graph, for the same reason?
 
-Runs `kdnas search --teacher minilm-l6 --corpus news --timeout 540` (what `bash dev.sh demo` runs) `--repeats`
+Runs the command `bash dev.sh demo` runs (`kdnas search --teacher minilm-l6 --corpus news --timeout T`, T read from
+dev.sh) `--repeats`
 times one after another on one host, each with its own empty `KDNAS_CACHE`, and records what each shipped: the
 graph (a student's shape and precision, or the teacher's plan), its held-out ρ, the budget's verdict and the
 reading that made it, the wall time. Then the worst case for a decision at the budget's edge: the budget set to
@@ -8,6 +9,7 @@ exactly the rule shape's ratio to the teacher (3x12x384x1536, read side by side 
 same command `--repeats` times: the rule trial's verdict and its stated reason in each.
 
     python benchmarks/demo_repeat.py --repeats 3
+    python benchmarks/demo_repeat.py --part demo        # the three demos only (the other part kept)
     python benchmarks/demo_repeat.py --redo demo-1      # one run again (say, one a test run beside it disturbed)
 Writes benchmarks/results/demo_repeat.json (the runs under --work).
 """
@@ -25,7 +27,16 @@ from pathlib import Path
 
 from _env import kdnas, write_result
 
-DEMO = ["kdnas", "search", "--teacher", "minilm-l6", "--corpus", "news", "--timeout", "540", "--no-progress"]
+def demo_command() -> list[str]:
+    """The demo's command as dev.sh runs it (its --timeout read from there: one source), without its --out."""
+    import re
+
+    line = next(x for x in (Path(__file__).parents[1] / "dev.sh").read_text().splitlines() if "search --teacher" in x)
+    timeout = re.search(r"--timeout (\d+)", line).group(1)
+    return ["kdnas", "search", "--teacher", "minilm-l6", "--corpus", "news", "--timeout", timeout, "--no-progress"]
+
+
+DEMO = demo_command()
 RULE_SHAPE = "3x12x384x1536"
 
 
@@ -37,7 +48,9 @@ def run(out: Path, extra: list[str]) -> dict:
                               capture_output=True, text=True, check=False)
         seconds = round(time.time() - started, 1)
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
-    return {"command": " ".join(command), "exit": done.returncode, "seconds": seconds,
+    code = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent).stdout.strip() or None  # the commit the run ran
+    return {"command": " ".join(command), "code": code, "exit": done.returncode, "seconds": seconds,
             "stderr_tail": done.stderr[-600:] if done.returncode else "", **shipped(summary), "rule": rule_trial(out)}
 
 
@@ -93,6 +106,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("runs/demo-repeat"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "demo_repeat.json")
+    parser.add_argument("--part", choices=("both", "demo", "edge"), default="both",
+                        help="run the demos, the runs at the rule shape's ratio, or both (a part run alone replaces "
+                             "that part in --out and keeps the other)")
     parser.add_argument("--redo", metavar="RUN", help="run one entry of --out again and replace it: demo-1, edge-0, ... "
                         "(a run a disturbance outside kdnas spoiled; the JSON says which was redone)")
     args = parser.parse_args()
@@ -100,10 +116,16 @@ def main() -> int:
         parser.error(f"--repeats {args.repeats}: at least 1")
     if args.redo:
         return redo(args)
-    result: dict = {"what": __doc__.strip().splitlines()[0], "demo": []}
-    for i in range(args.repeats):
-        result["demo"].append(run(args.work / f"demo-{i}", []))
-        write_result(args.out, result)
+    result: dict = {"what": __doc__.strip().splitlines()[0]}
+    if args.part != "both" and args.out.is_file():
+        result = {**json.loads(args.out.read_text()), **result}
+    if args.part in ("both", "demo"):
+        result["demo"] = []
+        for i in range(args.repeats):
+            result["demo"].append(run(args.work / f"demo-{i}", []))
+            write_result(args.out, result)
+    if args.part == "demo":
+        return 0
     result["rule_ratio"] = rule_ratio()
     edge = ["--budget-ratio", f"{result['rule_ratio']['ratio']:.4f}"]
     result["at_the_rule_shapes_ratio"] = []

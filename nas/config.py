@@ -328,7 +328,7 @@ class RunSettings:
 class SearchConfig:
     """Everything `nas.search` needs. Defaults keep the bundled-default search under 10 minutes
     on a quiet 2-core CPU (docs/benchmarks/search-quality.md has the measured time); the demo
-    adds `--timeout 540` so that a busy one keeps it too (nas.time_limit)."""
+    adds `--timeout 480` so that a busy one keeps it too (nas.time_limit)."""
 
     teacher: str = "minilm-l6"
     corpus: str = "news"

@@ -178,8 +178,8 @@ def loss_of(record: dict[str, Any]) -> float | None:
 
 
 def steps_label(record: dict[str, Any]) -> str:
-    """A finalist's training steps: "1200 steps", "1043 of 1200 steps (fitted to --timeout 540 s)" or
-    "2011 steps (1200 planned, more in the time --timeout 540 s left)", with the run it continued
+    """A finalist's training steps: "1200 steps", "1043 of 1200 steps (fitted to --timeout 480 s)" or
+    "2011 steps (1200 planned, more in the time --timeout 480 s left)", with the run it continued
     when a wider finalist handed it on (nas.final)."""
     steps, planned = record.get("steps"), record.get("steps_planned")
     label = f"{steps} steps"

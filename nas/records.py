@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from .resume import heartbeat_retries
 from .schema import BEFORE_TRAINING, StudyFacts, TrialRecord, TrialStatus, recorded
 
+
 @dataclass(frozen=True)
 class TrialRow:
     """One trial as trials.csv, summary.json and the pages show it: its record (`nas.schema.TrialRecord`) with

@@ -496,13 +496,12 @@ def _pair(ratio, teacher_ms):
                       reference=replace(_reading(teacher_ms), target="minilm-l6", runs=180))
 
 
-@pytest.mark.parametrize("ratio, teacher_now, fits, reads", [
-    (0.459, 24.0, True, 1),  # the host slowed since the budget was set (teacher 20 ms then): the ratio decides
-    (0.459, 17.0, True, 1),  # ... or sped up: the same
-    (0.506, 24.0, False, 3),  # just over half the teacher side by side: read again (EDGE_OVER), over on all three
-    (0.70, 24.0, False, 1),  # far over: over on one reading, however fast each reads alone
+@pytest.mark.parametrize("ratio, teacher_now, fits", [
+    (0.459, 24.0, True),  # the host slowed since the budget was set (teacher 20 ms then): the ratio decides
+    (0.459, 17.0, True),  # ... or sped up: the same
+    (0.506, 24.0, False),  # over half the teacher side by side: over, however fast each reads alone
 ])
-def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(ratio, teacher_now, fits, reads):
+def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(ratio, teacher_now, fits):
     from types import SimpleNamespace
 
     import kdnas.nas.final as final
@@ -514,7 +513,7 @@ def test_a_finalist_under_a_ratio_budget_is_timed_side_by_side_with_the_teacher(
     ctx = SimpleNamespace(config=config, budget_ms=10.0, teacher_latency_ms=20.0,
                           progress=Progress(1, 0, enabled=False), judge=judge)
     shipped, readings, facts = final._latency.final_latency(ctx, Path("model.onnx"), "final 1/1")
-    assert judge.calls == [(Path("model.onnx"), config.teacher)] * reads and readings == []
+    assert judge.calls == [(Path("model.onnx"), config.teacher)] and readings == []
     assert shipped.median_ms == pytest.approx(ratio * 20.0) and (shipped.median_ms <= ctx.budget_ms) == fits
     assert facts["ratio_to_teacher"] == ratio and facts["teacher_latency_now_ms"] == teacher_now
     assert facts["latency_scaled_by"] == pytest.approx(20.0 / teacher_now, abs=1e-4)  # for the INT8 read alone

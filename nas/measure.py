@@ -112,13 +112,12 @@ EDGE_READINGS = 3
 DISTURBED_P90 = 1.5
 DISTURBED_SPREAD = 0.25
 # A reading over the limit by at most this share of it is read again as well, up to EDGE_READINGS, however tight
-# its own rounds: side-by-side readings of one graph drift apart by more than the rounds within one spread. In
-# demo_repeat the teacher's INT8 graph read 0.541 of the teacher, quartiles clear of the 0.505 limit, and the
-# same run read it at 0.466 at its end; in another run 0.626 against 0.520, then 0.491: each time that one
-# reading refused the teacher's plan and a student shipped (ρ 0.960, 0.933) where the teacher's graph (ρ 0.991)
-# fitted. The band over a ratio budget in which a trial is read side by side at all (DRIFT_BAND). A reading
-# within the limit is not read again for this: one reading that fits is not overturned by another.
-EDGE_OVER = DRIFT_BAND - 1.0
+# its own rounds: readings of one graph drift apart by more than the rounds within one spread. A demo's
+# teacher INT8 graph read 0.541 of the teacher side by side, its quartiles clear of the 0.505 limit, so that one
+# reading refused the teacher's plan; the same run read the same graph at 0.466 at its end, and a student
+# of ρ 0.960 shipped where the teacher's graph, ρ 0.991, fitted. A reading within the limit is not read again
+# for this: one reading that fits is not overturned by another (`budget_latency`: the lower median stands).
+EDGE_OVER = 0.10
 
 
 def disturbed(pair: Any) -> bool:

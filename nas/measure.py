@@ -111,13 +111,6 @@ EDGE_READINGS = 3
 # burst of other work in its runs), or its rounds' ratios spread over this share of their median.
 DISTURBED_P90 = 1.5
 DISTURBED_SPREAD = 0.25
-# A reading over the limit by at most this share of it is read again as well, up to EDGE_READINGS, however tight
-# its own rounds: readings of one graph drift apart by more than the rounds within one spread. A demo's
-# teacher INT8 graph read 0.541 of the teacher side by side, its quartiles clear of the 0.505 limit, so that one
-# reading refused the teacher's plan; the same run read the same graph at 0.466 at its end, and a student
-# of ρ 0.960 shipped where the teacher's graph, ρ 0.991, fitted. A reading within the limit is not read again
-# for this: one reading that fits is not overturned by another (`budget_latency`: the lower median stands).
-EDGE_OVER = 0.10
 
 
 def disturbed(pair: Any) -> bool:
@@ -130,13 +123,12 @@ def disturbed(pair: Any) -> bool:
 def edge_reading(pairs: list[Any], read_again: Any, limit_ratio: float) -> list[Any]:
     """`pairs` and more readings (`read_again()`), up to EDGE_READINGS, while the limit (the budget with its
     tolerance, as a share of the teacher) lies within the undisturbed readings' quartiles, or all were
-    disturbed, or the reading that decides so far is over the limit by at most EDGE_OVER."""
+    disturbed."""
     while len(pairs) < EDGE_READINGS:
         good = [p for p in pairs if not disturbed(p)]
         low = statistics.median(p.ratio_low for p in good) if good else 0.0
         high = statistics.median(p.ratio_high for p in good) if good else float("inf")
-        just_over = limit_ratio < deciding(pairs).ratio <= limit_ratio * (1.0 + EDGE_OVER)
-        if not (low <= limit_ratio <= high or just_over):
+        if not low <= limit_ratio <= high:
             break
         pairs = pairs + [read_again()]
     return pairs

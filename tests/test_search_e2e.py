@@ -496,8 +496,10 @@ def test_several_budgets_ship_a_graph_each_within_its_budget_and_a_rerun_resumes
     assert teacher[f"{large:g}ms"]["shipped"] and teacher[f"{large:g}ms"]["dir"] == str(out / budgets[0]["folder"])
     for b in budgets:
         [final] = b["final"]
-        assert final["within_budget"] and final["latency_ms"] <= b["budget_ms"] == final["budget_ms"], final
+        # within the budget with its tolerance (a graph fits up to 1 % over: the rule the search applies)
         assert final["budget_limit_ms"] == pytest.approx(b["budget_ms"] * 1.01)  # the default tolerance
+        assert final["within_budget"] and final["latency_ms"] <= final["budget_limit_ms"], final
+        assert b["budget_ms"] == final["budget_ms"]
         displaced = b["label"] in teacher and teacher[b["label"]]["shipped"]
         student = out / "finalists" / b["label"] / f"student-{final['arch']}" if displaced else out / b["folder"]
         assert final["budget"] == b["label"] and final["dir"] == str(student)

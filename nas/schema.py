@@ -207,8 +207,7 @@ class StudyFacts:
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> StudyFacts:
         """The facts in a study's attributes (keys this version does not know are left out)."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{name: attrs[key] for key in attrs if (name := _FACT_OF.get(key, key)) in known})
+        return cls(**{name: attrs[key] for key in attrs if (name := _FACT_OF.get(key, key)) in _FACT_FIELDS})
 
     @classmethod
     def from_study(cls, study: _Attributed) -> StudyFacts:
@@ -222,12 +221,13 @@ class StudyFacts:
 
 
 _STORED_AS = {"settings": SETTINGS_ATTR, "version": VERSION_ATTR}
+_FACT_FIELDS = frozenset(f.name for f in fields(StudyFacts))  # as _TRIAL_FIELDS: the names record_fact accepts
 _FACT_OF = {key: name for name, key in _STORED_AS.items()}
 
 
 def record_fact(study: Any, name: str, value: Any) -> None:
     """Store one of the study's facts (a field of `StudyFacts`: a name it does not have is an error here, not a
     record no reader finds)."""
-    if name not in {f.name for f in fields(StudyFacts)}:
+    if name not in _FACT_FIELDS:
         raise KeyError(f"StudyFacts has no field {name!r}")
     study.set_user_attr(_STORED_AS.get(name, name), value)

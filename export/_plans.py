@@ -30,6 +30,12 @@ from ._precision import Group, Plan, plan_graph, weight_groups
 
 # How many plans, from the one bisection found down, a fresh reading may set aside (`Planner._confirmed`).
 CONFIRM_STEPS = 2
+# An all-INT8 reading over the budget by at most this share is read twice more, fresh, and the median of the three
+# stands (`Planner.within_budget`): that one reading decides whether the graph has a plan within the budget at all.
+# Why: the demo's teacher, all-INT8, read 0.541 of itself against a 0.505 limit once (tight quartiles) and 0.466 at
+# the end of the same run; another run 0.626 against 0.520, then 0.491. A student shipped in its place (rho 0.960
+# and 0.933 against the teacher's graph's 0.991). A graph further over is over however the host drifts.
+RECHECK_OVER = 0.25
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ class Planner:
     _graphs: dict[tuple[str, ...], Path] = field(default_factory=dict)
     _fidelity: dict[tuple[str, ...], float] = field(default_factory=dict)
     _latency: dict[tuple[str, ...], float] = field(default_factory=dict)
+    int8_readings: list[float] = field(default_factory=list)  # the last `_fastest_fits`'s readings, where read again
 
     def __post_init__(self) -> None:
         self.fp32, self.workdir = Path(self.fp32), Path(self.workdir)
@@ -195,6 +202,19 @@ class Planner:
             else:
                 high = mid
         return self.point(self._confirmed(low, budget_ms), fidelity=True, latency=True)
+
+    def _fastest_fits(self, budget_ms: float) -> bool:
+        """Whether the all-INT8 graph fits `budget_ms`: a reading over it by at most RECHECK_OVER is read twice
+        more and the median of the three stands (as its latency; the readings in `int8_readings`)."""
+        first, self.int8_readings = self.latency_ms(self.plan(())), []
+        if first <= budget_ms or first > (1 + RECHECK_OVER) * budget_ms:
+            return first <= budget_ms
+        readings = [first, float(self.latency(self._graphs[()]))]
+        if readings[1] <= budget_ms:  # one over, one within: a third decides (over on two is over on three)
+            readings.append(float(self.latency(self._graphs[()])))
+        self.int8_readings = readings
+        self._latency[()] = sorted(readings)[(len(readings) - 1) // 2]
+        return self._latency[()] <= budget_ms
 
     def _confirmed(self, kept: int, budget_ms: float) -> int:
         """`kept`, or fewer: the plan bisection found sits closest under the budget, where one lucky reading

@@ -95,7 +95,9 @@ def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: 
         ctx.progress.phase(f"the teacher's precision plans: {budget.named}")
         point = planner.within_budget(budget.limit_ms)
         rows.append({"label": budget.label, "budget_ms": budget.ms, "fits": point is not None,
-                     **({} if point is None else {"plan": point.to_dict()})})
+                     **({} if point is None else {"plan": point.to_dict()}),
+                     **({"int8_readings": [round(ms, 4) for ms in planner.int8_readings]}
+                        if planner.int8_readings else {})})
     return {"budgets": rows, "int8_ms": planner.known_latency(planner.along(0)), "full_range": planner.full_range,
             "order": [e.to_dict() for e in planner.order or []],
             "fp32_fidelity": planner.known_fidelity(planner.along(len(planner.groups))),

@@ -569,7 +569,8 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
 @pytest.mark.parametrize("shape_ms, ratio, budget_ms, expect_ms, paired", [
     (10.7, 0.486, None, 0.486 * 20.0, True),  # a slow spell during the trials: fits side by side
     (10.7, 0.512, None, 0.512 * 20.0, True),  # over side by side too
-    (13.0, 0.6, None, 13.0, False),  # over by more than DRIFT_BAND: over however the host drifts, no pair
+    (15.5, 0.8, None, 15.5, False),  # over by more than ALONE_BAND: over however the host drifts, no pair
+    (13.0, 0.49, None, 0.49 * 20.0, True),  # 30 % over alone, within side by side: how the host drifts
     (9.5, 0.45, None, 9.5, False),  # within the budget: nothing to judge
     (10.7, 0.486, 10.0, 10.7, False),  # --budget-ms is absolute: judged as read
 ])

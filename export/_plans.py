@@ -188,8 +188,8 @@ class Planner:
 
     def within_budget(self, budget_ms: float) -> PlanPoint | None:
         """The plan of best fidelity whose latency is within `budget_ms`: the most groups fp32 along the
-        order that fit; None when even the all-INT8 graph does not."""
-        if self.latency_ms(self.plan(())) > budget_ms:
+        order that fit; None when even the all-INT8 graph does not (read again near the budget: `_fastest_fits`)."""
+        if not self._fastest_fits(budget_ms):
             return None
         n = len(self.groups)
         if self.latency_ms(self.along(n)) <= budget_ms:

@@ -80,7 +80,7 @@ def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path 
             export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
                          pooling=pipeline["pooling"], normalize=pipeline["normalize"])
             graph = folder / "model.int8.onnx"
-        latency = latency_record(read(graph))
+        latency = latency_record(read(graph)).to_attrs()
         emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, sentences, max_len=cfg.latency.seq)
     fidelity = embedding_fidelity(reference, torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
     return {"latency": latency, "fidelity": fidelity, "sentences": len(sentences)}

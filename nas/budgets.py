@@ -97,6 +97,6 @@ def as_int8(row: TrialRow, facts: StudyFacts) -> TrialRow:
 
     reward = (facts.settings or {}).get("reward") or {}
     loss, ms = 1.0 - float(row.fidelity_int8), float(row.latency_int8_ms)
-    teacher_ms = float(facts.teacher_latency["median_ms"])
+    teacher_ms = float(facts.teacher_latency.median_ms)
     return replace(row, precision="int8", latency_median_ms=ms, fidelity=row.fidelity_int8, loss=loss,
                    reward=kdnas_reward(loss, ms, teacher_ms, reward.get("target_ratio", 0.6), reward.get("exponent", -0.06)))

@@ -233,6 +233,25 @@ MAX_TOLERANCE = 0.1  # a budget's tolerance beyond a tenth would be another budg
 # work (baselines, export, readings, the teacher's plan beside the student) took 283 s on 2 cores under
 # --timeout 120 (docs/search.md, "A time limit").
 MIN_TIMEOUT_S = 300
+# The least --timeout for another teacher (`least_timeout_s`) grows with its weight multiply-adds per token, as a
+# search's fixed work does (its readings and plans, its targets, the readings of students shaped after it), along
+# the power law through two measured teachers: the bundled MiniLM-L6 (6 layers, 384 wide, FFN 1536) at
+# MIN_TIMEOUT_S, and MPNet-base (12 x 768, FFN 3072; 8 times the multiply-adds) at 1,800 s, under which a whole
+# one-budget search of it ended in 1,606 s (docs/benchmarks/precision.md); one at --timeout 400 had not ended at
+# 540 s (docs/benchmarks/gpu.md).
+BUNDLED_MACS = 6 * (4 * 384 * 384 + 2 * 384 * 1536)
+MPNET_MACS, MPNET_TIMEOUT_S = 12 * (4 * 768 * 768 + 2 * 768 * 3072), 1800
+TIMEOUT_EXPONENT = math.log(MPNET_TIMEOUT_S / MIN_TIMEOUT_S) / math.log(MPNET_MACS / BUNDLED_MACS)
+
+
+def least_timeout_s(layers: int, hidden: int, ffn: int) -> int:
+    """The least --timeout for a search of a teacher of this shape, in whole minutes, never under MIN_TIMEOUT_S:
+    MIN_TIMEOUT_S x (its weight multiply-adds per token / the bundled teacher's) ** TIMEOUT_EXPONENT (0.86)."""
+    macs = layers * (4 * hidden * hidden + 2 * hidden * ffn)
+    least = MIN_TIMEOUT_S * (macs / BUNDLED_MACS) ** TIMEOUT_EXPONENT
+    return max(MIN_TIMEOUT_S, math.ceil(round(least, 6) / 60) * 60)
+
+
 SEARCH_RUNTIMES = (AUTO, "onnxruntime", "onnxruntime-int8", "torch")
 
 
@@ -435,6 +454,16 @@ class SearchConfig:
     @property
     def several_budgets(self) -> bool:
         return len(self.budgets) > 1
+
+    def check_timeout(self, layers: int, hidden: int, ffn: int) -> None:
+        """Refuse a --timeout under the least that works for this teacher's shape (`least_timeout_s`): known once
+        the teacher is read, before anything is written."""
+        least = least_timeout_s(layers, hidden, ffn)
+        if self.run.timeout is not None and self.run.timeout < least:
+            raise InputError(f"--timeout {self.run.timeout:g} s is too short for a search of teacher {self.teacher} "
+                             f"({layers}x{hidden}, FFN {ffn}): about {least} s on two cores, scaled by its multiply-adds per "
+                             f"token from the bundled teacher's {MIN_TIMEOUT_S} s; give --timeout {least} or more, or "
+                             "none")
 
     def _check_late_refusals(self) -> None:
         """Values refused otherwise only once the study is made (the seed: by the sampler; the latency

@@ -21,6 +21,7 @@ from .measure import LatencyJudge
 from .proxy import FidelityProbe, fidelity_probe, proxy_loss
 from .recipe import final_config, final_recipe, proxy_config
 from .reward import kdnas_reward
+from .schema import LatencyRecord
 from .scored import Scored
 from .space import SearchSpace
 from .time_limit import TimeLimit
@@ -115,12 +116,12 @@ class SearchContext:
             return result.metrics
         return {**result.metrics, **self.probe.score(result.student, self.teacher.tokenizer)}
 
-    def score(self, spec: StudentSpec, metrics: dict[str, Any], latency: dict[str, Any],
+    def score(self, spec: StudentSpec, metrics: dict[str, Any], latency: LatencyRecord,
               within: bool | None = None) -> Scored:
         """A distilled shape's record: the proxy's loss (with standard error), its held-out L_HS and
         fidelity, latency and reward; `within`: the budget's verdict where another reading made it (a
         finalist's, before its training), else its latency against the budget."""
-        (loss, loss_se), median = proxy_loss(self.config, metrics), float(latency["median_ms"])
+        (loss, loss_se), median = proxy_loss(self.config, metrics), float(latency.median_ms)
         fidelity = metrics.get("fidelity")
         return Scored(arch=spec.arch, params=spec.num_parameters(), latency=latency, loss=loss, loss_se=loss_se,
                       fidelity=None if fidelity is None else float(fidelity), l_hs_norm=float(metrics["l_hs_norm"]),

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .config import SearchConfig
-from .schema import recorded
+from .schema import LatencyRecord, recorded
 
 # A shipped graph read side by side with the teacher over the budget by more than this factor is over however the
 # host drifts (`nas.final._shipping`): a shared host's speed moves during a search; one demo's trials read
@@ -146,7 +146,7 @@ def deciding(pairs: list[Any]) -> Any:
     return sorted(good, key=lambda p: p.ratio)[(len(good) - 1) // 2]
 
 
-def trial_latency(target: Any, judge: LatencyJudge, budget_ms: float, teacher_then_ms: float) -> dict[str, Any]:
+def trial_latency(target: Any, judge: LatencyJudge, budget_ms: float, teacher_then_ms: float) -> LatencyRecord:
     """A search trial's latency record: `budget_latency` (again only when the budget lies inside the
     reading's spread) and, for a reading still over a ratio budget by up to ALONE_BAND, `beside_teacher`
     — how the final stage judges finalists, so a slow spell during the trials does not refuse a shape
@@ -155,21 +155,14 @@ def trial_latency(target: Any, judge: LatencyJudge, budget_ms: float, teacher_th
     drift: dict[str, Any] = {}
     if judge.config.budget_ms is None and budget_ms < result.median_ms <= budget_ms * ALONE_BAND:
         result, drift = beside_teacher(target, judge, teacher_then_ms, budget_ms)
-    return {**latency_record(result), **({"readings_ms": readings} if readings else {}), **drift}
+    return replace(latency_record(result), readings_ms=readings or None, **drift)
 
 
-def latency_record(result: Any) -> dict[str, Any]:
-    """The latency facts a trial keeps (JSON-safe)."""
-    return {
-        "median_ms": float(result.median_ms),
-        "p90_ms": float(result.p90_ms),
-        "min_ms": float(result.min_ms),
-        "cv": float(result.cv),
-        "noisy": bool(result.noisy),
-        "cached": bool(result.cached),
-        "cores": list(result.cores),
-        "window": list(result.window),
-    }
+def latency_record(result: Any) -> LatencyRecord:
+    """The latency facts a trial keeps of one reading (`latency.LatencyResult`)."""
+    return LatencyRecord(median_ms=float(result.median_ms), p90_ms=float(result.p90_ms), min_ms=float(result.min_ms),
+                         cv=float(result.cv), noisy=bool(result.noisy), cached=bool(result.cached),
+                         cores=list(result.cores), window=list(result.window))
 
 
 def study_readings(trials: Any, attr: str = "latency") -> list[Any]:
@@ -181,11 +174,12 @@ def study_readings(trials: Any, attr: str = "latency") -> list[Any]:
 
     out = []
     for t in trials:
-        latency, arch = getattr(recorded(t), attr), recorded(t).arch
-        if not latency or not arch or latency.get("predicted") or latency.get("noisy") \
-                or latency.get("measured_in_trial") is not None:
+        record = recorded(t)
+        latency = getattr(record, attr)
+        if latency is None or not record.arch or latency.predicted or latency.noisy \
+                or latency.measured_in_trial is not None:
             continue
-        out.append(Reading(Shape.of(parse_arch(arch)), float(latency["median_ms"])))
+        out.append(Reading(Shape.of(parse_arch(record.arch)), float(latency.median_ms)))
     return out
 
 
@@ -198,7 +192,7 @@ def latency_prediction(spec: Any, config: SearchConfig, readings: list[Any]) -> 
     return None if model is None else (model, model.predict(Shape.of(spec)))
 
 
-def predicted_latency(fitted: tuple[Any, Any] | None, budget_ms: float) -> dict[str, Any] | None:
+def predicted_latency(fitted: tuple[Any, Any] | None, budget_ms: float) -> LatencyRecord | None:
     """A trial's latency record from the model's prediction (`latency_prediction`), when its interval lies
     wholly on one side of the budget: the shape then fits, or does not, whatever a measurement would read
     within the model's error. None — measure — where there is no model yet or the interval holds the
@@ -206,18 +200,23 @@ def predicted_latency(fitted: tuple[Any, Any] | None, budget_ms: float) -> dict[
     if fitted is None or fitted[1].straddles(budget_ms):
         return None
     model, guess = fitted
-    return {"median_ms": guess.ms, "predicted": True, "interval_ms": [round(guess.low, 4), round(guess.high, 4)],
-            "model_readings": model.readings, "model_rel_error": round(model.rel_error, 4), "noisy": False,
-            "cached": False}
+    return LatencyRecord(median_ms=guess.ms, predicted=True, interval_ms=[round(guess.low, 4), round(guess.high, 4)],
+                         model_readings=model.readings, model_rel_error=round(model.rel_error, 4), noisy=False,
+                         cached=False)
 
 
-MODEL_CHECK = ("model_ms", "model_interval_ms", "model_readings")
-
-
-def model_check(fitted: tuple[Any, Any] | None) -> dict[str, Any]:
-    """What the latency model predicted for a shape that was measured anyway (its interval held the
-    budget): kept beside the reading, so the report shows predicted against measured. Empty without a model."""
+def model_check(latency: LatencyRecord, fitted: tuple[Any, Any] | None) -> LatencyRecord:
+    """A measured record with what the latency model predicted for the shape, measured anyway (its interval held
+    the budget): kept beside the reading, so the report shows predicted against measured. As read without a model."""
     if fitted is None:
-        return {}
+        return latency
     model, guess = fitted
-    return dict(zip(MODEL_CHECK, (round(guess.ms, 4), [round(guess.low, 4), round(guess.high, 4)], model.readings)))
+    return replace(latency, model_ms=round(guess.ms, 4), model_interval_ms=[round(guess.low, 4), round(guess.high, 4)],
+                   model_readings=model.readings)
+
+
+def reused(latency: LatencyRecord, number: int) -> LatencyRecord:
+    """Another trial's (`number`'s) record of a shape, as a trial of the same shape keeps it: cached, naming the
+    trial that measured it, without that trial's check of the latency model (it is that trial's)."""
+    return replace(latency, cached=True, measured_in_trial=number if latency.measured_in_trial is None
+                   else latency.measured_in_trial, model_ms=None, model_interval_ms=None, model_readings=None)

@@ -3,7 +3,7 @@ run's (each finalist), and the transfer sets they train on. The trial and the fi
 
 The fidelity proxy is the final recipe shortened (`proxy_config`): the final run's method, batch, rows and
 transfer set, for `proxy.steps` steps at PROXY_FINAL_LR; the hs proxy is the paper's (its own method, batch,
-windows and rate)."""
+windows and rate). A final run's records are tagged with its recipe (`recipe_of`)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,17 @@ def final_recipe(cfg: SearchConfig, steps: int, eval_every: int, *, lr: float) -
                          interim_eval_rows=INTERIM_EVAL_ROWS, layer_map=cfg.layer_map, layer_rule=cfg.layer_rule,
                          seed=cfg.seed, device=cfg.device, precision=cfg.precision,
                          progress=False).for_method(cfg.final.method)
+
+
+def recipe_of(cfg: SearchConfig, label: str | None = None) -> dict[str, Any]:
+    """The final run's recipe as its records are tagged with (`final`, `final_over_budget`, `final_neighbours`):
+    a rerun with another recipe trains again. One of several budgets (`label`) keeps its own."""
+    f = cfg.final
+    return {**({} if label is None else {"budget": label}), "steps": f.steps, "train": f.rows, "unit": f.unit,
+            "method": f.method, "lr": f.lr, "batch_size": f.batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule,
+            # only when set: a study resumed from before the option keeps its finalists
+            **({} if f.augment is None else {"augment": f.augment}),
+            **({} if f.embed_terms is None else {"embed_terms": f.embed_terms})}
 
 
 def proxy_config(cfg: SearchConfig, steps: int, eval_every: int | None = None) -> DistillConfig:

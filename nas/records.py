@@ -31,7 +31,7 @@ class TrialRow:
     ffn: int | None = None
     params: int | None = None
     flops: int | None = None
-    # the judged graph's reading (`_judged_latency`)
+    # the judged graph's reading (`_latency_columns`)
     latency_median_ms: float | None = None
     latency_p90_ms: float | None = None
     latency_min_ms: float | None = None
@@ -94,7 +94,6 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> Tria
     shape = [int(v) for v in arch.split("x")] if arch else [trial.params.get(k) for k in ("layers", "heads", "hidden", "ffn")]
     if arch is None and all(v is not None for v in shape):
         arch = "x".join(str(v) for v in shape)
-    latency = _judged_latency(rec)
     seconds = rec.seconds or {}
     loss_norm, loss_raw, loss_se = rec.l_hs_norm, rec.l_hs_raw, rec.l_hs_se
     last = rec.last_eval
@@ -112,15 +111,7 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> Tria
         layers=shape[0], heads=shape[1], hidden=shape[2], ffn=shape[3],
         params=rec.params,
         flops=rec.flops,
-        latency_median_ms=latency.get("median_ms"),
-        latency_p90_ms=latency.get("p90_ms"),
-        latency_min_ms=latency.get("min_ms"),
-        latency_cv=latency.get("cv"),
-        latency_noisy=latency.get("noisy"),
-        latency_cached=latency.get("cached"),
-        latency_scaled_by=latency.get("latency_scaled_by"),
-        latency_predicted=bool(latency.get("predicted")),
-        latency_model_ms=latency.get("median_ms") if latency.get("predicted") else latency.get("model_ms"),
+        **_latency_columns(rec),
         **_precision_columns(rec),
         loss=loss,
         loss_se=loss_se if rec.loss_se is None else rec.loss_se,
@@ -141,15 +132,22 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> Tria
     )
 
 
-def _judged_latency(rec: TrialRecord) -> dict[str, Any]:
-    """The latency record of the graph the trial is judged by: its fp32 graph, or (--runtime onnxruntime-auto,
-    fp32 over the budget) its all-INT8 graph; both readings are kept beside it (`_precision_columns`)."""
-    return (rec.latency_int8 if rec.precision == "int8" else rec.latency) or {}
+def _latency_columns(rec: TrialRecord) -> dict[str, Any]:
+    """The columns of the latency record of the graph the trial is judged by: its fp32 graph, or (--runtime
+    onnxruntime-auto, fp32 over the budget) its all-INT8 graph; both readings are kept beside it
+    (`_precision_columns`). None where the trial has none."""
+    lat = rec.latency_int8 if rec.precision == "int8" else rec.latency
+    if lat is None:
+        return {}
+    return dict(latency_median_ms=lat.median_ms, latency_p90_ms=lat.p90_ms, latency_min_ms=lat.min_ms,
+                latency_cv=lat.cv, latency_noisy=lat.noisy, latency_cached=lat.cached,
+                latency_scaled_by=lat.latency_scaled_by, latency_predicted=bool(lat.predicted),
+                latency_model_ms=lat.median_ms if lat.predicted else lat.model_ms)
 
 
 def _precision_columns(rec: TrialRecord) -> dict[str, Any]:
-    return {"precision": rec.precision or "fp32", "latency_fp32_ms": (rec.latency or {}).get("median_ms"),
-            "latency_int8_ms": (rec.latency_int8 or {}).get("median_ms")}
+    return {"precision": rec.precision or "fp32", "latency_fp32_ms": rec.latency and rec.latency.median_ms,
+            "latency_int8_ms": rec.latency_int8 and rec.latency_int8.median_ms}
 
 
 def pareto_front(rows: list[TrialRow]) -> list[TrialRow]:
@@ -230,7 +228,7 @@ def study_facts(study: optuna.Study, rows: list[TrialRow]) -> dict[str, Any]:
     return {
         "study_name": study.study_name,
         "settings": facts.settings or {},
-        "teacher_latency": facts.teacher_latency,
+        "teacher_latency": facts.teacher_latency and facts.teacher_latency.to_attrs(),
         "budget_ms": facts.budget_ms,
         "budget_tolerance": facts.budget_tolerance,
         "fastest": facts.fastest,

@@ -90,7 +90,55 @@ def store(owner: Any, key: str, value: Any) -> None:
     """Write one field of a trial's record (`TrialRecord`; JSON-serializable: the storage is JSON at this edge). A
     trial writes its record a field at a time, as its phases go (a worker that dies leaves what it had), so a
     name the record lacks is refused here rather than stored where no reader looks."""
-    owner.set_user_attr(_trial_field(key), value)
+    owner.set_user_attr(_trial_field(key), value.to_attrs() if isinstance(value, LatencyRecord) else value)
+
+
+@dataclass(frozen=True)
+class LatencyRecord:
+    """One graph's latency as a trial keeps it (`nas.measure`): read alone (its median, spread, cores and window),
+    judged side by side with the teacher near a ratio budget, or predicted by the study's latency model. Stored
+    as its set fields (`to_attrs`); a key this version does not know is left out when read."""
+
+    median_ms: float
+    p90_ms: float | None = None
+    min_ms: float | None = None
+    cv: float | None = None
+    noisy: bool | None = None
+    cached: bool | None = None
+    cores: list[int] | None = None
+    window: list[float] | None = None
+    readings_ms: list[float] | None = None  # over the budget once: both readings (nas.measure.budget_latency)
+    measured_in_trial: int | None = None  # another trial's reading of the shape, reused (nas.trial)
+    # judged side by side with the teacher (nas.measure.beside_teacher)
+    ratio_to_teacher: float | None = None
+    ratio_quartiles: list[float] | None = None
+    teacher_latency_now_ms: float | None = None
+    read_ms: float | None = None
+    latency_scaled_by: float | None = None
+    edge_readings: list[dict[str, Any]] | None = None
+    # predicted by the latency model (nas.measure.predicted_latency) ...
+    predicted: bool | None = None
+    interval_ms: list[float] | None = None
+    model_readings: int | None = None
+    model_rel_error: float | None = None
+    # ... or measured where its interval held the budget, with what it predicted (nas.measure.model_check)
+    model_ms: float | None = None
+    model_interval_ms: list[float] | None = None
+    int8_ms: float | None = None  # the teacher's reading (StudyFacts): its all-INT8 graph's median, where INT8 is tried
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | LatencyRecord | None) -> LatencyRecord | None:
+        if isinstance(attrs, LatencyRecord):
+            return attrs
+        if not attrs or "median_ms" not in attrs:  # none taken (an empty record of an interrupted trial)
+            return None
+        return cls(**{key: value for key, value in attrs.items() if key in _LATENCY_FIELDS})
+
+
+_LATENCY_FIELDS = frozenset(f.name for f in fields(LatencyRecord))
 
 
 @dataclass(frozen=True)
@@ -111,8 +159,8 @@ class TrialRecord:
     flops: int | None = None
     # the latency records (nas.measure.latency_record) of its fp32 and, where INT8 is tried, all-INT8 graphs,
     # and which of the two the trial is judged by
-    latency: dict[str, Any] | None = None
-    latency_int8: dict[str, Any] | None = None
+    latency: LatencyRecord | None = None
+    latency_int8: LatencyRecord | None = None
     precision: str | None = None
     status: TrialStatus | None = None
     reason: str | None = None
@@ -133,6 +181,8 @@ class TrialRecord:
     seconds: dict[str, float] | None = None  # latency, distill, teacher, total
 
     def __post_init__(self) -> None:
+        for name in ("latency", "latency_int8"):
+            object.__setattr__(self, name, LatencyRecord.from_attrs(getattr(self, name)))
         if isinstance(self.status, str) and not isinstance(self.status, TrialStatus):
             try:
                 object.__setattr__(self, "status", TrialStatus(self.status))
@@ -186,7 +236,7 @@ class StudyFacts:
 
     settings: dict[str, Any] | None = None  # stored as SETTINGS_ATTR
     version: int = 1  # stored as VERSION_ATTR; absent: a study of before the version was stored
-    teacher_latency: dict[str, Any] | None = None  # the teacher's reading (median_ms; int8_ms where INT8 is tried)
+    teacher_latency: LatencyRecord | None = None  # the teacher's reading (with int8_ms where INT8 is tried)
     budget_ms: float | None = None  # the largest budget: the trials' gate
     budget_tolerance: float = 0.0
     budgets: list[dict[str, Any]] | None = None  # several budgets: one record each, largest first
@@ -203,6 +253,9 @@ class StudyFacts:
     final_teacher: list[dict[str, Any]] | None = None  # the teacher's plan where it was a finalist, per budget
     final_over_budget: list[dict[str, Any]] | None = None
     final_neighbours: list[dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "teacher_latency", LatencyRecord.from_attrs(self.teacher_latency))
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> StudyFacts:
@@ -230,4 +283,4 @@ def record_fact(study: Any, name: str, value: Any) -> None:
     record no reader finds)."""
     if name not in _FACT_FIELDS:
         raise KeyError(f"StudyFacts has no field {name!r}")
-    study.set_user_attr(_STORED_AS.get(name, name), value)
+    study.set_user_attr(_STORED_AS.get(name, name), value.to_attrs() if isinstance(value, LatencyRecord) else value)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .schema import LatencyRecord
+
 
 @dataclass(frozen=True)
 class Scored:
@@ -13,7 +15,7 @@ class Scored:
 
     arch: str
     params: int
-    latency: dict[str, Any]  # nas.measure.latency_record
+    latency: LatencyRecord  # the judged graph's
     loss: float  # what the reward uses (nas.proxy.proxy_loss): 1 − fidelity ρ, or normalized L_HS
     loss_se: float
     fidelity: float | None  # the proxy's embedding fidelity ρ (None with the hs proxy)
@@ -25,8 +27,8 @@ class Scored:
 
     @property
     def latency_ms(self) -> float:
-        return float(self.latency["median_ms"])
+        return float(self.latency.median_ms)
 
     def record(self) -> dict[str, Any]:
         """The JSON facts, as the study, summary.json and the pages read them."""
-        return {**asdict(self), "latency_ms": self.latency_ms}
+        return {**asdict(self), "latency": self.latency.to_attrs(), "latency_ms": self.latency_ms}

@@ -34,7 +34,7 @@ from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, latency_record
 from .neighbours import WIDER, ffn_neighbour
 from .plans import teacher_plan_for, teacher_plans
-from .schema import SCHEMA_VERSION, StudyFacts, enqueue, record_fact, recorded
+from .schema import SCHEMA_VERSION, LatencyRecord, StudyFacts, enqueue, record_fact, recorded
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_pace, trial_rows
@@ -79,6 +79,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
     try:
         progress.phase("loading teacher")
         teacher = load_teacher(cfg.teacher)
+        cfg.check_timeout(teacher.dims.layers, teacher.dims.hidden, teacher.dims.ffn)
         if cfg.init == "inherit" and (reason := family_reason(teacher)) is not None:
             raise InputError(f"--init inherit: {reason}; use --init svd or random (a BERT student)")
         space = cfg.resolve_space(teacher.dims)  # a space with no valid shape: refused before anything is written
@@ -110,7 +111,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         cfg = _trials_reached(study, cfg, progress)
         write_pointer(out, url, cfg.run.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
-                            cache=cache, teacher_latency_ms=facts.teacher_latency["median_ms"],
+                            cache=cache, teacher_latency_ms=facts.teacher_latency.median_ms,
                             budget_ms=study_budgets(facts)[0].limit_ms, progress=progress, limit=limit,
                             smallest_ms=study_budgets(facts)[-1].limit_ms,
                             tolerance=study_budgets(facts)[0].tolerance)
@@ -154,12 +155,12 @@ def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> StudyFa
     """A new study's facts: the teacher's latency, the fastest shape and the budget (measured); with several
     budgets, `budget_ms` is the largest (the trials' gate) and `budgets` holds them all, largest first."""
     teacher_latency, fastest, budgets_ms = _latency_facts(cfg, space, teacher, progress)
-    rules = [rule_params(space, teacher.dims.layers, ms / teacher_latency["median_ms"]) for ms in budgets_ms]
+    rules = [rule_params(space, teacher.dims.layers, ms / teacher_latency.median_ms) for ms in budgets_ms]
     several = budget_facts(cfg, budgets_ms)
     # the rule applied to the all-INT8 graph, where graphs may be INT8: the depth that fits as INT8
     int8_rules = [_below_teacher(space, teacher.dims.layers,
-                                 rule_params(space, teacher.dims.layers, ms / teacher_latency["int8_ms"]))
-                  for ms in budgets_ms] if "int8_ms" in teacher_latency else None
+                                 rule_params(space, teacher.dims.layers, ms / teacher_latency.int8_ms))
+                  for ms in budgets_ms] if teacher_latency.int8_ms is not None else None
     return StudyFacts(teacher_latency=teacher_latency, budget_ms=budgets_ms[0], fastest=fastest, space_size=space.size,
                       rule=rules[0], budget_tolerance=cfg.latency.budget_tolerance, budgets=several or None,
                       rules=rules if several else None, int8_rules=int8_rules)
@@ -385,7 +386,8 @@ def _settled_study(storage, name: str, wait_s: float = 60.0) -> optuna.Study:
         time.sleep(0.5)
 
 
-def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tuple[dict, dict, tuple[float, ...]]:
+def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress
+                   ) -> tuple[LatencyRecord, dict, tuple[float, ...]]:
     """Teacher latency, the fastest shape's latency, and the budgets in ms (largest first), the smallest
     checked against the fastest shape."""
     from kdnas.distill import StudentSpec
@@ -393,17 +395,17 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> tup
     judge = LatencyJudge(cfg)
     progress.phase("measuring teacher latency")
     teacher_latency = latency_record(judge.alone(cfg.teacher))
-    if teacher_latency["noisy"]:
-        progress.note(f"the teacher's latency ({teacher_latency['median_ms']:.2f} ms) was NOISY: this machine is busy, "
+    if teacher_latency.noisy:
+        progress.note(f"the teacher's latency ({teacher_latency.median_ms:.2f} ms) was NOISY: this machine is busy, "
                       "so the budget may be off; a quiet machine gives a budget you can trust")
     if cfg.latency.plans:  # its all-INT8 graph: how much deeper a shape fits as INT8 (the rule's INT8 shapes)
         progress.phase("measuring the teacher's all-INT8 graph")
-        teacher_latency["int8_ms"] = float(judge.int8_twin().alone(cfg.teacher).median_ms)
+        teacher_latency = replace(teacher_latency, int8_ms=float(judge.int8_twin().alone(cfg.teacher).median_ms))
     layers, heads, hidden, ffn = space.fastest()
     spec = StudentSpec(layers=layers, heads=heads, hidden=hidden, ffn=ffn, **teacher.student_sizes())
     progress.phase(f"measuring fastest shape {spec.arch}")
-    fastest = {"arch": spec.arch, **latency_record(judge.alone(spec))}
-    scale = 1.0 if cfg.budget_ms is not None else teacher_latency["median_ms"]
+    fastest = {"arch": spec.arch, **latency_record(judge.alone(spec)).to_attrs()}
+    scale = 1.0 if cfg.budget_ms is not None else teacher_latency.median_ms
     budgets_ms = tuple(float(value * scale) for value in cfg.budgets)
     if budgets_ms[-1] < fastest["median_ms"] and cfg.latency.plans:  # its fastest plan: every group INT8
         fastest["int8_ms"] = float(judge.int8_twin().alone(spec).median_ms)

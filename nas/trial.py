@@ -20,10 +20,10 @@ import optuna
 from kdnas.distill import StudentSpec
 from kdnas.core.errors import first_line
 
-from .measure import MODEL_CHECK, latency_prediction, model_check, predicted_latency, study_readings, trial_latency
+from .measure import latency_prediction, model_check, predicted_latency, reused, study_readings, trial_latency
 from .context import SearchContext
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
-from .schema import UNTRAINED_LOSS, TrialStatus, enqueue, recorded, store
+from .schema import UNTRAINED_LOSS, LatencyRecord, TrialStatus, enqueue, recorded, store
 from .scored import Scored
 
 # The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
@@ -43,16 +43,15 @@ def _earlier_result(trial: optuna.Trial, arch: str) -> optuna.trial.FrozenTrial 
     return None
 
 
-def _stored_latency(trial: optuna.Trial, arch: str, attr: str = "latency") -> dict | None:
+def _stored_latency(trial: optuna.Trial, arch: str, attr: str = "latency") -> LatencyRecord | None:
     """A quiet latency of the same shape (its fp32 graph's, or with `attr` INT8_LATENCY its all-INT8 graph's)
     that any worker of the study measured (pruned, failed or running trials included): measured once per
     study, not once per worker."""
     for other in trial.study.get_trials(deepcopy=False):
-        latency = getattr(recorded(other), attr)
-        if (other.number != trial.number and recorded(other).arch == arch and latency
-                and not latency.get("noisy")):
-            reused = {k: v for k, v in latency.items() if k not in MODEL_CHECK}  # the check is the other trial's
-            return {**reused, "cached": True, "measured_in_trial": latency.get("measured_in_trial", other.number)}
+        record = recorded(other)
+        latency = getattr(record, attr)
+        if other.number != trial.number and record.arch == arch and latency is not None and not latency.noisy:
+            return reused(latency, other.number)
     return None
 
 
@@ -121,7 +120,7 @@ class Objective:
         self._phase(trial, "latency")
         t0 = time.perf_counter()
         latency = self._latency(trial, spec, "latency")
-        median = latency["median_ms"]
+        median = latency.median_ms
         # Under --runtime onnxruntime-auto a shape whose fp32 graph is over the budget is a candidate as INT8
         # (a precision plan grows from it at the final stage): its all-INT8 graph is then the one judged.
         judged = latency
@@ -130,14 +129,14 @@ class Objective:
             store(trial, "precision", "int8")
         seconds["latency"] = time.perf_counter() - t0
         trial.set_constraint("shape", 0.0)
-        trial.set_constraint("latency", judged["median_ms"] - ctx.budget_ms)
+        trial.set_constraint("latency", judged.median_ms - ctx.budget_ms)
         if recorded(trial).origin == "rule":
             self._rule_fallback(trial, median)
-        if judged["median_ms"] > ctx.budget_ms:
+        if judged.median_ms > ctx.budget_ms:
             return self._over_budget(trial, judged)
         return self._train(trial, spec, judged, seconds)
 
-    def _latency(self, trial: optuna.Trial, spec: StudentSpec, attr: str) -> dict[str, Any]:
+    def _latency(self, trial: optuna.Trial, spec: StudentSpec, attr: str) -> LatencyRecord:
         """The trial's latency record of one graph (`attr`: "latency", its fp32 graph; INT8_LATENCY, its all-INT8
         graph), stored as that attribute: another trial's reading of the shape, the latency model's prediction
         (fitted on the study's readings of the same graph) where it is sure of the verdict, else measured."""
@@ -148,7 +147,7 @@ class Objective:
             fitted = latency_prediction(spec, cfg, study_readings(trial.study.get_trials(deepcopy=False), attr))
             latency = predicted_latency(fitted, ctx.budget_ms)
         if latency is None:
-            latency = trial_latency(spec, judge, ctx.budget_ms, ctx.teacher_latency_ms) | model_check(fitted)
+            latency = model_check(trial_latency(spec, judge, ctx.budget_ms, ctx.teacher_latency_ms), fitted)
         store(trial, attr, latency)
         return latency
 
@@ -166,12 +165,12 @@ class Objective:
         enqueue(trial.study, {**trial.params, "layers": max(shallower)}, {"origin": "rule", "rule_budget_ms": budget},
                 skip_if_exists=True)
 
-    def _train(self, trial: optuna.Trial, spec: StudentSpec, latency: dict[str, Any],
+    def _train(self, trial: optuna.Trial, spec: StudentSpec, latency: LatencyRecord,
                seconds: dict[str, float]) -> float | tuple[float, float]:
         """Proxy-distil a shape within the budget, reporting interim rewards to the pruner; its score."""
         ctx, cfg = self.ctx, self.ctx.config
         self._phase(trial, "distill")
-        median = latency["median_ms"]
+        median = latency.median_ms
         t0, passes, probe_s = time.perf_counter(), ctx.cache.pass_seconds, 0.0
         if cfg.proxy.kind == "fidelity" and "probe" not in vars(ctx):  # the teacher's embeddings of the probe
             _ = ctx.probe                                           # sentences: made once per search
@@ -216,7 +215,7 @@ class Objective:
         metrics = result.metrics
         if not (cfg.latency.plans and cfg.proxy.kind == "fidelity"):
             return metrics
-        fp32_ms = recorded(trial).latency["median_ms"]
+        fp32_ms = recorded(trial).latency.median_ms
         store(trial, "fidelity_fp32", float(metrics["fidelity"]))
         if fp32_ms <= ctx.smallest_budget_ms:
             return metrics
@@ -257,18 +256,18 @@ class Objective:
         store(trial, "reason", reason)
         return self._untrained(2.0 * self.ctx.budget_ms)
 
-    def _over_budget(self, trial: optuna.Trial, latency: dict[str, Any]) -> float | tuple[float, float]:
+    def _over_budget(self, trial: optuna.Trial, latency: LatencyRecord) -> float | tuple[float, float]:
         """A shape over the budget is not trained. One the latency model puts over it, unmeasured, is
         proposed again: it does not count towards `--trials` (up to RESAMPLES x `--trials` of them), so the
         trials a study counts are shapes within or near the budget."""
-        median, budget = float(latency["median_ms"]), self.ctx.budget_ms
-        if latency.get("predicted") and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
+        median, budget = float(latency.median_ms), self.ctx.budget_ms
+        if latency.predicted and resampled_trials(trial.study) < RESAMPLES * self.ctx.config.trial_count:
             store(trial, "status", TrialStatus.RESAMPLED)
             store(trial, "reason", f"predicted {median:.2f} ms > budget {budget:.2f} ms; not measured, "
                                           "proposed again (not counted)")
         else:
             store(trial, "status", TrialStatus.INFEASIBLE)
-            how = "predicted" if latency.get("predicted") else "latency"
+            how = "predicted" if latency.predicted else "latency"
             store(trial, "reason", f"{how} {median:.2f} ms > budget {budget:.2f} ms; not trained")
         return self._untrained(median)
 

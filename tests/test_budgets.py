@@ -20,7 +20,8 @@ from kdnas.nas import SearchConfig
 from kdnas.nas._cli import budget_list
 from kdnas.nas.budgets import Budget, budget_facts, study_budgets, within
 from kdnas.nas.final import final_dir, finalists
-from kdnas.nas.final._records import of_other_budgets, recipe_of
+from kdnas.nas.final._records import of_other_budgets
+from kdnas.nas.recipe import recipe_of
 from kdnas.nas.plots import students_figure
 from kdnas.nas.records import budget_table, trial_rows
 from kdnas.nas.schema import StudyFacts
@@ -144,8 +145,9 @@ def test_a_bad_budget_list_is_one_line_exit_2_and_nothing_written(tmp_path, flag
 def test_a_finalist_record_is_the_json_search_json_the_card_and_the_summary_read():
     from kdnas.nas import Scored
     from kdnas.nas.final._records import Finalist
+    from kdnas.nas.schema import LatencyRecord
 
-    scored = Scored(arch="2x12x768x1536", params=10, latency={"median_ms": 7.5}, loss=0.2, loss_se=0.01, fidelity=0.8,
+    scored = Scored(arch="2x12x768x1536", params=10, latency=LatencyRecord(median_ms=7.5), loss=0.2, loss_se=0.01, fidelity=0.8,
                     l_hs_norm=0.3, l_hs_raw=0.1, l_hs_se=0.01, reward=0.7, within_budget=True)
     finalist = Finalist(trial=3, scored=scored, dir="runs/x/best-0.25x", recipe={"budget": "0.25x"}, budget_ms=8.0,
                         budget="0.25x", run={"steps": 100, "steps_planned": 1200}, latency={"budget_graph": "model.onnx",

@@ -188,3 +188,35 @@ def test_a_timeout_too_short_for_any_search_is_one_line_naming_the_least_that_wo
     assert len(err.splitlines()) == 1 and f"--timeout {timeout} s is too short" in err
     assert f"give --timeout {MIN_TIMEOUT_S} or more, or none" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("shape, least", [
+    ((6, 384, 1536), 300),  # the bundled teacher: what MIN_TIMEOUT_S was measured on
+    ((2, 128, 512), 300),  # smaller: never under the least measured
+    ((12, 768, 3072), 1800),  # MPNet-base: 8x the multiply-adds per token, its measured least
+    ((2, 768, 3072), 420),  # 1.33x, in whole minutes
+])
+def test_the_least_timeout_scales_with_the_teachers_multiply_adds(shape, least):
+    from kdnas.nas.config import least_timeout_s
+
+    assert least_timeout_s(*shape) == least
+
+
+def test_a_timeout_too_short_for_a_larger_teacher_is_one_line_naming_its_least(tmp_path, capsys):
+    """The least --timeout is known once the teacher is read: 300 s suffices for the bundled teacher, not for a
+    wider one (2 layers of 768, FFN 3072: 420 s). One line naming it, exit 2, no --out."""
+    from transformers import AutoTokenizer
+
+    from kdnas.cli import main
+    from kdnas.core.assets import teacher_path
+    from kdnas.core.spec import StudentSpec, build_student
+
+    teacher = tmp_path / "wider-teacher"
+    build_student(StudentSpec(layers=2, heads=12, hidden=768, ffn=3072), seed=0).save_pretrained(teacher)
+    AutoTokenizer.from_pretrained(teacher_path("minilm-l6")).save_pretrained(teacher)
+    out = tmp_path / "run"
+    assert main(["search", "--teacher", str(teacher), "--out", str(out), "--timeout", "300", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--timeout 300 s is too short for a search of teacher" in err, err
+    assert "give --timeout 420 or more, or none" in err and "(2x768, FFN 3072)" in err
+    assert not out.exists()

@@ -82,6 +82,7 @@ def test_a_trial_reads_the_model_only_where_its_interval_keeps_clear_of_the_budg
     from kdnas.core.spec import parse_arch
     from kdnas.nas import SearchConfig
     from kdnas.nas.measure import latency_prediction, model_check, predicted_latency, study_readings
+    from kdnas.nas.schema import LatencyRecord
 
     shapes = [s for s in dict.fromkeys(_shapes(30)) if s.hidden % s.heads == 0][:10]
     trials = [_Trial(f"{s.layers}x{s.heads}x{s.hidden}x{s.ffn}", {"median_ms": _reading(s).ms}) for s in shapes]
@@ -94,15 +95,16 @@ def test_a_trial_reads_the_model_only_where_its_interval_keeps_clear_of_the_budg
     truth = float(features(Shape.of(spec)) @ TRUE)
     assert predicted_latency(latency_prediction(spec, cfg, readings), truth) is None  # the budget inside the interval: measure
     fits = predicted_latency(latency_prediction(spec, cfg, readings), truth * 2)
-    assert fits["predicted"] and fits["median_ms"] == pytest.approx(truth, rel=1e-4)
+    assert fits.predicted and fits.median_ms == pytest.approx(truth, rel=1e-4)
     over = predicted_latency(latency_prediction(spec, cfg, readings), truth / 2)
-    assert over["median_ms"] > truth / 2 and over["interval_ms"][0] > truth / 2
+    assert over.median_ms > truth / 2 and over.interval_ms[0] > truth / 2
     assert predicted_latency(latency_prediction(spec, cfg, readings[:MIN_READINGS - 1]), truth * 2) is None  # no model yet
     # A shape measured because the interval held the budget keeps what the model predicted beside its reading.
-    check = model_check(latency_prediction(spec, cfg, readings))
-    assert check["model_ms"] == pytest.approx(truth, rel=1e-3) and check["model_readings"] == len(shapes)
-    assert check["model_interval_ms"][0] <= check["model_ms"] <= check["model_interval_ms"][1]
-    assert model_check(latency_prediction(spec, cfg, readings[:MIN_READINGS - 1])) == {}
+    read = LatencyRecord(median_ms=truth * 1.01)
+    check = model_check(read, latency_prediction(spec, cfg, readings))
+    assert check.model_ms == pytest.approx(truth, rel=1e-3) and check.model_readings == len(shapes)
+    assert check.model_interval_ms[0] <= check.model_ms <= check.model_interval_ms[1] and check.median_ms == read.median_ms
+    assert model_check(read, latency_prediction(spec, cfg, readings[:MIN_READINGS - 1])) is read
 
 
 def test_the_report_sets_the_models_predictions_beside_the_measurements():
@@ -147,6 +149,7 @@ def test_the_objective_resamples_predicted_overruns_up_to_its_cap_then_counts_th
     import optuna
 
     from kdnas.nas.resume import RESAMPLES
+    from kdnas.nas.schema import LatencyRecord
     from kdnas.nas.trial import Objective
 
     from kdnas.nas import SearchConfig
@@ -156,11 +159,11 @@ def test_the_objective_resamples_predicted_overruns_up_to_its_cap_then_counts_th
     statuses = []
     for _ in range(RESAMPLES + 1):
         trial = study.ask()
-        study.tell(trial, objective._over_budget(trial, {"median_ms": 14.0, "predicted": True}))
+        study.tell(trial, objective._over_budget(trial, LatencyRecord(median_ms=14.0, predicted=True)))
         statuses.append(study.trials[-1].user_attrs["status"])
     assert statuses == ["resampled"] * RESAMPLES + ["infeasible"]
     trial = study.ask()
-    objective._over_budget(trial, {"median_ms": 14.0})  # a measured overrun is never resampled
+    objective._over_budget(trial, LatencyRecord(median_ms=14.0))  # a measured overrun is never resampled
     assert trial.user_attrs["status"] == "infeasible" and "latency 14.00 ms" in trial.user_attrs["reason"]
 
 
@@ -174,4 +177,6 @@ def test_a_reused_reading_leaves_the_other_trials_model_check_behind():
     measured = {"median_ms": 5.0, "model_ms": 4.8, "model_interval_ms": [4.0, 5.6], "model_readings": 7}
     other = SimpleNamespace(number=3, user_attrs={"arch": "2x12x384x768", "latency": measured})
     trial = SimpleNamespace(number=9, study=SimpleNamespace(get_trials=lambda deepcopy=False: [other]))
-    assert _stored_latency(trial, "2x12x384x768") == {"median_ms": 5.0, "cached": True, "measured_in_trial": 3}
+    from kdnas.nas.schema import LatencyRecord
+
+    assert _stored_latency(trial, "2x12x384x768") == LatencyRecord(median_ms=5.0, cached=True, measured_in_trial=3)

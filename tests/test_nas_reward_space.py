@@ -174,18 +174,20 @@ def test_a_scored_candidate_is_one_record_for_every_stage():
     from kdnas.core.spec import StudentSpec
     from kdnas.nas import SearchConfig
     from kdnas.nas.context import SearchContext
+    from kdnas.nas.schema import LatencyRecord
 
     def context(**changes):
         return SearchContext(config=SearchConfig.from_flags(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
                              cache=None, teacher_latency_ms=10.0, budget_ms=5.0, progress=None)
 
     spec = StudentSpec(layers=3, heads=12, hidden=384, ffn=1024)
-    latency = {"median_ms": 4.0, "p90_ms": 4.2, "noisy": False}
+    latency = LatencyRecord(median_ms=4.0, p90_ms=4.2, noisy=False)
     l_hs = {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "step": 60}
     # The paper's proxy: the reward's loss is L_HS.
     scored = context(proxy="hs").score(spec, l_hs, latency)
     assert scored.reward == kdnas_reward(0.4, 4.0, 10.0, 0.6, -0.06) and scored.within_budget
-    assert scored.record() == {"arch": "3x12x384x1024", "params": spec.num_parameters(), "latency": latency,
+    assert scored.record() == {"arch": "3x12x384x1024", "params": spec.num_parameters(),
+                               "latency": {"median_ms": 4.0, "p90_ms": 4.2, "noisy": False},
                                "loss": 0.4, "loss_se": 0.003, "fidelity": None,
                                "l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "reward": scored.reward,
                                "within_budget": True, "latency_ms": 4.0}
@@ -194,7 +196,7 @@ def test_a_scored_candidate_is_one_record_for_every_stage():
     assert (scored.loss, scored.loss_se, scored.fidelity, scored.l_hs_norm) == (0.25, 0.01, 0.75, 0.4)
     assert scored.reward == kdnas_reward(0.25, 4.0, 10.0, 0.6, -0.06)
     assert not context(proxy="hs").score(spec, {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.0},
-                                         {"median_ms": 6.0}).within_budget
+                                         LatencyRecord(median_ms=6.0)).within_budget
 
 
 def test_pareto_finalists_are_front_members_best_reward_first():

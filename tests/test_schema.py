@@ -7,8 +7,8 @@ import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from kdnas.nas.schema import (SETTINGS_ATTR, StudyFacts, TrialRecord, TrialStatus, record_fact, recorded, store,
-                              stored)
+from kdnas.nas.schema import (SETTINGS_ATTR, LatencyRecord, StudyFacts, TrialRecord, TrialStatus, record_fact,
+                              recorded, store, stored)
 
 
 def test_a_trials_record_reads_by_field_and_a_field_it_lacks_is_refused_when_written():
@@ -33,14 +33,30 @@ def test_an_optuna_heartbeat_retry_reads_as_retry_of_through_migrate():
 
 
 def test_the_studys_facts_are_written_by_field_with_the_settings_last_and_read_back():
-    facts = StudyFacts(settings={"teacher": "minilm-l6"}, budget_ms=8.0, teacher_latency={"median_ms": 16.0})
+    facts = StudyFacts(settings={"teacher": "minilm-l6"}, budget_ms=8.0,
+                       teacher_latency=LatencyRecord(median_ms=16.0, noisy=False, int8_ms=7.5))
     assert list(facts.set_fields())[-1] == "settings"  # a study without them is not yet a kdnas study
     study = optuna.create_study()
     for name, value in facts.set_fields().items():
         record_fact(study, name, value)
     assert SETTINGS_ATTR in study.user_attrs  # stored under the name earlier versions used
     assert StudyFacts.from_study(study) == facts
+    assert study.user_attrs["teacher_latency"] == {"median_ms": 16.0, "noisy": False, "int8_ms": 7.5}  # as before
     with pytest.raises(KeyError, match="StudyFacts has no field 'finals'"):
         record_fact(study, "finals", [])
     record_fact(study, "final", [{"arch": "3x12x384x1536"}])
     assert StudyFacts.from_study(study).final == [{"arch": "3x12x384x1536"}]
+
+
+def test_a_latency_record_is_a_field_of_the_trials_record_and_json_only_in_storage():
+    """A trial's latency is stored as the set fields of its LatencyRecord (what earlier versions stored) and read
+    back as the same record; a key this version does not know is left out, an empty record reads as none."""
+    study = optuna.create_study()
+    trial = study.ask()
+    latency = LatencyRecord(median_ms=4.2, p90_ms=4.4, noisy=False, ratio_to_teacher=0.42, ratio_quartiles=[0.41, 0.43])
+    store(trial, "latency", latency)
+    assert trial.user_attrs["latency"] == {"median_ms": 4.2, "p90_ms": 4.4, "noisy": False, "ratio_to_teacher": 0.42,
+                                           "ratio_quartiles": [0.41, 0.43]}
+    assert recorded(trial).latency == latency and recorded(trial).latency_int8 is None
+    later = TrialRecord.from_attrs({"latency": {"median_ms": 3.0, "a_later_field": 1}, "latency_int8": {}})
+    assert later.latency == LatencyRecord(median_ms=3.0) and later.latency_int8 is None

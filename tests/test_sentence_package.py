@@ -584,12 +584,12 @@ def test_a_trial_over_a_ratio_budget_is_timed_side_by_side_with_the_teacher(shap
     judge = _Judge(SearchConfig.from_flags(budget_ms=budget_ms, budget_ratio=0.5), alone=lambda target: _reading(shape_ms))
     judge.pair = lambda target, reference: judge.calls.append("pair") or _pair(ratio, 22.0)
     record = trial_latency(SimpleNamespace(arch="3x12x384x1536"), judge, 10.0, 20.0)
-    assert record["median_ms"] == pytest.approx(expect_ms) and ("pair" in judge.calls) == paired
+    assert record.median_ms == pytest.approx(expect_ms) and ("pair" in judge.calls) == paired
     if paired:
-        assert record["ratio_to_teacher"] == ratio and record["read_ms"] == pytest.approx(ratio * 22.0)
-        assert record["latency_scaled_by"] == pytest.approx(20.0 / 22.0, abs=1e-4)
+        assert record.ratio_to_teacher == ratio and record.read_ms == pytest.approx(ratio * 22.0)
+        assert record.latency_scaled_by == pytest.approx(20.0 / 22.0, abs=1e-4)
     else:
-        assert "read_ms" not in record and "ratio_to_teacher" not in record
+        assert record.read_ms is None and record.ratio_to_teacher is None
 
 
 def test_a_finalist_read_within_the_margin_is_read_again_before_its_training(teacher):

@@ -5,12 +5,14 @@ teacher, an absolute one read again when over."""
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kdnas.distill import StudentSpec
 
 from ..measure import LatencyJudge, beside_teacher, budget_latency, latency_record
+from ..schema import LatencyRecord
 from ..time_limit import MARGIN, settled
 from ..variant import PLAIN, VariantChoice, choose_variant
 
@@ -117,7 +119,7 @@ def _say_readings(ctx: "SearchContext", label: str, readings: list[float]) -> No
 
 
 def shipped_latencies(ctx: "SearchContext", dest: Path, label: str, judged: str | None = None
-                      ) -> tuple[dict, list[float], dict, dict[str, dict]]:
+                      ) -> tuple[LatencyRecord, list[float], dict, dict[str, dict]]:
     """The graphs as shipped (fused fp32, INT8, a precision plan's), not a rebuild from config.json: `judged`
     (by default the runtime's, `shipped_graphs`) as the budget judges it, the others read right after; (the
     judged graph's latency record, its readings, the side-by-side facts, every graph's record by file name)."""
@@ -125,7 +127,7 @@ def shipped_latencies(ctx: "SearchContext", dest: Path, label: str, judged: str 
     shipped, readings, drift = final_latency(ctx, dest / judged, label)
     latency = latency_record(shipped)
     others = [name for name in (FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH) if name != judged and (dest / name).is_file()]
-    return latency, readings, drift, {judged: latency, **{name: _other_latency(ctx.judge, dest / name, drift)
+    return latency, readings, drift, {judged: latency.to_attrs(), **{name: _other_latency(ctx.judge, dest / name, drift)
                                                          for name in others}}
 
 
@@ -135,4 +137,5 @@ def _other_latency(judge: LatencyJudge, graph: Path, drift: dict[str, float]) ->
     was scaled)."""
     other = judge.alone(graph)
     factor = drift.get("latency_scaled_by", 1.0)
-    return latency_record(other.scaled(factor)) | ({"read_ms": float(other.median_ms)} if factor != 1.0 else {})
+    return replace(latency_record(other.scaled(factor)), read_ms=float(other.median_ms) if factor != 1.0 else None
+                   ).to_attrs()

@@ -17,13 +17,13 @@ from kdnas.distill import StudentSpec
 
 from ..budgets import Budget, within
 from ..neighbours import candidates
+from ..recipe import recipe_of
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
 from ..schema import StudyFacts, TrialStatus, recorded, store
 from ..scored import Scored
 
 if TYPE_CHECKING:
-    from ..config import SearchConfig
     from ..context import SearchContext
 
 
@@ -92,16 +92,6 @@ def final_dir(out: Path, rank: int, arch: str, label: str | None = None) -> Path
 def state_file(dest: Path) -> Path:
     """Where a finalist's run keeps its saved state until the finalist is written (distill.checkpoint)."""
     return dest.parent / f".{dest.name}.state.pt"
-
-
-def recipe_of(cfg: SearchConfig, label: str | None = None) -> dict[str, Any]:
-    """What decides a final run besides the trial: a rerun with another recipe trains again. One of several
-    budgets (`label`) keeps its own finalists, refusals and neighbours."""
-    return {**({} if label is None else {"budget": label}),"steps": cfg.final.steps, "train": cfg.final.rows, "unit": cfg.final.unit, "method": cfg.final.method,
-            "lr": cfg.final.lr, "batch_size": cfg.final.batch_size, "init": cfg.init, "layer_rule": cfg.layer_rule,
-            # only when set: a study resumed from before the option keeps its finalists
-            **({} if cfg.final.augment is None else {"augment": cfg.final.augment}),
-            **({} if cfg.final.embed_terms is None else {"embed_terms": cfg.final.embed_terms})}
 
 
 def refused_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:

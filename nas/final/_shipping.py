@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 from kdnas.core.files import atomic_write_text, make_shared
 
 from ..measure import DRIFT_BAND
+from ..recipe import recipe_of
+from ..schema import LatencyRecord
 from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
 from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_graphs, shipped_latencies
-from ._records import Finalist, jsonable, origin_of, recipe_of, spec_of, state_file
+from ._records import Finalist, jsonable, origin_of, spec_of, state_file
 
 if TYPE_CHECKING:
     from ..context import SearchContext
@@ -81,14 +83,14 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], la
     return finalist
 
 
-def _verdict(ctx: "SearchContext", before_ms: float, choice: Any, shipped: dict[str, Any]) -> dict[str, Any]:
+def _verdict(ctx: "SearchContext", before_ms: float, choice: Any, shipped: LatencyRecord) -> dict[str, Any]:
     """Whether the finalist is within its budget, and why. The budget judged its graph before the long run
     (weights do not change latency), or — for a precision plan grown on the trained weights — the plan's own
     reading that chose it: the reading as shipped is kept beside it and does not undo that, unless it is over
     the budget by more than a host drifts (DRIFT_BAND), which no timing noise explains."""
     ms, by = (choice.latency_ms, "its precision plan's reading") if choice is not None else (before_ms, "before training")
-    over = shipped["median_ms"] > DRIFT_BAND * ctx.budget_ms
-    return {"ms": ms, "by": by, "within": ms <= ctx.budget_ms and not over, "shipped_ms": shipped["median_ms"]}
+    over = shipped.median_ms > DRIFT_BAND * ctx.budget_ms
+    return {"ms": ms, "by": by, "within": ms <= ctx.budget_ms and not over, "shipped_ms": shipped.median_ms}
 
 
 def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: dict | None, prepared: Any, shipped: dict,

@@ -19,12 +19,11 @@ from kdnas.distill import parse_arch
 from ..neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from ..records import trial_pace, trial_rows
 from ..time_limit import marginal
-from ..recipe import final_transfer_set
-from ..schema import StudyFacts, record_fact
+from ..recipe import final_transfer_set, recipe_of
+from ..schema import LatencyRecord, StudyFacts, record_fact
 from ..variant import VariantChoice
 from ._latency import INT8_GRAPH, drift_of, shipped_graph_latency
-from ._records import (final_dir, jsonable, neighbour_records, of_other_budgets, over_record, recipe_of,
-                       refused_records, spec_of)
+from ._records import final_dir, jsonable, neighbour_records, of_other_budgets, over_record, refused_records, spec_of
 from ._shipping import finish
 from ..plans import teacher_plan_for
 from ._teacher import teacher_or_student
@@ -228,7 +227,7 @@ def _score_neighbour(ctx: "SearchContext", row: dict[str, Any], read_ms: float, 
     ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row['neighbour_of']})")
     spec = spec_of(ctx, row)
     latency_ms, factor = on_trial_scale(read_ms, row.get("parent_latency_ms"), parent_now_ms)
-    scored = ctx.score(spec, ctx.proxy(spec).metrics, {"median_ms": latency_ms})
+    scored = ctx.score(spec, ctx.proxy(spec).metrics, LatencyRecord(median_ms=latency_ms))
     return {"reward": scored.reward, "proxy": jsonable(scored.record()), "recipe": recipe_of(ctx.config, ctx.budget_label),
             "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
 

@@ -102,7 +102,7 @@ def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results:
         atomic_write_text(stage / "export.json", json.dumps(manifest, indent=2) + "\n")
     latency, readings, drift, graphs = shipped_latencies(ctx, dest, "the teacher", name)
     # within the budget by the plan's own reading that chose it (nas.final._shipping._verdict); as shipped beside it
-    record.update(dir=str(dest), graph=name, latency_ms=latency["median_ms"], latency_readings_ms=readings, **drift,
+    record.update(dir=str(dest), graph=name, latency_ms=latency.median_ms, latency_readings_ms=readings, **drift,
                   latencies=graphs, within_budget=record["plan"]["latency_ms"] <= ctx.budget_ms,
                   params=sum(p.numel() for p in ctx.teacher.model.parameters()))
     atomic_write_text(dest / "search.json", json.dumps(jsonable(record), indent=2) + "\n")

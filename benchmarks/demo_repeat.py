@@ -11,6 +11,7 @@ same command `--repeats` times: the rule trial's verdict and its stated reason i
     python benchmarks/demo_repeat.py --repeats 3
     python benchmarks/demo_repeat.py --part demo        # the three demos only (the other part kept)
     python benchmarks/demo_repeat.py --redo demo-1      # one run again (say, one a test run beside it disturbed)
+    python benchmarks/demo_repeat.py --refresh          # each record derived again from its run's folder
 Writes benchmarks/results/demo_repeat.json (the runs under --work).
 """
 
@@ -47,11 +48,24 @@ def run(out: Path, extra: list[str]) -> dict:
         done = subprocess.run(kdnas(command), env={**os.environ, "KDNAS_CACHE": cache, "HF_HUB_OFFLINE": "1"},
                               capture_output=True, text=True, check=False)
         seconds = round(time.time() - started, 1)
-    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
     code = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           cwd=Path(__file__).parent).stdout.strip() or None  # the commit the run ran
     return {"command": " ".join(command), "code": code, "exit": done.returncode, "seconds": seconds,
-            "stderr_tail": done.stderr[-600:] if done.returncode else "", **shipped(summary), "rule": rule_trial(out)}
+            "stderr_tail": done.stderr[-600:] if done.returncode else "", **derived(out)}
+
+
+def derived(out: Path) -> dict:
+    """What a run's folder says it shipped, the rule trial's verdict and the teacher's plan's (`--refresh`)."""
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").is_file() else {}
+    return {**shipped(summary), "rule": rule_trial(out), "teacher_plan": teacher_plan(summary)}
+
+
+def teacher_plan(summary: dict) -> dict:
+    """Whether the teacher's plans (before the trials) found one within the budget, and the all-INT8 graph's
+    readings that decided it (`int8_readings` where it was read again near the budget)."""
+    plans = summary.get("teacher_plans") or {}
+    row = (plans.get("budgets") or [{}])[0]
+    return {"fits": row.get("fits"), "int8_ms": plans.get("int8_ms"), "int8_readings": row.get("int8_readings")}
 
 
 def shipped(summary: dict) -> dict:
@@ -109,6 +123,9 @@ def main() -> int:
     parser.add_argument("--part", choices=("both", "demo", "edge"), default="both",
                         help="run the demos, the runs at the rule shape's ratio, or both (a part run alone replaces "
                              "that part in --out and keeps the other)")
+    parser.add_argument("--refresh", action="store_true",
+                        help="derive each run's record in --out again from its folder under --work (what it shipped, "
+                             "the rule trial, the teacher's plan), keeping its wall time and exit")
     parser.add_argument("--redo", metavar="RUN", help="run one entry of --out again and replace it: demo-1, edge-0, ... "
                         "(a run a disturbance outside kdnas spoiled; the JSON says which was redone)")
     args = parser.parse_args()
@@ -116,6 +133,8 @@ def main() -> int:
         parser.error(f"--repeats {args.repeats}: at least 1")
     if args.redo:
         return redo(args)
+    if args.refresh:
+        return refresh(args)
     result: dict = {"what": __doc__.strip().splitlines()[0]}
     if args.part != "both" and args.out.is_file():
         result = {**json.loads(args.out.read_text()), **result}
@@ -132,6 +151,16 @@ def main() -> int:
     for i in range(args.repeats):
         result["at_the_rule_shapes_ratio"].append(run(args.work / f"edge-{i}", edge))
         write_result(args.out, result)
+    return 0
+
+
+def refresh(args: argparse.Namespace) -> int:
+    result = json.loads(args.out.read_text())
+    for part in ("demo", "at_the_rule_shapes_ratio"):
+        for entry in result.get(part, []):
+            words = entry["command"].split()
+            entry.update(derived(Path(words[words.index("--out") + 1])))
+    write_result(args.out, result)
     return 0
 
 

@@ -30,8 +30,8 @@ from ._precision import Group, Plan, plan_graph, weight_groups
 
 # How many plans, from the one bisection found down, a fresh reading may set aside (`Planner._confirmed`).
 CONFIRM_STEPS = 2
-# An all-INT8 reading over the budget by at most this share is read twice more, fresh, and the median of the three
-# stands (`Planner.within_budget`): that one reading decides whether the graph has a plan within the budget at all.
+# An all-INT8 reading over the budget by at most this share is read again, fresh (a third time where the second
+# fits), and the median stands (`Planner.within_budget`): that one reading decides whether the graph has a plan within the budget at all.
 # Why: the demo's teacher, all-INT8, read 0.541 of itself against a 0.505 limit once (tight quartiles) and 0.466 at
 # the end of the same run; another run 0.626 against 0.520, then 0.491. A student shipped in its place (rho 0.960
 # and 0.933 against the teacher's graph's 0.991). A graph further over is over however the host drifts.
@@ -204,8 +204,8 @@ class Planner:
         return self.point(self._confirmed(low, budget_ms), fidelity=True, latency=True)
 
     def _fastest_fits(self, budget_ms: float) -> bool:
-        """Whether the all-INT8 graph fits `budget_ms`: a reading over it by at most RECHECK_OVER is read twice
-        more and the median of the three stands (as its latency; the readings in `int8_readings`)."""
+        """Whether the all-INT8 graph fits `budget_ms`: a reading over it by at most RECHECK_OVER is read again
+        (a third time where the second fits) and the median stands (as its latency; the readings in `int8_readings`)."""
         first, self.int8_readings = self.latency_ms(self.plan(())), []
         if first <= budget_ms or first > (1 + RECHECK_OVER) * budget_ms:
             return first <= budget_ms

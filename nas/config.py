@@ -461,9 +461,9 @@ class SearchConfig:
         least = least_timeout_s(layers, hidden, ffn)
         if self.run.timeout is not None and self.run.timeout < least:
             raise InputError(f"--timeout {self.run.timeout:g} s is too short for a search of teacher {self.teacher} "
-                             f"({layers}x{hidden}, FFN {ffn}): about {least} s on two cores, scaled by its multiply-adds per "
-                             f"token from the bundled teacher's {MIN_TIMEOUT_S} s; give --timeout {least} or more, or "
-                             "none")
+                             f"({layers}x{hidden}, FFN {ffn}): about {least} s on two cores, scaled by its "
+                             f"multiply-adds per token from the bundled teacher's {MIN_TIMEOUT_S} s; give --timeout "
+                             f"{least} or more, or none")
 
     def _check_late_refusals(self) -> None:
         """Values refused otherwise only once the study is made (the seed: by the sampler; the latency

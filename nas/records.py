@@ -135,7 +135,7 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> Tria
 def _latency_columns(rec: TrialRecord) -> dict[str, Any]:
     """The columns of the latency record of the graph the trial is judged by: its fp32 graph, or (--runtime
     onnxruntime-auto, fp32 over the budget) its all-INT8 graph; both readings are kept beside it
-    (`_precision_columns`). None where the trial has none."""
+    (`_precision_columns`). No columns (None) where the trial has no reading."""
     lat = rec.latency_int8 if rec.precision == "int8" else rec.latency
     if lat is None:
         return {}

@@ -215,6 +215,7 @@ def test_a_timeout_too_short_for_a_larger_teacher_is_one_line_naming_its_least(t
     build_student(StudentSpec(layers=2, heads=12, hidden=768, ffn=3072), seed=0).save_pretrained(teacher)
     AutoTokenizer.from_pretrained(teacher_path("minilm-l6")).save_pretrained(teacher)
     out = tmp_path / "run"
+    capsys.readouterr()  # the save's own progress bar (transformers writes one where stderr allows) is not kdnas's
     assert main(["search", "--teacher", str(teacher), "--out", str(out), "--timeout", "300", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--timeout 300 s is too short for a search of teacher" in err, err

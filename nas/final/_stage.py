@@ -25,7 +25,7 @@ from ..variant import VariantChoice
 from ._latency import INT8_GRAPH, drift_of, shipped_graph_latency
 from ._records import final_dir, jsonable, neighbour_records, of_other_budgets, over_record, refused_records, spec_of
 from ._shipping import finish
-from ..plans import teacher_plan_for
+from ..plans import teacher_plan_for, teacher_plans_again
 from ._teacher import teacher_or_student
 from ._train import with_stored_rows
 
@@ -54,7 +54,7 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[d
     pipeline = read_sentence_pipeline(teacher_dir)
     check_pooling(pipeline["pooling"])
     cache = with_stored_rows(ctx, _final_cache(ctx))
-    _teacher_int8_once(study, ctx, pipeline, out)
+    _teacher_at_the_end(study, ctx, pipeline, out)
     stage = Stage(study, ctx, pool)
     # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first
     # trial's also holds the teacher targets of the transfer set)
@@ -109,10 +109,12 @@ def _final_cache(ctx: "SearchContext") -> Any:
                         last_layer=getattr(ctx.cache, "last_layer", None))
 
 
-def _teacher_int8_once(study: optuna.Study, ctx: "SearchContext", pipeline: dict[str, Any], out: Path) -> None:
-    """The teacher as INT8 beside the students on the pages and in the summary, measured once per study: where
-    precision plans exported the teacher's graphs (OUT/.teacher), that all-INT8 graph, timed as the shipped graphs
-    are (read alone, the demo's read 5.41 ms where the same graph read 4.43 side by side with the teacher)."""
+def _teacher_at_the_end(study: optuna.Study, ctx: "SearchContext", pipeline: dict[str, Any], out: Path) -> None:
+    """The teacher read again before the final run. As INT8, beside the students on the pages and in the summary,
+    once per study: where precision plans exported the teacher's graphs (OUT/.teacher), that all-INT8 graph, timed
+    as the shipped graphs are (read alone, the demo's read 5.41 ms where the same graph read 4.43 side by side with
+    the teacher). Where that reading fits a budget its all-INT8 graph read over before the trials, its plan within
+    it is decided again (nas.plans.teacher_plans_again): readings at both ends of the run decide."""
     from ..baselines import teacher_int8
     from ..plans import teacher_export
     from ._latency import final_latency
@@ -122,6 +124,10 @@ def _teacher_int8_once(study: optuna.Study, ctx: "SearchContext", pipeline: dict
         exported = teacher_export(ctx, out, pipeline) / INT8_GRAPH if ctx.config.latency.plans else None
         record_fact(study, "teacher_int8", teacher_int8(
             ctx, pipeline, exported=exported, read=lambda graph: final_latency(ctx, graph, "the teacher as INT8")[0]))
+    if ctx.config.latency.plans:
+        again = teacher_plans_again(ctx, StudyFacts.from_study(study), out, pipeline)
+        if again is not None:
+            record_fact(study, "teacher_plans", again)
 
 
 class Stage:

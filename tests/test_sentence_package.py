@@ -682,6 +682,27 @@ def test_on_the_auto_runtime_an_fp32_graph_over_the_budget_is_followed_by_its_in
                                                 "f").graph == "model.onnx" and judged == ["model.onnx"]
 
 
+def test_a_finalist_judged_as_int8_whose_plan_finds_none_now_ships_its_int8_graph_and_says_why(tmp_path,
+                                                                                           monkeypatch):
+    """Judged as INT8 before training, a finalist whose plan on the trained weights reads over the budget ships the
+    all-INT8 graph the budget judged (the verdict is made before the long run), and export.json names that graph
+    and why, as search.json's budget_graph does."""
+    import json
+    from types import SimpleNamespace
+
+    from kdnas.nas import SearchConfig, plans
+    from kdnas.nas.final import _shipping
+
+    (tmp_path / "export.json").write_text(json.dumps({"int8": True}))
+    monkeypatch.setattr(plans, "plan_student", lambda ctx, dest, label: None)  # not even all-INT8 fits now
+    monkeypatch.setattr(_shipping, "shipped_latencies", lambda ctx, dest, label, judged: judged)
+    ctx = SimpleNamespace(config=SearchConfig(), progress=SimpleNamespace(phase=lambda _: None))
+    choice, judged, latencies = _shipping._precision(ctx, tmp_path, "final 1/1", "model.int8.onnx")
+    assert choice is None and judged == latencies == "model.int8.onnx"
+    precision = json.loads((tmp_path / "export.json").read_text())["precision"]
+    assert precision["graph"] == "model.int8.onnx" and precision["why"] == _shipping.NO_PLAN_NOW
+
+
 @pytest.mark.parametrize("plain_over_fused, shipped", [(0.93, "plain"), (0.999, "fused")])
 def test_the_fp32_graph_shipped_is_the_faster_of_fused_and_plain(plain_over_fused, shipped, teacher, tmp_path):
     """On onnxruntime fp32 a finalist's shape is exported fused and plain and the two are timed side by side

@@ -132,7 +132,8 @@ def _precision(ctx: "SearchContext", dest: Path, label: str, gate: str | None,
                teacher_closer: str | None = None) -> tuple[Any, str, tuple]:
     """The shipped folder's graph the budget judges, and its latencies: under --runtime onnxruntime-auto, a
     precision plan grown on the trained weights where the fp32 graph did not fit before training (unless
-    `teacher_closer` says why no plan of it can win: then its all-INT8 graph); else the runtime's graph.
+    `teacher_closer` says why no plan of it can win, or none fits as read now: then its all-INT8 graph); else the
+    runtime's graph.
     Returns the plan chosen (None: none grown), the judged graph's file name and `shipped_latencies`."""
     from ..plans import plan_student
 
@@ -141,12 +142,18 @@ def _precision(ctx: "SearchContext", dest: Path, label: str, gate: str | None,
     choice = plan_student(ctx, dest, label) if gate == INT8_GRAPH and teacher_closer is None else None
     if choice is not None:
         judged = choice.graph
-    elif gate == INT8_GRAPH and teacher_closer is not None:
-        _record_choice(dest, INT8_GRAPH, "all-INT8", [], teacher_closer)
+    elif gate == INT8_GRAPH:  # the all-INT8 graph the budget judged before training ships: export.json says why
+        _record_choice(dest, INT8_GRAPH, "all-INT8", [], teacher_closer or NO_PLAN_NOW)
     elif ctx.config.latency.plans:  # the fp32 graph fitted: export.json names that choice too
         _record_choice(dest, FP32_GRAPH, "fp32", "all",
                        "the fp32 graph fitted the budget before training: the closest graph within it")
     return choice, judged, shipped_latencies(ctx, dest, label, judged)
+
+
+# Why a finalist judged as INT8 before training ships its all-INT8 graph where its plan found none within the
+# budget as read after training (a reading the host's drift moves; `_verdict` judges the graph before the long run).
+NO_PLAN_NOW = ("no plan of the trained weights read within the budget after training; the all-INT8 graph, judged "
+               "within it before training (weights do not change latency), ships")
 
 
 # Standard errors by which the teacher's plan must lead a student's fp32 graph before no plan of the student is

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .budgets import study_budgets
-from .schema import StudyFacts
+from .schema import StudyFacts, TeacherPlanRow, TeacherPlans
 
 if TYPE_CHECKING:
     from .context import SearchContext
@@ -84,7 +85,7 @@ def teacher_planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], o
                    order=[Effect(**e) for e in order] if order else None)
 
 
-def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any]) -> dict[str, Any]:
+def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any]) -> TeacherPlans:
     """The teacher's best plan within each budget of the study (`facts`): fitting or not, its probe
     fidelity and latency, and the group order measured (the sensitivity pass runs only where the all-INT8
     graph fits the largest budget)."""
@@ -94,58 +95,54 @@ def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: 
     for budget in study_budgets(facts):
         ctx.progress.phase(f"the teacher's precision plans: {budget.named}")
         point = planner.within_budget(budget.limit_ms)
-        rows.append({"label": budget.label, "budget_ms": budget.ms, "fits": point is not None,
-                     **({} if point is None else {"plan": point.to_dict()}),
-                     **({"int8_readings": [round(ms, 4) for ms in planner.int8_readings]}
-                        if planner.int8_readings else {})})
-    return {"budgets": rows, "int8_ms": planner.known_latency(planner.along(0)), "full_range": planner.full_range,
-            "order": [e.to_dict() for e in planner.order or []],
-            "fp32_fidelity": planner.known_fidelity(planner.along(len(planner.groups))),
-            "sensitivity_s": None if planner.sensitivity_s is None else round(planner.sensitivity_s, 1),
-            "seconds": round(time.perf_counter() - started, 1)}
+        rows.append(TeacherPlanRow(budget.label, budget.ms, point is not None,
+                                   None if point is None else point.to_dict(), _readings(planner)))
+    return TeacherPlans(tuple(rows), int8_ms=planner.known_latency(planner.along(0)), full_range=planner.full_range,
+                        order=tuple(e.to_dict() for e in planner.order or []),
+                        fp32_fidelity=planner.known_fidelity(planner.along(len(planner.groups))),
+                        sensitivity_s=None if planner.sensitivity_s is None else round(planner.sensitivity_s, 1),
+                        seconds=round(time.perf_counter() - started, 1))
 
 
-def plan_again(row: dict[str, Any] | None, now_ms: float | None, limit_ms: float) -> bool:
+def _readings(planner: Any) -> list[float] | None:
+    """The all-INT8 graph's readings where it was read again near the budget (`export.Planner.int8_readings`)."""
+    return [round(ms, 4) for ms in planner.int8_readings] or None
+
+
+def plan_again(row: TeacherPlanRow | None, now_ms: float | None, limit_ms: float) -> bool:
     """Whether the teacher's plan within a budget is searched again at the final stage: its all-INT8 graph read
     over the budget before the trials, near enough to it to be read again then (`int8_readings`), not searched
     again already, and reads within it now (`now_ms`, the teacher as INT8 read as a finalist is)."""
-    return (row is not None and not row.get("fits") and bool(row.get("int8_readings")) and "again" not in row
+    return (row is not None and not row.fits and bool(row.int8_readings) and row.again is None
             and now_ms is not None and now_ms <= limit_ms)
 
 
 def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any]
-                        ) -> dict[str, Any] | None:
+                        ) -> TeacherPlans | None:
     """Readings at both ends of the run: the study's `teacher_plans` with the row of `ctx`'s budget decided again
     where `plan_again` says so (the evidence in its `again`), before the final run takes the time left; None
     where nothing is searched again. Why: the demo's teacher, all-INT8, read 0.548 and 0.570 of the teacher
     side by side before the trials against a 0.51 budget, 0.459 at the end of the same run; a student shipped
     (rho 0.953) where the teacher's plan shipped in the other runs (0.993)."""
-    plans = facts.teacher_plans or {}
-    row = next((r for r in plans.get("budgets", []) if r.get("label") == ctx.budget_label), None)
+    plans = facts.teacher_plans
+    row = None if plans is None else plans.row(ctx.budget_label)
     now = ((facts.teacher_int8 or {}).get("latency") or {}).get("median_ms")
-    if not plan_again(row, now, ctx.budget_ms):
+    if plans is None or not plan_again(row, now, ctx.budget_ms):
         return None
     ctx.progress.phase(f"the teacher's precision plan within {ctx.budget_named} again: its all-INT8 graph read "
                        f"{now:.2f} ms now, over the budget before the trials")
     started = time.perf_counter()
-    planner = teacher_planner(ctx, out, pipeline, order=plans.get("order") or None)
+    planner = teacher_planner(ctx, out, pipeline, order=list(plans.order) or None)
     point = planner.within_budget(ctx.budget_ms)
     again = {"final_ms": round(now, 4), "int8_ms": planner.known_latency(planner.along(0)),
-             "int8_readings": [round(ms, 4) for ms in planner.int8_readings],
-             "seconds": round(time.perf_counter() - started, 1)}
-    decided = {key: value for key, value in row.items() if key != "plan"} | {"fits": point is not None, "again": again}
-    if point is not None:
-        decided["plan"] = point.to_dict()
-    return plans | {"budgets": [decided if r is row else r for r in plans["budgets"]],
-                    "order": [e.to_dict() for e in planner.order or []],
-                    "sensitivity_s": plans.get("sensitivity_s") if planner.sensitivity_s is None
-                    else round(planner.sensitivity_s, 1)}
+             "int8_readings": _readings(planner) or [], "seconds": round(time.perf_counter() - started, 1)}
+    decided = replace(row, fits=point is not None, plan=None if point is None else point.to_dict(), again=again)
+    return replace(plans, budgets=tuple(decided if r is row else r for r in plans.budgets),
+                   order=tuple(e.to_dict() for e in planner.order or []),
+                   sensitivity_s=plans.sensitivity_s if planner.sensitivity_s is None
+                   else round(planner.sensitivity_s, 1))
 
 
 def teacher_plan_for(facts: StudyFacts, label: str | None) -> dict[str, Any] | None:
     """The teacher's plan within one budget (`export.PlanPoint.to_dict`), where the study measured one that fits."""
-    plans = facts.teacher_plans or {}
-    for row in plans.get("budgets", []):
-        if row.get("label") == label and row.get("fits"):
-            return row["plan"]
-    return None
+    return None if facts.teacher_plans is None else facts.teacher_plans.fitting(label)

@@ -229,10 +229,66 @@ def migrate(attrs: dict[str, Any], system: Mapping[str, Any]) -> Mapping[str, An
 
 
 @dataclass(frozen=True)
+class TeacherPlanRow:
+    """The teacher's best plan within one budget (nas.plans): whether one fits, the plan (`export.PlanPoint.to_dict`:
+    its fp32 groups, label, probe fidelity and latency), the all-INT8 graph's readings where it was read again near
+    the budget, and the decision taken again at the final stage (`nas.plans.teacher_plans_again`)."""
+
+    label: str | None
+    budget_ms: float
+    fits: bool
+    plan: dict[str, Any] | None = None
+    int8_readings: list[float] | None = None
+    again: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class TeacherPlans:
+    """The teacher's plans (nas.plans.teacher_plans): a row per budget of the study, largest first, its all-INT8
+    graph's latency, the group order its sensitivity pass measured (none where that graph fitted no budget), the
+    fp32 graph's probe fidelity and the seconds they took. Stored as JSON (`to_attrs`)."""
+
+    budgets: tuple[TeacherPlanRow, ...] = ()
+    int8_ms: float | None = None
+    full_range: bool = False
+    order: tuple[dict[str, Any], ...] = ()
+    fp32_fidelity: float | None = None
+    sensitivity_s: float | None = None
+    seconds: float | None = None
+
+    def row(self, label: str | None) -> TeacherPlanRow | None:
+        return next((r for r in self.budgets if r.label == label), None)
+
+    def fitting(self, label: str | None) -> dict[str, Any] | None:
+        """The plan within one budget, where one fits."""
+        row = self.row(label)
+        return row.plan if row is not None and row.fits else None
+
+    def to_attrs(self) -> dict[str, Any]:
+        rows = [{f.name: v for f in fields(r) if (v := getattr(r, f.name)) is not None or f.name == "label"}
+                for r in self.budgets]  # a search of one budget: label None
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"budgets": rows, "order": list(self.order)}
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | TeacherPlans | None) -> TeacherPlans | None:
+        if attrs is None or isinstance(attrs, TeacherPlans):
+            return attrs
+        rows = tuple(TeacherPlanRow(**{k: v for k, v in r.items() if k in _PLAN_ROW_FIELDS})
+                     for r in attrs["budgets"])
+        known = {k: v for k, v in attrs.items() if k in _PLANS_FIELDS}
+        return cls(**known | {"budgets": rows, "order": tuple(attrs.get("order") or ())})
+
+
+_PLAN_ROW_FIELDS = frozenset(f.name for f in fields(TeacherPlanRow))
+_PLANS_FIELDS = frozenset(f.name for f in fields(TeacherPlans))
+
+
+@dataclass(frozen=True)
 class StudyFacts:
     """What a study holds beside its trials. Made once with the study — the settings, the teacher's reading, the
-    budgets and their rule shapes — then added to by the stages that follow (`record_fact`). Nested records stay
-    the JSON they are stored as."""
+    budgets and their rule shapes — then added to by the stages that follow (`record_fact`). The teacher's reading
+    and plans are typed records (`LatencyRecord`, `TeacherPlans`); other nested records stay the JSON they are
+    stored as."""
 
     settings: dict[str, Any] | None = None  # stored as SETTINGS_ATTR
     version: int = 1  # stored as VERSION_ATTR; absent: a study of before the version was stored
@@ -246,7 +302,7 @@ class StudyFacts:
     rules: list[dict[str, Any] | None] | None = None  # several budgets: each one's
     int8_rules: list[dict[str, Any] | None] | None = None  # the rule's depth as an all-INT8 graph, each budget's
     trials_reached: int | None = None  # trials that followed the time (nas.search._trials_reached)
-    teacher_plans: dict[str, Any] | None = None  # nas.plans
+    teacher_plans: TeacherPlans | None = None  # nas.plans
     reference: Any = None  # the reference shapes' scores (--reference)
     teacher_int8: dict[str, Any] | None = None
     final: list[dict[str, Any]] | None = None  # the finalists, every budget's
@@ -256,6 +312,7 @@ class StudyFacts:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "teacher_latency", LatencyRecord.from_attrs(self.teacher_latency))
+        object.__setattr__(self, "teacher_plans", TeacherPlans.from_attrs(self.teacher_plans))
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> StudyFacts:
@@ -283,4 +340,5 @@ def record_fact(study: Any, name: str, value: Any) -> None:
     record no reader finds)."""
     if name not in _FACT_FIELDS:
         raise KeyError(f"StudyFacts has no field {name!r}")
-    study.set_user_attr(_STORED_AS.get(name, name), value.to_attrs() if isinstance(value, LatencyRecord) else value)
+    study.set_user_attr(_STORED_AS.get(name, name),
+                        value.to_attrs() if isinstance(value, (LatencyRecord, TeacherPlans)) else value)

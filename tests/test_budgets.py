@@ -199,9 +199,11 @@ def test_budgets_where_the_teachers_plan_fits_train_last_on_the_time_the_others_
 
     from kdnas.nas.search import final_order
 
-    plans = StudyFacts(teacher_plans={"budgets": [{"label": "0.6x", "fits": True, "plan": {}},
-                                                  {"label": "0.5x", "fits": True, "plan": {}},
-                                                  {"label": "0.35x", "fits": False}, {"label": "0.25x", "fits": False}]})
+    from kdnas.nas.schema import TeacherPlanRow, TeacherPlans
+
+    plans = StudyFacts(teacher_plans=TeacherPlans((
+        TeacherPlanRow("0.6x", 6.0, True, {}), TeacherPlanRow("0.5x", 5.0, True, {}),
+        TeacherPlanRow("0.35x", 3.5, False), TeacherPlanRow("0.25x", 2.5, False))))
     todo = [(SimpleNamespace(budget_label=label), label) for label in ("0.6x", "0.5x", "0.35x", "0.25x")]
     # the first two leave the last two their work after training (`trailing`), not a share of the training time
     assert [(chosen, later, trailing) for _, chosen, later, trailing in final_order(todo, plans, 1)] == [

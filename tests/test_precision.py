@@ -200,47 +200,53 @@ def test_the_all_int8_reading_near_the_budget_is_read_again_and_the_median_decid
     assert 1.14 < 1 + RECHECK_OVER < 1.3
 
 
+OVER_TWICE = {"label": None, "budget_ms": 2.0, "fits": False, "int8_readings": [2.14, 2.10]}
+
+
 @pytest.mark.parametrize("row, now, again", [
-    ({"label": None, "fits": False, "int8_readings": [2.14, 2.10]}, 1.95, True),  # over twice then, within now
-    ({"label": None, "fits": False, "int8_readings": [2.14, 2.10]}, 2.05, False),  # over now too
-    ({"label": None, "fits": False}, 1.95, False),  # far over then (read once): over however the host drifts
-    ({"label": None, "fits": True, "plan": {}}, 1.95, False),  # it has its plan
-    ({"label": None, "fits": False, "int8_readings": [2.14, 2.10], "again": {}}, 1.95, False),  # decided again once
-    ({"label": None, "fits": False, "int8_readings": [2.14, 2.10]}, None, False),  # not read at the end
+    (OVER_TWICE, 1.95, True),  # over twice then, within now
+    (OVER_TWICE, 2.05, False),  # over now too
+    ({**OVER_TWICE, "int8_readings": None}, 1.95, False),  # far over then (read once): over however the host drifts
+    ({**OVER_TWICE, "fits": True, "plan": {}}, 1.95, False),  # it has its plan
+    ({**OVER_TWICE, "again": {}}, 1.95, False),  # decided again once
+    (OVER_TWICE, None, False),  # not read at the end
 ])
 def test_the_teachers_plan_is_decided_again_where_both_ends_of_the_run_disagree(row, now, again):
     from kdnas.nas.plans import plan_again
+    from kdnas.nas.schema import TeacherPlanRow
 
-    assert plan_again(row, now, 2.0) is again
+    assert plan_again(TeacherPlanRow(**row), now, 2.0) is again
 
 
 def test_the_teachers_plan_decided_again_replaces_its_budgets_row_and_keeps_the_evidence(exported, tmp_path,
                                                                                          monkeypatch):
-    """The teacher's all-INT8 graph read over a 2.0 ms budget twice before the trials and 1.95 ms at the final
-    stage: its plan is searched again, the row fits with that plan, its earlier readings kept beside `again`."""
+    """The teacher's all-INT8 graph read over a 2.6 ms budget twice before the trials and 2.55 ms at the final
+    stage: its plan is searched again, the row fits with that plan, its earlier readings kept beside `again`; the
+    study's record of it reads back as it was written."""
     from dataclasses import replace
     from types import SimpleNamespace
 
     from kdnas.nas import plans
-    from kdnas.nas.schema import StudyFacts
+    from kdnas.nas.schema import StudyFacts, TeacherPlanRow, TeacherPlans
 
     fake = FakeGraphs(exported)
     planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency,
                       int8=exported / "model.int8.onnx")
     monkeypatch.setattr(plans, "teacher_planner", lambda ctx, out, pipeline, order=None: planner)
-    other = {"label": "0.6x", "fits": True, "plan": {"kept": 9}}
-    row = {"label": "0.5x", "budget_ms": 2.6, "fits": False, "int8_readings": [2.7, 2.72]}
-    facts = StudyFacts(teacher_plans={"budgets": [other, row], "order": [], "sensitivity_s": None},
+    other = TeacherPlanRow("0.6x", 3.1, True, {"kept": 9})
+    facts = StudyFacts(teacher_plans=TeacherPlans((other, TeacherPlanRow("0.5x", 2.6, False, None, [2.7, 2.72]))),
                        teacher_int8={"latency": {"median_ms": 2.55}})
     ctx = SimpleNamespace(budget_label="0.5x", budget_ms=2.6, budget_named="the 0.5x budget",
                           progress=SimpleNamespace(phase=lambda text: None))
     decided = plans.teacher_plans_again(ctx, facts, tmp_path, {})
-    assert decided["budgets"][0] == other
-    new = decided["budgets"][1]
-    assert new["fits"] and new["int8_readings"] == [2.7, 2.72] and new["again"]["final_ms"] == 2.55
-    assert new["plan"] == planner.within_budget(2.6).to_dict() and new["plan"]["latency_ms"] <= 2.6
-    assert [e["group"] for e in decided["order"]] == [e.group for e in planner.effects()]
+    assert decided.row("0.6x") == other
+    new = decided.row("0.5x")
+    assert new.fits and new.int8_readings == [2.7, 2.72] and new.again["final_ms"] == 2.55
+    assert new.plan == planner.within_budget(2.6).to_dict() == decided.fitting("0.5x")
+    assert new.plan["latency_ms"] <= 2.6
+    assert [e["group"] for e in decided.order] == [e.group for e in planner.effects()]
     assert plans.teacher_plans_again(ctx, replace(facts, teacher_plans=decided), tmp_path, {}) is None  # once
+    assert TeacherPlans.from_attrs(decided.to_attrs()) == decided
 
 
 def test_the_planner_finds_the_fewest_groups_that_hold_a_target(exported, tmp_path):

@@ -39,7 +39,7 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
         return results
     label = "the teacher" + ("" if ctx.budget_label is None else f" ({ctx.budget_label})")
     ctx.progress.phase(f"{label}: its plan within {ctx.budget_named} on the held-out sentences")
-    planner = _planner(ctx, out, pipeline, facts.teacher_plans["order"])
+    planner = _planner(ctx, out, pipeline, list(facts.teacher_plans.order))
     plan = planner.plan(tuple(row["fp32_groups"]))
     graph = planner.graph(plan)
     fidelity = int8_fidelity(ctx, held, graph)
@@ -97,7 +97,8 @@ def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results:
         write_sentence_transformers(stage, teacher_dir, hidden_size=ctx.teacher.model.config.hidden_size)
         manifest = json.loads((stage / "export.json").read_text())
         manifest["precision"] = {"plan": plan.to_dict(), "label": record["plan"]["label"], "graph": name,
-                                 "effects": StudyFacts.from_study(study).teacher_plans["order"], "probe": record["plan"]}
+                                 "effects": list(StudyFacts.from_study(study).teacher_plans.order),
+                                 "probe": record["plan"]}
         manifest["sizes"] = {p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}
         atomic_write_text(stage / "export.json", json.dumps(manifest, indent=2) + "\n")
     latency, readings, drift, graphs = shipped_latencies(ctx, dest, "the teacher", name)

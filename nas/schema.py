@@ -90,7 +90,12 @@ def store(owner: Any, key: str, value: Any) -> None:
     """Write one field of a trial's record (`TrialRecord`; JSON-serializable: the storage is JSON at this edge). A
     trial writes its record a field at a time, as its phases go (a worker that dies leaves what it had), so a
     name the record lacks is refused here rather than stored where no reader looks."""
-    owner.set_user_attr(_trial_field(key), value.to_attrs() if isinstance(value, LatencyRecord) else value)
+    owner.set_user_attr(_trial_field(key), _as_stored(value))
+
+
+def _as_stored(value: Any) -> Any:
+    """A value as the storage holds it: a typed record as its JSON (`to_attrs`), anything else as it is."""
+    return value.to_attrs() if isinstance(value, (LatencyRecord, TeacherPlans)) else value
 
 
 @dataclass(frozen=True)
@@ -340,5 +345,4 @@ def record_fact(study: Any, name: str, value: Any) -> None:
     record no reader finds)."""
     if name not in _FACT_FIELDS:
         raise KeyError(f"StudyFacts has no field {name!r}")
-    study.set_user_attr(_STORED_AS.get(name, name),
-                        value.to_attrs() if isinstance(value, (LatencyRecord, TeacherPlans)) else value)
+    study.set_user_attr(_STORED_AS.get(name, name), _as_stored(value))

@@ -86,7 +86,7 @@ class Planner:
     _graphs: dict[tuple[str, ...], Path] = field(default_factory=dict)
     _fidelity: dict[tuple[str, ...], float] = field(default_factory=dict)
     _latency: dict[tuple[str, ...], float] = field(default_factory=dict)
-    int8_readings: list[float] = field(default_factory=list)  # the last `_fastest_fits`'s readings, where read again
+    int8_readings: list[float] = field(default_factory=list)  # the last `fastest_fits`'s readings, where read again
 
     def __post_init__(self) -> None:
         self.fp32, self.workdir = Path(self.fp32), Path(self.workdir)
@@ -188,8 +188,8 @@ class Planner:
 
     def within_budget(self, budget_ms: float) -> PlanPoint | None:
         """The plan of best fidelity whose latency is within `budget_ms`: the most groups fp32 along the
-        order that fit; None when even the all-INT8 graph does not (read again near the budget: `_fastest_fits`)."""
-        if not self._fastest_fits(budget_ms):
+        order that fit; None when even the all-INT8 graph does not (read again near the budget: `fastest_fits`)."""
+        if not self.fastest_fits(budget_ms):
             return None
         n = len(self.groups)
         if self.latency_ms(self.along(n)) <= budget_ms:
@@ -203,7 +203,7 @@ class Planner:
                 high = mid
         return self.point(self._confirmed(low, budget_ms), fidelity=True, latency=True)
 
-    def _fastest_fits(self, budget_ms: float) -> bool:
+    def fastest_fits(self, budget_ms: float) -> bool:
         """Whether the all-INT8 graph fits `budget_ms`: a reading over it by at most RECHECK_OVER is read again
         (a third time where the second fits) and the median stands (as its latency; the readings in `int8_readings`)."""
         first, self.int8_readings = self.latency_ms(self.plan(())), []

@@ -15,6 +15,7 @@ graph), never on the held-out sentences that judge what is shipped.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import replace
@@ -117,13 +118,14 @@ def plan_again(row: TeacherPlanRow | None, now_ms: float | None, limit_ms: float
             and now_ms is not None and now_ms <= limit_ms)
 
 
-def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any]
-                        ) -> TeacherPlans | None:
+def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any],
+                        final_least_s: float = 0.0) -> TeacherPlans | None:
     """Readings at both ends of the run: the study's `teacher_plans` with the row of `ctx`'s budget decided again
     where `plan_again` says so (the evidence in its `again`), before the final run takes the time left; None
     where nothing is searched again. Why: the demo's teacher, all-INT8, read 0.548 and 0.570 of the teacher
     side by side before the trials against a 0.51 budget, 0.459 at the end of the same run; a student shipped
-    (rho 0.953) where the teacher's plan shipped in the other runs (0.993)."""
+    (rho 0.953, where the teacher's plan shipped in the other runs: 0.993). Under a --timeout, a plan is grown
+    only where its forecast (`replan_s`) leaves the final stage `final_least_s`, the least work around its run."""
     plans = facts.teacher_plans
     row = None if plans is None else plans.row(ctx.budget_label)
     now = ((facts.teacher_int8 or {}).get("latency") or {}).get("median_ms")
@@ -133,14 +135,42 @@ def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipe
                        f"{now:.2f} ms now, over the budget before the trials")
     started = time.perf_counter()
     planner = teacher_planner(ctx, out, pipeline, order=list(plans.order) or None)
-    point = planner.within_budget(ctx.budget_ms)
+    fits = planner.fastest_fits(ctx.budget_ms)
+    read_s = (time.perf_counter() - started) / max(1, len(planner.int8_readings))
+    forecast = _replan_forecast(planner, read_s) if fits else 0.0
+    grown = fits and (ctx.limit is None or ctx.limit.keeps_final_run(final_least_s, forecast))
+    point = planner.within_budget(ctx.budget_ms) if grown else None
     again = {"final_ms": round(now, 4), "int8_ms": planner.known_latency(planner.along(0)),
-             "int8_readings": _readings(planner) or [], "seconds": round(time.perf_counter() - started, 1)}
+             "int8_readings": _readings(planner) or [], "seconds": round(time.perf_counter() - started, 1),
+             **({"forecast_s": round(forecast, 1), "grown": grown} if fits else {})}
+    if fits and not grown:
+        ctx.progress.note(f"the teacher's all-INT8 graph fits {ctx.budget_named} now, but growing its plan "
+                          f"(about {forecast:.0f} s) would leave the final run too little of --timeout "
+                          f"{ctx.config.run.timeout:.0f} s: it stays as decided before the trials")
     decided = replace(row, fits=point is not None, plan=None if point is None else point.to_dict(), again=again)
     return replace(plans, budgets=tuple(decided if r is row else r for r in plans.budgets),
                    order=tuple(e.to_dict() for e in planner.order or []),
                    sensitivity_s=plans.sensitivity_s if planner.sensitivity_s is None
                    else round(planner.sensitivity_s, 1))
+
+
+def _replan_forecast(planner: Any, read_s: float) -> float:
+    """`replan_s` of `planner` from its costs timed here: `read_s` per reading (its all-INT8 graph's), and one plan
+    graph built and scored on the probe (its first group fp32: a graph the sensitivity pass builds anyway)."""
+    started = time.perf_counter()
+    planner.fidelity(planner.plan((planner.groups[0].name,)))
+    return replan_s(len(planner.groups), read_s, time.perf_counter() - started, planner.order is not None)
+
+
+def replan_s(groups: int, read_s: float, plan_s: float, order_known: bool) -> float:
+    """Forecast seconds of growing a plan once its all-INT8 graph fits: the sensitivity pass where the groups'
+    order is not known (a plan graph built and scored per group, `plan_s` each), then the bisection along the
+    order (log2 of the groups, the all-fp32 graph and up to CONFIRM_STEPS readings again), each a graph built
+    and read (`plan_s` + `read_s`). An upper bound: a plan reused is neither built nor scored again."""
+    from kdnas.export import CONFIRM_STEPS
+
+    steps = math.ceil(math.log2(max(2, groups))) + 1 + CONFIRM_STEPS
+    return (0.0 if order_known else groups * plan_s) + steps * (plan_s + read_s)
 
 
 def teacher_plan_for(facts: StudyFacts, label: str | None) -> dict[str, Any] | None:

@@ -236,17 +236,56 @@ def test_the_teachers_plan_decided_again_replaces_its_budgets_row_and_keeps_the_
     other = TeacherPlanRow("0.6x", 3.1, True, {"kept": 9})
     facts = StudyFacts(teacher_plans=TeacherPlans((other, TeacherPlanRow("0.5x", 2.6, False, None, [2.7, 2.72]))),
                        teacher_int8={"latency": {"median_ms": 2.55}})
-    ctx = SimpleNamespace(budget_label="0.5x", budget_ms=2.6, budget_named="the 0.5x budget",
+    ctx = SimpleNamespace(budget_label="0.5x", budget_ms=2.6, budget_named="the 0.5x budget", limit=None,
                           progress=SimpleNamespace(phase=lambda text: None))
     decided = plans.teacher_plans_again(ctx, facts, tmp_path, {})
     assert decided.row("0.6x") == other
     new = decided.row("0.5x")
-    assert new.fits and new.int8_readings == [2.7, 2.72] and new.again["final_ms"] == 2.55
+    assert new.fits and new.int8_readings == [2.7, 2.72] and new.again["final_ms"] == 2.55 and new.again["grown"]
     assert new.plan == planner.within_budget(2.6).to_dict() == decided.fitting("0.5x")
     assert new.plan["latency_ms"] <= 2.6
     assert [e["group"] for e in decided.order] == [e.group for e in planner.effects()]
     assert plans.teacher_plans_again(ctx, replace(facts, teacher_plans=decided), tmp_path, {}) is None  # once
     assert TeacherPlans.from_attrs(decided.to_attrs()) == decided
+
+
+@pytest.mark.parametrize("seconds, grown", [(1e6, True), (1.0, False)])
+def test_the_teachers_plan_is_grown_again_only_where_a_timeout_leaves_the_final_run_its_least(
+        exported, tmp_path, monkeypatch, seconds, grown):
+    """Its all-INT8 graph fits at the final stage, but growing the plan (the sensitivity pass, the readings) is
+    forecast from one plan graph built and scored: under a --timeout that the forecast plus the final stage's least
+    work would pass, the row stays as decided before the trials, saying why; with time to spare it is grown."""
+    import time
+    from types import SimpleNamespace
+
+    from kdnas.nas import plans
+    from kdnas.nas.schema import StudyFacts, TeacherPlanRow, TeacherPlans
+    from kdnas.nas.time_limit import TimeLimit
+
+    fake = FakeGraphs(exported)
+    planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency,
+                      int8=exported / "model.int8.onnx")
+    monkeypatch.setattr(plans, "teacher_planner", lambda ctx, out, pipeline, order=None: planner)
+    notes: list[str] = []
+    facts = StudyFacts(teacher_plans=TeacherPlans((TeacherPlanRow("0.5x", 2.6, False, None, [2.7, 2.72]),)),
+                       teacher_int8={"latency": {"median_ms": 2.55}})
+    ctx = SimpleNamespace(budget_label="0.5x", budget_ms=2.6, budget_named="the 0.5x budget",
+                          limit=TimeLimit(time.monotonic(), seconds), config=SimpleNamespace(run=SimpleNamespace(timeout=seconds)),
+                          progress=SimpleNamespace(phase=lambda text: None, note=notes.append))
+    row = plans.teacher_plans_again(ctx, facts, tmp_path, {}, final_least_s=5.0).row("0.5x")
+    assert row.again["grown"] is grown and row.again["forecast_s"] > 0 and row.fits is grown
+    assert (row.plan is not None) is grown and row.int8_readings == [2.7, 2.72]
+    assert bool(notes) is not grown and all("stays as decided before the trials" in n for n in notes)
+
+
+def test_a_plans_forecast_counts_the_sensitivity_pass_only_where_the_order_is_not_known():
+    from kdnas.export import CONFIRM_STEPS
+    from kdnas.nas.plans import replan_s
+
+    known = replan_s(25, read_s=2.0, plan_s=1.0, order_known=True)
+    assert known == (5 + 1 + CONFIRM_STEPS) * 3.0  # ceil(log2 25) = 5 bisection readings, all-fp32, confirmations
+    assert replan_s(25, read_s=2.0, plan_s=1.0, order_known=False) == known + 25 * 1.0
+    assert replan_s(49, 2.0, 1.0, True) > known  # a deeper teacher: one bisection step more
 
 
 def test_the_planner_finds_the_fewest_groups_that_hold_a_target(exported, tmp_path):

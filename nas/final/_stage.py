@@ -18,7 +18,7 @@ from kdnas.distill import parse_arch
 
 from ..neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
 from ..records import trial_pace, trial_rows
-from ..time_limit import marginal
+from ..time_limit import final_run_s, marginal
 from ..recipe import final_transfer_set, recipe_of
 from ..schema import LatencyRecord, StudyFacts, record_fact
 from ..variant import VariantChoice
@@ -54,12 +54,12 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[d
     pipeline = read_sentence_pipeline(teacher_dir)
     check_pooling(pipeline["pooling"])
     cache = with_stored_rows(ctx, _final_cache(ctx))
-    _teacher_at_the_end(study, ctx, pipeline, out)
+    # a proxy run's and a whole trial's seconds, for a --timeout's estimates: the trials' medians, less the
+    # one-time teacher work (the first trial's also holds the teacher targets of the transfer set)
+    proxy_s, trial_s = (statistics.median([r[key] - (r.get("seconds_teacher") or 0.0) for r in pool if r.get(key)]
+                                          or [0.0]) for key in ("seconds_distill", "seconds_total"))
+    _teacher_at_the_end(study, ctx, pipeline, out, final_run_s(0, 0.0, trial_s))
     stage = Stage(study, ctx, pool)
-    # a proxy run's seconds, for a --timeout's fallback estimate: the trials' median (the first
-    # trial's also holds the teacher targets of the transfer set)
-    proxy_s = statistics.median([r["seconds_distill"] - (r.get("seconds_teacher") or 0.0)
-                                 for r in pool if r.get("seconds_distill")] or [0.0])
     results: list[dict[str, Any]] = []
     while stage.queue and len(results) < cfg.final.top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
         row = stage.queue.pop(0)
@@ -109,12 +109,14 @@ def _final_cache(ctx: "SearchContext") -> Any:
                         last_layer=getattr(ctx.cache, "last_layer", None))
 
 
-def _teacher_at_the_end(study: optuna.Study, ctx: "SearchContext", pipeline: dict[str, Any], out: Path) -> None:
+def _teacher_at_the_end(study: optuna.Study, ctx: "SearchContext", pipeline: dict[str, Any], out: Path,
+                        final_least_s: float) -> None:
     """The teacher read again before the final run. As INT8, beside the students on the pages and in the summary,
     once per study: where precision plans exported the teacher's graphs (OUT/.teacher), that all-INT8 graph, timed
     as the shipped graphs are (read alone, the demo's read 5.41 ms where the same graph read 4.43 side by side with
     the teacher). Where that reading fits a budget its all-INT8 graph read over before the trials, its plan within
-    it is decided again (nas.plans.teacher_plans_again): readings at both ends of the run decide."""
+    it is decided again (nas.plans.teacher_plans_again): readings at both ends of the run decide, where a --timeout
+    leaves the final run `final_least_s` (the work around it) after that."""
     from ..baselines import teacher_int8
     from ..plans import teacher_export
     from ._latency import final_latency
@@ -125,7 +127,7 @@ def _teacher_at_the_end(study: optuna.Study, ctx: "SearchContext", pipeline: dic
         record_fact(study, "teacher_int8", teacher_int8(
             ctx, pipeline, exported=exported, read=lambda graph: final_latency(ctx, graph, "the teacher as INT8")[0]))
     if ctx.config.latency.plans:
-        again = teacher_plans_again(ctx, StudyFacts.from_study(study), out, pipeline)
+        again = teacher_plans_again(ctx, StudyFacts.from_study(study), out, pipeline, final_least_s)
         if again is not None:
             record_fact(study, "teacher_plans", again)
 

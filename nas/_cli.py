@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import SearchConfig
+    from .schema import Refusal
 
 SEARCH_EPILOG = """\
 how a trial runs:
@@ -350,8 +351,24 @@ def config_from_args(args: argparse.Namespace, overrides: dict) -> SearchConfig:
                                    progress=not args.no_progress, space_overrides=overrides)
 
 
-def _print_summary(summary: dict, out: Path) -> None:
+def _refusal_line(s: Refusal) -> str:
+    """A finalist not shipped, with the readings that refused it."""
     from .neighbours import origin
+
+    twice = " twice (" + " and ".join(f"{r:.2f}" for r in s.latency_readings_ms) + " ms)" \
+        if len(s.latency_readings_ms or []) == 2 else ""
+    if s.ratio_to_teacher is not None:  # nas.final._latency.final_latency: timed side by side with the teacher
+        twice += (f": {s.ratio_to_teacher:.3f}x the teacher side by side (the teacher "
+                  f"{s.teacher_latency_now_ms:.2f} ms, it {s.read_ms:.2f} ms)")
+    elif (s.latency_scaled_by or 1.0) < 1.0:  # a study of an earlier version: one fresh teacher reading
+        twice += f", scaled by {s.latency_scaled_by:.3f} (the teacher read {s.teacher_latency_now_ms:.2f} ms beside it)"
+    return (f"not shipped: {s.arch} ({origin({'trial': s.trial, 'neighbour_of': s.neighbour_of})}) measured "
+            f"{s.latency_ms:.2f} ms {s.stage}{twice}, over the budget of {s.budget_ms:.2f} ms"
+            + (f"; moved to {s.dir}" if s.dir else ""))
+
+
+def _print_summary(summary: dict, out: Path) -> None:
+    from .schema import Refusal
 
     best = summary.get("best_trial")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
@@ -365,16 +382,8 @@ def _print_summary(summary: dict, out: Path) -> None:
     if best:
         print(f"best trial #{best['number']}: {best['arch']}  reward {best['reward']:.4f}  "
               f"proxy loss {best['loss']:.4f}  {best['latency_median_ms']:.2f} ms")
-    for s in summary.get("final_over_budget") or []:
-        twice = " twice (" + " and ".join(f"{r:.2f}" for r in s["latency_readings_ms"]) + " ms)" \
-            if len(s.get("latency_readings_ms") or []) == 2 else ""
-        if "ratio_to_teacher" in s:  # nas.final._latency.final_latency: timed side by side with the teacher
-            twice += (f": {s['ratio_to_teacher']:.3f}x the teacher side by side (the teacher "
-                      f"{s['teacher_latency_now_ms']:.2f} ms, it {s['read_ms']:.2f} ms)")
-        elif s.get("latency_scaled_by", 1.0) < 1.0:  # a study of an earlier version: one fresh teacher reading
-            twice += f", scaled by {s['latency_scaled_by']:.3f} (the teacher read {s['teacher_latency_now_ms']:.2f} ms beside it)"
-        print(f"not shipped: {s['arch']} ({origin(s)}) measured {s['latency_ms']:.2f} ms {s['stage']}{twice}, "
-              f"over the budget of {s['budget_ms']:.2f} ms" + (f"; moved to {s['dir']}" if s.get("dir") else ""))
+    for s in map(Refusal.from_attrs, summary.get("final_over_budget") or []):
+        print(_refusal_line(s))
     for n in summary.get("final_neighbours") or []:  # nas.neighbours
         read = n.get("latency_read_ms", n["proxy"]["latency_ms"])
         scaled = (f" beside {n['parent_read_ms']:.2f} ms for {n['neighbour_of']}: {n['proxy']['latency_ms']:.2f} ms "

@@ -13,18 +13,21 @@ another neighbour already had.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .schema import Refusal
 
 MAX_NEIGHBOURS = 2
 WIDER, NARROWER = 1, -1
 
 
-def candidates(pool: list[dict[str, Any]], over: list[dict[str, Any]],
+def candidates(pool: list[dict[str, Any]], over: list[Refusal],
                neighbours: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The finalists in the order they are tried: the trials of `pool` and the scored `neighbours`,
     without the shapes already refused over the budget (a repeated shape is as slow as the first),
     best reward first (a trial before a neighbour of equal reward)."""
-    refused = {s["arch"] for s in over}
+    refused = {s.arch for s in over}
     return sorted([r for r in pool + neighbours if r["arch"] not in refused], key=lambda r: -r["reward"])
 
 

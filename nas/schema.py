@@ -95,7 +95,9 @@ def store(owner: Any, key: str, value: Any) -> None:
 
 def _as_stored(value: Any) -> Any:
     """A value as the storage holds it: a typed record as its JSON (`to_attrs`), anything else as it is."""
-    return value.to_attrs() if isinstance(value, (LatencyRecord, TeacherPlans)) else value
+    if isinstance(value, (list, tuple)):
+        return [_as_stored(v) for v in value]
+    return value.to_attrs() if isinstance(value, (LatencyRecord, TeacherPlans, Refusal)) else value
 
 
 @dataclass(frozen=True)
@@ -288,12 +290,55 @@ _PLAN_ROW_FIELDS = frozenset(f.name for f in fields(TeacherPlanRow))
 _PLANS_FIELDS = frozenset(f.name for f in fields(TeacherPlans))
 
 
+BEFORE_TRAINING, AS_SHIPPED = "before training", "as shipped"  # where a finalist was refused (`Refusal.stage`)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A finalist refused over its budget (nas.final): `stage` BEFORE_TRAINING (its shipped graph read over; `graph`
+    the one judged) or AS_SHIPPED (after its run of `steps` in `distill_s`, its folder moved to `dir`), with the
+    reading that refused it and, read side by side with the teacher, that pair's facts (`nas.final._latency`)."""
+
+    trial: int
+    arch: str
+    recipe: dict[str, Any]
+    stage: str
+    latency_ms: float
+    budget_ms: float
+    budget_limit_ms: float | None = None
+    dir: str | None = None
+    latency_readings_ms: list[float] | None = None  # where it was read again (the first over)
+    neighbour_of: str | None = None  # an FFN neighbour's parent (nas.neighbours)
+    graph: str | None = None
+    steps: int | None = None
+    distill_s: float | None = None
+    ratio_to_teacher: float | None = None
+    ratio_quartiles: list[float] | None = None
+    teacher_latency_now_ms: float | None = None
+    read_ms: float | None = None
+    latency_scaled_by: float | None = None
+    edge_readings: list[dict[str, Any]] | None = None  # the pairs read near the budget (nas.measure.edge_reading)
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | Refusal) -> Refusal:
+        """A refusal as stored (a key this version does not know is left out; a study of before `recipe` has {})."""
+        if isinstance(attrs, Refusal):
+            return attrs
+        return cls(**{k: v for k, v in attrs.items() if k in _REFUSAL_FIELDS} | {"recipe": attrs.get("recipe") or {}})
+
+
+_REFUSAL_FIELDS = frozenset(f.name for f in fields(Refusal))
+
+
 @dataclass(frozen=True)
 class StudyFacts:
     """What a study holds beside its trials. Made once with the study — the settings, the teacher's reading, the
     budgets and their rule shapes — then added to by the stages that follow (`record_fact`). The teacher's reading
-    and plans are typed records (`LatencyRecord`, `TeacherPlans`); other nested records stay the JSON they are
-    stored as."""
+    and plans and the refused finalists are typed records (`LatencyRecord`, `TeacherPlans`, `Refusal`); other
+    nested records stay the JSON they are stored as."""
 
     settings: dict[str, Any] | None = None  # stored as SETTINGS_ATTR
     version: int = 1  # stored as VERSION_ATTR; absent: a study of before the version was stored
@@ -312,12 +357,14 @@ class StudyFacts:
     teacher_int8: dict[str, Any] | None = None
     final: list[dict[str, Any]] | None = None  # the finalists, every budget's
     final_teacher: list[dict[str, Any]] | None = None  # the teacher's plan where it was a finalist, per budget
-    final_over_budget: list[dict[str, Any]] | None = None
+    final_over_budget: tuple[Refusal, ...] | None = None  # every budget's
     final_neighbours: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "teacher_latency", LatencyRecord.from_attrs(self.teacher_latency))
         object.__setattr__(self, "teacher_plans", TeacherPlans.from_attrs(self.teacher_plans))
+        if self.final_over_budget is not None:
+            object.__setattr__(self, "final_over_budget", tuple(map(Refusal.from_attrs, self.final_over_budget)))
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> StudyFacts:

@@ -48,6 +48,27 @@ def test_the_studys_facts_are_written_by_field_with_the_settings_last_and_read_b
     assert StudyFacts.from_study(study).final == [{"arch": "3x12x384x1536"}]
 
 
+def test_a_refused_finalist_is_a_typed_record_stored_as_the_json_earlier_versions_wrote():
+    """The final stage's refusals are stored as the flat dicts earlier versions wrote (what `kdnas report` and a
+    resumed study read), and read back as `Refusal`s: a key this version does not know is left out, a record of
+    before the recipe tag reads with an empty recipe."""
+    from kdnas.nas.schema import AS_SHIPPED, Refusal
+
+    refusal = Refusal(trial=3, arch="3x12x384x1536", recipe={"method": "embed", "budget": "0.5x"}, stage=AS_SHIPPED,
+                      latency_ms=8.9, budget_ms=8.3, budget_limit_ms=8.4, dir="runs/over-budget/3", steps=640,
+                      distill_s=120.5, ratio_to_teacher=0.53, ratio_quartiles=[0.52, 0.54], latency_readings_ms=[8.9, 8.8])
+    study = optuna.create_study()
+    record_fact(study, "final_over_budget", [refusal])
+    stored_dict = study.user_attrs["final_over_budget"][0]
+    assert stored_dict["arch"] == "3x12x384x1536" and stored_dict["stage"] == "as shipped"
+    assert "neighbour_of" not in stored_dict and stored_dict["latency_readings_ms"] == [8.9, 8.8]
+    assert StudyFacts.from_study(study).final_over_budget == (refusal,)
+    old = {"trial": 2, "arch": "2x12x384x1536", "stage": "before training", "dir": None, "latency_ms": 5.1,
+           "budget_ms": 4.9, "latency_readings_ms": [], "a_later_field": 1}
+    read = StudyFacts.from_attrs({"final_over_budget": [old]}).final_over_budget[0]
+    assert (read.arch, read.recipe, read.dir, read.neighbour_of) == ("2x12x384x1536", {}, None, None)
+
+
 def test_a_latency_record_is_a_field_of_the_trials_record_and_json_only_in_storage():
     """A trial's latency is stored as the set fields of its LatencyRecord (what earlier versions stored) and read
     back as the same record; a key this version does not know is left out, an empty record reads as none."""

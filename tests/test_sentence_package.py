@@ -424,6 +424,7 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
 
 def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():
     from kdnas.nas.neighbours import NARROWER, WIDER, candidates, ffn_neighbour, on_trial_scale, rank_in
+    from kdnas.nas.schema import BEFORE_TRAINING, Refusal
 
     # A neighbour's reading on the scale its parent was scored with: the host is 10 % slower now.
     assert on_trial_scale(9.9, 8.2, 9.02) == pytest.approx((9.0, 0.909), abs=1e-3)
@@ -443,7 +444,8 @@ def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():
     rank_in(queue, {**wider, "reward": 0.5})
     assert [r["arch"] for r in queue] == ["3x12x384x1024", "a", "3x12x384x1536", "b"]
     pool = [{"arch": "a", "reward": 0.6}, {"arch": "b", "reward": 0.4}]
-    assert [r["arch"] for r in candidates(pool, [{"arch": "a"}], [{**wider, "reward": 0.5}])] == ["3x12x384x1536", "b"]
+    refused = Refusal(trial=0, arch="a", recipe={}, stage=BEFORE_TRAINING, latency_ms=9.0, budget_ms=8.0)
+    assert [r["arch"] for r in candidates(pool, [refused], [{**wider, "reward": 0.5}])] == ["3x12x384x1536", "b"]
 
 
 def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():

@@ -1,12 +1,13 @@
 """The final stage's records in the study: which trials are candidates, what a rerun finds done, and the
-one claim that lets a single worker of many run the stage. Records are plain JSON in the study's user
-attributes (`final`, `final_over_budget`, `final_neighbours`), each tagged with the recipe (and budget)
+one claim that lets a single worker of many run the stage. Records are kept in the study's facts (`final`,
+`final_over_budget` as `Refusal`s, `final_neighbours`), each tagged with the recipe (and budget)
 that made it, so a rerun with the same recipe replays them and another recipe starts afresh."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from ..neighbours import candidates
 from ..recipe import recipe_of
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
-from ..schema import StudyFacts, TrialStatus, recorded, store
+from ..schema import AS_SHIPPED, BEFORE_TRAINING, Refusal, StudyFacts, TrialStatus, recorded, store
 from ..scored import Scored
 
 if TYPE_CHECKING:
@@ -94,9 +95,9 @@ def state_file(dest: Path) -> Path:
     return dest.parent / f".{dest.name}.state.pt"
 
 
-def refused_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
+def refused_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[Refusal]:
     """Finalists already trained with this recipe whose shipped model missed the budget."""
-    return [s for s in StudyFacts.from_study(study).final_over_budget or [] if s.get("recipe") == recipe_of(cfg, label)]
+    return [s for s in StudyFacts.from_study(study).final_over_budget or () if s.recipe == recipe_of(cfg, label)]
 
 
 def neighbour_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
@@ -109,10 +110,10 @@ def shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any,
     return candidates(pool, refused_records(study, cfg, label), neighbour_records(study, cfg, label))[:cfg.final.top_k]
 
 
-def of_other_budgets(records: list[dict[str, Any]], label: str | None) -> list[dict[str, Any]]:
-    """The records of a study's other budgets, kept when one budget's are written (none for a single budget,
-    whose records of an earlier recipe are replaced, as they always were)."""
-    return [r for r in records if (r.get("recipe") or {}).get("budget") != label]
+def of_other_budgets(records: Sequence[Any], label: str | None) -> list[Any]:
+    """The records (dicts or `Refusal`s) of a study's other budgets, kept when one budget's are written (none for a
+    single budget, whose records of an earlier recipe are replaced, as they always were)."""
+    return [r for r in records if ((r.get("recipe") if isinstance(r, dict) else r.recipe) or {}).get("budget") != label]
 
 
 def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
@@ -158,12 +159,14 @@ def spec_of(ctx: "SearchContext", row: dict[str, Any]) -> StudentSpec:
 
 
 def over_record(row: dict[str, Any], ctx: "SearchContext", moved_to: Path | None, latency_ms: float,
-                readings: list[float]) -> dict[str, Any]:
-    return {"trial": row["number"], "arch": row["arch"], "recipe": recipe_of(ctx.config, ctx.budget_label),
-            "stage": "before training" if moved_to is None else "as shipped",
-            "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms, "budget_ms": ctx.budget.ms,
-            "budget_limit_ms": ctx.budget_ms,
-            "latency_readings_ms": readings, **origin_of(row)}
+                readings: list[float], **facts: Any) -> Refusal:
+    """`row` refused over `ctx`'s budget: before training (`moved_to` None) or as shipped; `facts`: the side-by-side
+    pair's (`drift_of`), the graph judged, or the run's steps and seconds."""
+    return Refusal.from_attrs({"trial": row["number"], "arch": row["arch"], "recipe": recipe_of(ctx.config, ctx.budget_label),
+                               "stage": BEFORE_TRAINING if moved_to is None else AS_SHIPPED,
+                               "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms,
+                               "budget_ms": ctx.budget.ms, "budget_limit_ms": ctx.budget_ms,
+                               "latency_readings_ms": readings, **origin_of(row), **facts})
 
 
 def origin_of(row: dict[str, Any]) -> dict[str, str]:

@@ -12,7 +12,7 @@ from kdnas.core.files import atomic_write_text, make_shared
 
 from ..measure import DRIFT_BAND
 from ..recipe import recipe_of
-from ..schema import LatencyRecord
+from ..schema import LatencyRecord, Refusal
 from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
-           pipeline: dict[str, Any], timing: dict[str, Any], start: dict[str, Any] | None) -> Finalist:
+           pipeline: dict[str, Any], timing: dict[str, Any], start: Refusal | None) -> Finalist:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
     `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
     that reading was marginal, a proxy run's seconds, its trial's pace per update and the finalists

@@ -20,7 +20,7 @@ from ..neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighb
 from ..records import trial_pace, trial_rows
 from ..time_limit import final_run_s, marginal
 from ..recipe import final_transfer_set, recipe_of
-from ..schema import LatencyRecord, StudyFacts, record_fact
+from ..schema import AS_SHIPPED, LatencyRecord, Refusal, StudyFacts, record_fact
 from ..variant import VariantChoice
 from ._latency import INT8_GRAPH, drift_of, shipped_graph_latency
 from ._records import final_dir, jsonable, neighbour_records, of_other_budgets, over_record, refused_records, spec_of
@@ -81,15 +81,15 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[d
             continue
         entry = finalist.record()
         stage.refuse(over_record(row, ctx, set_aside(out, entry, ctx.budget_label), finalist.latency_ms,
-                                 entry["latency_readings_ms"]) | drift_of(entry)
-                     | {"steps": entry["steps"], "distill_s": finalist.seconds["distill"]})
+                                 entry["latency_readings_ms"], **drift_of(entry), steps=entry["steps"],
+                                 distill_s=finalist.seconds["distill"]))
         stage.propose(row, NARROWER)
     if cfg.latency.plans:  # the teacher's own plan within the budget, beside the student
         results = teacher_or_student(study, ctx, out, results, pipeline, teacher_dir)
     record_fact(study, "final", of_other_budgets(StudyFacts.from_study(study).final or [], ctx.budget_label)
                         + jsonable(results))
     if not results:
-        tried = ", ".join(f"{s['arch']} {s['latency_ms']:.2f} ms" for s in stage.over)
+        tried = ", ".join(f"{s.arch} {s.latency_ms:.2f} ms" for s in stage.over)
         raise InputError(f"no finalist fits {ctx.budget_named} as shipped ({tried}); "
                          f"raise --budget-ms or search again")
     return results
@@ -158,9 +158,9 @@ class Stage:
 
     def refused_trials(self) -> int:
         """Finalists refused, not counting neighbours (a neighbour's refusal costs seconds)."""
-        return sum("neighbour_of" not in s for s in self.over)
+        return sum(s.neighbour_of is None for s in self.over)
 
-    def refuse(self, record: dict[str, Any]) -> None:
+    def refuse(self, record: Refusal) -> None:
         self.over.append(record)
         self.save()
 
@@ -170,7 +170,7 @@ class Stage:
 
     def propose(self, row: dict[str, Any], direction: int) -> bool:
         """Queue `row`'s FFN neighbour in `direction` to be tried next; False when there is none."""
-        taken = self.tried | {r["arch"] for r in self.over + self.neighbours + self.queue}
+        taken = self.tried | {s.arch for s in self.over} | {r["arch"] for r in self.neighbours + self.queue}
         neighbour = ffn_neighbour(self.ctx.space, row, direction, taken) if self.proposed < MAX_NEIGHBOURS else None
         if neighbour is None:
             return False
@@ -178,21 +178,21 @@ class Stage:
         rank_in(self.queue, neighbour)
         return True
 
-    def trained_wider(self, row: dict[str, Any]) -> dict[str, Any] | None:
+    def trained_wider(self, row: dict[str, Any]) -> Refusal | None:
         """The finalist refused as shipped whose training `row` continues: the same layers, heads and
         width at the nearest wider FFN, its folder still in over-budget/ (None when there is none).
         Its trained weights, narrowed, are a far better start than the teacher's: 3x12x384x1536 after
         680 steps, cut to 1280 FFN neurons, reaches ρ 0.873 after 100 more steps, the teacher-inherited
         3x12x384x1280 0.803 (docs/design/final-recipe.md, "A refused finalist's training, handed on")."""
         mine = spec_of(self.ctx, row)
-        trained = [(parse_arch(s["arch"], **self.ctx.sizes), s) for s in self.over
-                   if s["stage"] == "as shipped" and s.get("steps") and s.get("dir") and Path(s["dir"]).is_dir()]
+        trained = [(parse_arch(s.arch, **self.ctx.sizes), s) for s in self.over
+                   if s.stage == AS_SHIPPED and s.steps and s.dir and Path(s.dir).is_dir()]
         wider = [(spec.ffn, s) for spec, s in trained if replace(spec, ffn=mine.ffn) == mine and spec.ffn > mine.ffn]
         return min(wider, key=lambda pair: pair[0])[1] if wider else None
 
     def save(self) -> None:
         label, facts = self.ctx.budget_label, StudyFacts.from_study(self.study)
-        record_fact(self.study, "final_over_budget", of_other_budgets(facts.final_over_budget or [], label) + jsonable(self.over))
+        record_fact(self.study, "final_over_budget", of_other_budgets(facts.final_over_budget or (), label) + self.over)
         record_fact(self.study, "final_neighbours",
                     of_other_budgets(facts.final_neighbours or [], label) + jsonable(self.neighbours))
 
@@ -212,7 +212,7 @@ def ready(stage: Stage, row: dict[str, Any], pipeline: dict[str, Any], label: st
         stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / gate.steps
         stage.marginal[row["arch"]] = marginal(before, ctx.budget_ms, bool(readings))
         if before > ctx.budget_ms:
-            stage.refuse(over_record(row, ctx, None, before, readings) | drift | {"graph": gate.graph})
+            stage.refuse(over_record(row, ctx, None, before, readings, **drift, graph=gate.graph))
             stage.propose(row, NARROWER)
             return False
         if row["reward"] is None:

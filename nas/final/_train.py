@@ -22,6 +22,7 @@ from ..recipe import final_transfer_set
 if TYPE_CHECKING:
     from ..config import SearchConfig
     from ..context import SearchContext
+    from ..schema import Refusal
 
 
 # A run that continues a refused finalist (`Stage.trained_wider`) is not made when fewer steps than
@@ -33,7 +34,7 @@ MIN_CONTINUED_STEPS = 100
 
 
 def distill_in_time(ctx: "SearchContext", cache: Any, spec: StudentSpec, label: str, until: float | None,
-                    start: dict[str, Any] | None, state: Path) -> Any:
+                    start: Refusal | None, state: Path) -> Any:
     """The final recipe's run, fitted to end by `until` when a --timeout set one; from the inherited
     student, or from `start`'s trained weights narrowed to `spec` (`distill.narrowed`). A run of a
     fixed step count (no --timeout) saves its state in `state` every `final.save_every` steps, so a
@@ -48,7 +49,7 @@ def distill_in_time(ctx: "SearchContext", cache: Any, spec: StudentSpec, label: 
         student = _narrowed_start(ctx, cache, spec, start, label)
         config = replace(config, freeze_embeddings=True)  # frozen in the run it continues
         if _continued_steps(cfg, start, until) < MIN_CONTINUED_STEPS:
-            ctx.progress.note(f"{label}: ships as narrowed from {start['arch']}: fewer than "
+            ctx.progress.note(f"{label}: ships as narrowed from {start.arch}: fewer than "
                               f"{MIN_CONTINUED_STEPS} steps would fit, and so few take fidelity away")
             return DistillResult(student=student, spec=spec, config=config, init=_continued(start),
                                  metrics={"step": 0, **Evaluator(cache, strategy=config.eval_layer_map)(student)},
@@ -122,21 +123,21 @@ def _fitted_to(cfg: SearchConfig) -> str:
     return f", {more}fewer if they would not end by --timeout"
 
 
-def _narrowed_start(ctx: "SearchContext", cache: Any, spec: StudentSpec, start: dict[str, Any], label: str) -> Any:
+def _narrowed_start(ctx: "SearchContext", cache: Any, spec: StudentSpec, start: Refusal, label: str) -> Any:
     """`start`'s trained student, read back from over-budget/ and narrowed to `spec`."""
-    ctx.progress.phase(f"{label}: continues {start['arch']} ({start['steps']} steps, over the budget as shipped), "
+    ctx.progress.phase(f"{label}: continues {start.arch} ({start.steps} steps, over the budget as shipped), "
                        f"narrowed by activation importance")
-    return narrowed_from(start["dir"], ctx.teacher.tokenizer, spec, *cache.data.split("train"))
+    return narrowed_from(start.dir, ctx.teacher.tokenizer, spec, *cache.data.split("train"))
 
 
-def _continued_steps(cfg: SearchConfig, start: dict[str, Any], until: float | None) -> int:
+def _continued_steps(cfg: SearchConfig, start: Refusal, until: float | None) -> int:
     """The steps a continued run can make: `final.steps`, or those that fit before `until` at the
     pace of the refused run (whose FFN was wider, so a little slower: the estimate errs short)."""
-    if until is None or not start.get("distill_s"):
+    if until is None or not start.distill_s:
         return cfg.final.steps
-    return fit_steps(0, start["distill_s"] / max(start["steps"], 1), until - time.monotonic(), cfg.final.steps)
+    return fit_steps(0, start.distill_s / max(start.steps or 0, 1), until - time.monotonic(), cfg.final.steps)
 
 
-def _continued(start: dict[str, Any]) -> dict[str, Any]:
-    return {"init": "continued", "from": start["arch"], "after_steps": start["steps"],
+def _continued(start: Refusal) -> dict[str, Any]:
+    return {"init": "continued", "from": start.arch, "after_steps": start.steps,
             "narrowed_by": "activation importance (distill.narrowed)"}

@@ -31,7 +31,7 @@ from _mfu import known_peak_tflops, mfu, train_flops_per_token  # noqa: E402
 from kdnas.latency import cpu_model  # noqa: E402
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default="mpnet-base")
     parser.add_argument("--arch", default="4x12x384x1536")
@@ -46,8 +46,11 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the device's dense peak for the training dtype, for MFU (default: known GPUs' bf16 peak)")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = _args()
     device = torch.device(args.device)
     teacher = load_teacher(args.teacher, device=device)
     spec = parse_arch(args.arch, **teacher.student_sizes())

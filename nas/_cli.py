@@ -413,26 +413,27 @@ def _print_final(f: dict, teacher_int8: dict | None = None) -> None:
     from .baselines import fit_line, versus_teacher_int8
     from .neighbours import shape_label
     from .records import loss_of, steps_label
+    from .schema import Quality
 
     method = (f.get("recipe") or {}).get("method", "")
     within = f" (the {f['budget']} budget, {f['budget_ms']:.2f} ms)" if f.get("budget") else ""
     print(f"final {f['dir']}{within}: {shape_label(f)} after {steps_label(f)} of {method}: {f['latency_ms']:.2f} ms; "
           f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
           + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
-    quality = f.get("quality") or {}
-    if "fidelity" in quality:
-        rows = ", ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
-        verdict = "beats both untrained baselines on fidelity" if quality["beats_baselines"] else \
+    quality = Quality.from_attrs(f.get("quality"))
+    if quality is not None and quality.fidelity:
+        rows = ", ".join(f"{name} {r.spearman:.3f}" for name, r in quality.fidelity.items())
+        verdict = "beats both untrained baselines on fidelity" if quality.beats_baselines else \
             "does NOT beat the untrained baselines on fidelity: this recipe failed"
-        int8 = quality.get("int8")
+        int8 = quality.int8
         if int8 and f.get("budget_graph") == "model.int8.onnx":  # the graph the budget judged leads
-            print(f"  model.int8.onnx, the graph the budget judged: embedding fidelity rho {int8['spearman']:.3f} "
-                  f"({quality['sentences']} held-out sentences)")
-        print(f"  embedding fidelity rho ({quality['sentences']} held-out sentences): {rows}; {verdict}")
+            print(f"  model.int8.onnx, the graph the budget judged: embedding fidelity rho {int8.spearman:.3f} "
+                  f"({quality.sentences} held-out sentences)")
+        print(f"  embedding fidelity rho ({quality.sentences} held-out sentences): {rows}; {verdict}")
         if fit := fit_line(quality, f.get("train_rows")):
             print(f"  {fit}")
         if int8 and f.get("budget_graph") != "model.int8.onnx":
-            print(f"  model.int8.onnx: embedding fidelity rho {int8['spearman']:.3f} on the same sentences")
+            print(f"  model.int8.onnx: embedding fidelity rho {int8.spearman:.3f} on the same sentences")
         if line := graphs_line(f):
             print(f"  {line}")
         if against := versus_teacher_int8(f, teacher_int8):
@@ -442,12 +443,14 @@ def _print_final(f: dict, teacher_int8: dict | None = None) -> None:
 def graphs_line(f: dict) -> str | None:
     """A finalist's graphs side by side — fp32, all-INT8 and its precision plan where one was grown — each
     one's latency as shipped and held-out fidelity, the one the budget judged marked."""
-    quality = f.get("quality") or {}
-    rows = [("model.onnx", "fp32", f.get("latency_fp32_onnx"), (quality.get("fidelity") or {}).get("student")),
-            ("model.int8.onnx", "all-INT8", f.get("latency_int8_onnx"), quality.get("int8")),
+    from .schema import Quality
+
+    quality = Quality.from_attrs(f.get("quality")) or Quality()
+    rows = [("model.onnx", "fp32", f.get("latency_fp32_onnx"), quality.student),
+            ("model.int8.onnx", "all-INT8", f.get("latency_int8_onnx"), quality.int8),
             ("model.mixed.onnx", ((f.get("precision_plan") or {}).get("label") or "plan"), f.get("latency_mixed_onnx"),
-             quality.get("mixed"))]
-    shown = [f"{name} ({what}) {lat['median_ms']:.2f} ms" + (f", rho {rho['spearman']:.3f}" if rho else "")
+             quality.mixed)]
+    shown = [f"{name} ({what}) {lat['median_ms']:.2f} ms" + (f", rho {rho.spearman:.3f}" if rho else "")
              + (" <- shipped" if name == f.get("budget_graph") else "")
              for name, what, lat, rho in rows if lat]
     return "graphs: " + "; ".join(shown) if len(shown) > 1 else None

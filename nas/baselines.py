@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,8 @@ from kdnas.distill import StudentSpec
 from kdnas.core.errors import KdnasError
 from kdnas.evaluation.baselines import untrained_baselines
 from kdnas.evaluation.fidelity import MIN_SENTENCES
+
+from .schema import STUDENT, Fidelity, Quality
 
 if TYPE_CHECKING:
     from .context import SearchContext
@@ -121,27 +124,26 @@ def _training_rows(ctx: "SearchContext", cache: Any) -> dict[str, Any]:
 
 
 def fidelity_table(ctx: "SearchContext", spec: StudentSpec, student: nn.Module, cache: Any,
-                   prepared: dict[str, Any] | None = None, passes: float | None = None) -> dict[str, Any] | None:
+                   prepared: dict[str, Any] | None = None, passes: float | None = None) -> Quality | None:
     """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, and the
     student's on as many rows of its transfer set (`trained_on`, with the `passes` its run made over
     them); None when not asked for (0) or the corpus is too small to hold any out. `prepared` is
     `baseline_fidelity`'s result when it was computed before."""
     prepared = baseline_fidelity(ctx, spec, cache) if prepared is None else prepared
     if prepared is None or "skipped" in prepared:
-        return prepared
+        return None if prepared is None else Quality(skipped=prepared["skipped"])
     sentences = prepared["sentences"]
-    rows = {"student": _fidelity(ctx, student, sentences, prepared["reference"]), **prepared["rows"]}
-    student_rho = rows["student"]["spearman"]
-    beaten = all(student_rho > r["spearman"] for name, r in rows.items() if name != "student")
+    student_row = _fidelity(ctx, student, sentences, prepared["reference"])
+    rows = {STUDENT: student_row, **{name: Fidelity.from_attrs(row) for name, row in prepared["rows"].items()}}
+    beaten = all(student_row.spearman > r.spearman for name, r in rows.items() if name != STUDENT)
     own, trained = prepared["trained_on"], None
     if len(own["sentences"]) >= MIN_SENTENCES:
-        trained = {"sentences": len(own["sentences"]), "passes": passes,
-                   **_fidelity(ctx, student, own["sentences"], own["reference"])}
-    return {"sentences": len(sentences), "max_len": ctx.config.latency.seq, "fidelity": rows, "beats_baselines": beaten,
-            "trained_on": trained}
+        trained = replace(_fidelity(ctx, student, own["sentences"], own["reference"]), passes=passes)
+    return Quality(fidelity=rows, sentences=len(sentences), max_len=ctx.config.latency.seq, beats_baselines=beaten,
+                   trained_on=trained)
 
 
-def int8_fidelity(ctx: "SearchContext", prepared: dict[str, Any] | None, graph: Path) -> dict[str, float] | None:
+def int8_fidelity(ctx: "SearchContext", prepared: dict[str, Any] | None, graph: Path) -> Fidelity | None:
     """The shipped INT8 graph's fidelity on the held-out sentences the student is scored on: what a user
     who deploys model.int8.onnx gets, beside the fp32 student's row. None where fidelity was not measured."""
     if not prepared or "skipped" in prepared:
@@ -151,20 +153,21 @@ def int8_fidelity(ctx: "SearchContext", prepared: dict[str, Any] | None, graph: 
 
     cfg = ctx.config
     emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, prepared["sentences"], max_len=cfg.latency.seq)
-    return embedding_fidelity(prepared["reference"], torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
+    return Fidelity.from_attrs(embedding_fidelity(prepared["reference"], torch.from_numpy(emb), pairs=PAIRS,
+                                                  seed=cfg.seed))
 
 
-def fit_line(quality: dict[str, Any], rows: int | None = None) -> str | None:
+def fit_line(quality: Quality, rows: int | None = None) -> str | None:
     """One line on the student's fidelity on its own training text beside held-out text, and what the
     difference says, naming the option that gives more text (`rows`: the run's training rows, where known);
     None where it was not measured."""
-    own, held = quality.get("trained_on"), (quality.get("fidelity") or {}).get("student")
-    if not own or not held:
+    own, held = quality.trained_on, quality.student
+    if own is None or held is None or own.spearman_se is None or held.spearman_se is None:
         return None
-    gap, se = own["spearman"] - held["spearman"], math.hypot(own["spearman_se"], held["spearman_se"])
-    line = f"on {own['sentences']} of its own training rows rho {own['spearman']:.3f} ({gap:+.3f} over held-out"
-    if own.get("passes") is not None and own["passes"] < 1:
-        return line + f"; after {own['passes']:.1f} of a pass, not all of them seen yet)"
+    gap, se = own.spearman - held.spearman, math.hypot(own.spearman_se, held.spearman_se)
+    line = f"on {own.sentences} of its own training rows rho {own.spearman:.3f} ({gap:+.3f} over held-out"
+    if own.passes is not None and own.passes < 1:
+        return line + f"; after {own.passes:.1f} of a pass, not all of them seen yet)"
     if gap > 2 * se:
         more = "--final-train" + ("" if rows is None else f" above this run's {rows} rows")
         return line + ", beyond the noise): it fits the text it saw better than new text; a longer run needs " \
@@ -177,9 +180,10 @@ def versus_teacher_int8(final: dict[str, Any], int8: dict[str, Any] | None) -> s
     """One line on a shipped student against the alternative its user has for free, the teacher's own INT8
     graph (`teacher_int8`, read on the same settings and sentences): whether the student is worth shipping,
     as fp32, only as INT8, or not at all. None where either side was not measured."""
-    quality = final.get("quality") or {}
-    fp32_rho = ((quality.get("fidelity") or {}).get("student") or {}).get("spearman")
-    int8_rho, int8_ms = (quality.get("int8") or {}).get("spearman"), (final.get("latency_int8_onnx") or {}).get("median_ms")
+    quality = Quality.from_attrs(final.get("quality")) or Quality()
+    fp32_rho = None if quality.student is None else quality.student.spearman
+    int8_rho = None if quality.int8 is None else quality.int8.spearman
+    int8_ms = (final.get("latency_int8_onnx") or {}).get("median_ms")
     if not int8 or fp32_rho is None:
         return None
     ms, rho = int8["latency"]["median_ms"], int8["fidelity"]["spearman"]
@@ -200,9 +204,9 @@ def versus_teacher_int8(final: dict[str, Any], int8: dict[str, Any] | None) -> s
     return f"faster than {teacher}, which is closer to the teacher by {rho - fp32_rho:.3f}: a trade of speed for fidelity"
 
 
-def _fidelity(ctx: "SearchContext", model: nn.Module, sentences: list[str], reference: Any) -> dict[str, float]:
+def _fidelity(ctx: "SearchContext", model: nn.Module, sentences: list[str], reference: Any) -> Fidelity:
     from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
     cfg = ctx.config
     emb = sentence_embeddings((model.eval(), ctx.teacher.tokenizer), sentences, max_len=cfg.latency.seq)
-    return embedding_fidelity(reference, emb, pairs=PAIRS, seed=cfg.seed)
+    return Fidelity.from_attrs(embedding_fidelity(reference, emb, pairs=PAIRS, seed=cfg.seed))

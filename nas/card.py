@@ -14,6 +14,7 @@ from kdnas.core.files import atomic_write_text
 
 from .neighbours import shape_label
 from .records import steps_label
+from .schema import Fidelity, Quality
 
 CARD = "README.md"
 # Settings (by their flag names, SearchConfig.flags) that only steer this process and have no `kdnas search` flag.
@@ -37,7 +38,7 @@ def model_card(entry: dict[str, Any], config: Any) -> str:
         ("parameters", f"{int(entry['params']):,}"),
         *_latencies(entry, config),
         ("held-out normalized L_HS (0 = the teacher's hidden states)", _number(entry.get("l_hs_norm"))),
-        ("quality", _quality(entry.get("quality"), entry.get("train_rows"))),
+        ("quality", _quality(Quality.from_attrs(entry.get("quality")), entry.get("train_rows"))),
         ("teacher", _teacher(config.teacher)),
         ("sentence embedding", _pipeline(pipe)),
         ("distillation", _distillation(entry)),
@@ -165,12 +166,12 @@ def _latencies(entry: dict[str, Any], config: Any) -> list[tuple[str, str]]:
     one the budget judged first (nas.final: the runtime's graph, or the plan chosen on onnxruntime-auto)."""
     judged = entry.get("budget_graph", "model.onnx")
     runtime = "onnxruntime" if config.latency.runtime != "torch" else "torch"
-    quality = entry.get("quality") if isinstance(entry.get("quality"), dict) else {}
+    quality = Quality.from_attrs(entry.get("quality")) or Quality()
     plan = (entry.get("precision_plan") or {}).get("label")
     rows = [("model.onnx", "latency, fp32 (model.onnx)", entry.get("latency_fp32_onnx") or entry.get("latency"), None),
-            ("model.int8.onnx", "latency, int8 (model.int8.onnx)", entry.get("latency_int8_onnx"), quality.get("int8")),
+            ("model.int8.onnx", "latency, int8 (model.int8.onnx)", entry.get("latency_int8_onnx"), quality.int8),
             ("model.mixed.onnx", f"latency, precision plan {plan} (model.mixed.onnx)", entry.get("latency_mixed_onnx"),
-             quality.get("mixed"))]
+             quality.mixed)]
     shown = [(name, label, _latency(record, config, runtime if name == "model.onnx" else "onnxruntime")
               + _graph_fidelity(rho, quality)) for name, label, record, rho in rows if record or name != "model.mixed.onnx"]
     shown.sort(key=lambda row: row[0] != judged)
@@ -185,30 +186,30 @@ def _latency(record: dict[str, Any] | None, config: Any, runtime: str) -> str:
             f"{config.latency.batch}, {config.latency.seq} tokens, {config.latency.threads} threads, {runtime})")
 
 
-def _quality(quality: Any, train_rows: int | None) -> str:
+def _quality(quality: Quality | None, train_rows: int | None) -> str:
     """Embedding fidelity of the student beside the untrained baselines, and on its own training text, of
     `train_rows` rows (nas.baselines)."""
     from .baselines import fit_line
 
-    if not quality or not isinstance(quality, dict) or "fidelity" not in quality:
-        return (quality or {}).get("skipped", "not measured") if isinstance(quality, dict) else "not measured"
-    rows = "; ".join(f"{name} {r['spearman']:.3f}" for name, r in quality["fidelity"].items())
-    verdict = "beats both untrained baselines on fidelity" if quality.get("beats_baselines") else \
+    if quality is None or not quality.fidelity:
+        return (quality.skipped if quality is not None else None) or "not measured"
+    rows = "; ".join(f"{name} {r.spearman:.3f}" for name, r in quality.fidelity.items())
+    verdict = "beats both untrained baselines on fidelity" if quality.beats_baselines else \
         "does NOT beat the untrained baselines on fidelity: the recipe failed for this shape"
     fit = fit_line(quality, train_rows)
-    return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality['sentences']} held-out "
+    return (f"embedding fidelity (Spearman ρ of pairwise cosines vs the teacher, {quality.sentences} held-out "
             f"sentences): {rows} — {verdict}" + (f"; {fit}" if fit else "") + ". Linear probes take minutes more "
             "than a search spends: `kdnas evaluate path/to/this/folder --baselines --measures fidelity,probe --card` "
             "adds their table, beside the untrained baselines, below (without --measures, fine-tuning too: an hour or "
             "more on a CPU)")
 
 
-def _graph_fidelity(rho: dict[str, Any] | None, quality: dict[str, Any]) -> str:
+def _graph_fidelity(rho: Fidelity | None, quality: Quality) -> str:
     """A quantized graph's embedding fidelity beside the fp32 student's (nas.baselines.int8_fidelity), where measured."""
-    fp32 = (quality.get("fidelity") or {}).get("student")
-    if not rho or not fp32:
+    fp32 = quality.student
+    if rho is None or fp32 is None:
         return ""
-    return f"; embedding fidelity ρ {rho['spearman']:.3f} on the same held-out sentences (fp32: {fp32['spearman']:.3f})"
+    return f"; embedding fidelity ρ {rho.spearman:.3f} on the same held-out sentences (fp32: {fp32.spearman:.3f})"
 
 
 def _pipeline(pipe: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from optuna.trial import TrialState, create_trial
 from kdnas.core.errors import first_line
 
 from .records import TrialRow, latency_model_facts, loss_of, model_checked, pareto_front
-from .schema import UNTRAINED_LOSS, TrialStatus, recorded
+from .schema import STUDENT, UNTRAINED_LOSS, Quality, TrialStatus, recorded
 
 _STYLE = {  # status -> (legend name, marker)
     TrialStatus.FEASIBLE: ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
@@ -163,26 +163,25 @@ def students_figure(facts: dict[str, Any]) -> go.Figure:
 
 def _student_points(final: dict[str, Any]) -> list[tuple[str, float, float, str]]:
     """(kind, latency ms, ρ, hover text) of one shipped student: fp32, INT8 and its baselines, where measured."""
-    quality = final.get("quality") or {}
-    rows = quality.get("fidelity") or {}
+    quality = Quality.from_attrs(final.get("quality")) or Quality()
     fp32 = (final.get("latency_fp32_onnx") or {}).get("median_ms", final.get("latency_ms"))
     int8 = (final.get("latency_int8_onnx") or {}).get("median_ms")
     where = f"{final['arch']}" + (f" ({final['budget']} budget)" if final.get("budget") else "") + f", {final['dir']}"
     points = []
-    if "student" in rows and fp32 is not None:
-        points.append(("fp32", fp32, rows["student"]["spearman"], f"{where}<br>model.onnx {fp32:.2f} ms, "
-                       f"ρ {rows['student']['spearman']:.3f}"))
-    if quality.get("int8") and int8 is not None:
-        points.append(("int8", int8, quality["int8"]["spearman"], f"{where}<br>model.int8.onnx {int8:.2f} ms, "
-                       f"ρ {quality['int8']['spearman']:.3f}"))
+    if quality.student is not None and fp32 is not None:
+        points.append(("fp32", fp32, quality.student.spearman, f"{where}<br>model.onnx {fp32:.2f} ms, "
+                       f"ρ {quality.student.spearman:.3f}"))
+    if quality.int8 is not None and int8 is not None:
+        points.append(("int8", int8, quality.int8.spearman, f"{where}<br>model.int8.onnx {int8:.2f} ms, "
+                       f"ρ {quality.int8.spearman:.3f}"))
     mixed = (final.get("latency_mixed_onnx") or {}).get("median_ms")
-    if quality.get("mixed") and mixed is not None:
+    if quality.mixed is not None and mixed is not None:
         plan = (final.get("precision_plan") or {}).get("label", "a precision plan")
-        points.append(("mixed", mixed, quality["mixed"]["spearman"], f"{where}<br>model.mixed.onnx ({plan}) "
-                       f"{mixed:.2f} ms, ρ {quality['mixed']['spearman']:.3f}"))
-    for name, row in rows.items():
-        if name != "student" and fp32 is not None:
-            points.append(("baseline", fp32, row["spearman"], f"{name} of {where}: ρ {row['spearman']:.3f}"))
+        points.append(("mixed", mixed, quality.mixed.spearman, f"{where}<br>model.mixed.onnx ({plan}) "
+                       f"{mixed:.2f} ms, ρ {quality.mixed.spearman:.3f}"))
+    for name, row in quality.fidelity.items():
+        if name != STUDENT and fp32 is not None:
+            points.append(("baseline", fp32, row.spearman, f"{name} of {where}: ρ {row.spearman:.3f}"))
     return points
 
 

@@ -13,13 +13,14 @@ one place (`migrate`), and a field name no record has is refused when written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Protocol
 
 from optuna.trial import FrozenTrial
 
 from kdnas.core.errors import StorageError
+from kdnas.evaluation.precision import INT8_GRAPH, MIXED_GRAPH
 
 # 1: every study before the version was stored; 2: precision plans (a trial's `precision`, `latency_int8`),
 # the budget's tolerance, a repeated shape's status.
@@ -97,7 +98,7 @@ def _as_stored(value: Any) -> Any:
     """A value as the storage holds it: a typed record as its JSON (`to_attrs`), anything else as it is."""
     if isinstance(value, (list, tuple)):
         return [_as_stored(v) for v in value]
-    return value.to_attrs() if isinstance(value, (LatencyRecord, TeacherPlans, Refusal)) else value
+    return value.to_attrs() if isinstance(value, (LatencyRecord, Fidelity, Quality, TeacherPlans, Refusal)) else value
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,78 @@ class LatencyRecord:
 
 
 _LATENCY_FIELDS = frozenset(f.name for f in fields(LatencyRecord))
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """One model's embedding fidelity on held-out sentences (`evaluation.embedding_fidelity`): Spearman's ρ of its
+    pairwise cosines against the teacher's, with its jackknife standard error; `passes` where it was scored on rows
+    of its own transfer set, the passes its run made over them (nas.baselines.fidelity_table)."""
+
+    spearman: float
+    spearman_se: float | None = None
+    mean_cosine: float | None = None
+    cosine_via: str | None = None
+    pairs: int | None = None
+    sentences: int | None = None
+    cosine_sentences: int | None = None
+    passes: float | None = None
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | Fidelity | None) -> Fidelity | None:
+        if attrs is None or isinstance(attrs, Fidelity):
+            return attrs
+        return cls(**{key: value for key, value in attrs.items() if key in _FIDELITY_FIELDS})
+
+
+_FIDELITY_FIELDS = frozenset(f.name for f in fields(Fidelity))
+STUDENT = "student"  # the trained model's row of `Quality.fidelity`; the untrained baselines' rows follow it
+
+
+@dataclass(frozen=True)
+class Quality:
+    """A shipped student's fidelity (nas.baselines.fidelity_table): its row and both untrained baselines' on the same
+    `sentences` held-out sentences, whether it beats both, its fidelity on as many rows of its own transfer set
+    (`trained_on`), and its INT8 graph's and precision plan's as shipped. Where it was not measured, `skipped` says
+    why (the corpus holds too few sentences) and `fidelity` is empty."""
+
+    fidelity: dict[str, Fidelity] = field(default_factory=dict)  # STUDENT first, then the baselines by name
+    sentences: int | None = None
+    max_len: int | None = None
+    beats_baselines: bool = False
+    trained_on: Fidelity | None = None
+    int8: Fidelity | None = None
+    mixed: Fidelity | None = None
+    skipped: str | None = None
+
+    @property
+    def student(self) -> Fidelity | None:
+        return self.fidelity.get(STUDENT)
+
+    def of_graph(self, graph: str) -> Fidelity | None:
+        """The row of one shipped graph: model.int8.onnx, model.mixed.onnx, else the fp32 student's."""
+        return {INT8_GRAPH: self.int8, MIXED_GRAPH: self.mixed}.get(graph, self.student)
+
+    def to_attrs(self) -> dict[str, Any]:
+        rows = {"fidelity": {name: row.to_attrs() for name, row in self.fidelity.items()}} if self.fidelity else {}
+        return rows | {f.name: _as_stored(value) for f in fields(self)
+                       if f.name != "fidelity" and (value := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | Quality | None) -> Quality | None:
+        """A quality as stored (None: fidelity was not asked for; a key this version does not know is left out)."""
+        if attrs is None or isinstance(attrs, Quality):
+            return attrs
+        known = {key: value for key, value in attrs.items() if key in _QUALITY_FIELDS}
+        rows = {name: Fidelity.from_attrs(row) for name, row in (known.pop("fidelity", None) or {}).items()}
+        return cls(fidelity=rows, **known | {name: Fidelity.from_attrs(known.get(name))
+                                             for name in ("trained_on", "int8", "mixed")})
+
+
+_QUALITY_FIELDS = frozenset(f.name for f in fields(Quality))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import torch
 from kdnas.distill import ModelDims, StudentSpec, TeacherCache
 from kdnas.evaluation.baselines import first_layers_depth
 from kdnas.nas.baselines import baseline_fidelity, fidelity_table, fit_line, int8_fidelity
+from kdnas.nas.schema import Fidelity, Quality
 
 
 def test_first_layers_depth_is_the_deepest_cut_no_dearer_than_the_student():
@@ -30,18 +31,19 @@ def test_fidelity_table_ranks_the_teacher_itself_above_the_baselines(teacher, ne
     ctx = SimpleNamespace(config=SearchConfig.from_flags(quality_sentences=60, latency_seq=64), teacher=teacher, texts=news_texts)
     # The full teacher as "student" (6 layers): perfect fidelity, above both 2-layer baselines.
     table = fidelity_table(ctx, spec, teacher.model, TeacherCache(teacher, small_data), passes=3.0)
-    rows = table["fidelity"]
-    assert set(rows) == {"student", "first 2 layers (untrained)", "inherited (untrained)"}
-    assert rows["student"]["spearman"] > 0.999 and table["beats_baselines"]
+    rows = table.fidelity
+    assert set(rows) == {"student", "first 2 layers (untrained)", "inherited (untrained)"} and next(iter(rows)) == "student"
+    assert table.student.spearman > 0.999 and table.beats_baselines and table.sentences == 60
     # as many rows of its transfer set, decoded: the teacher agrees with itself there too
-    trained = table["trained_on"]
-    assert trained["sentences"] == 60 and trained["passes"] == 3.0 and trained["spearman"] > 0.999
-    assert rows["first 2 layers (untrained)"]["spearman"] < 0.95
+    trained = table.trained_on
+    assert trained.sentences == 60 and trained.passes == 3.0 and trained.spearman > 0.999
+    assert rows["first 2 layers (untrained)"].spearman < 0.95
+    assert Quality.from_attrs(table.to_attrs()) == table  # stored and read back as it was
     torch.manual_seed(0)
     from transformers import BertModel
 
     random = BertModel(spec.to_config())
-    assert not fidelity_table(ctx, spec, random, TeacherCache(teacher, small_data))["beats_baselines"]
+    assert not fidelity_table(ctx, spec, random, TeacherCache(teacher, small_data)).beats_baselines
     assert d.layers == 6
 
 
@@ -57,8 +59,8 @@ def test_int8_fidelity_scores_the_shipped_graph_on_the_same_sentences(teacher, n
     # the reference was (tokenizer, length cut, mean pooling). Its INT8 graph loses a little.
     fp32 = int8_fidelity(ctx, prepared, tmp_path / "graphs" / "model.onnx")
     int8 = int8_fidelity(ctx, prepared, tmp_path / "graphs" / "model.int8.onnx")
-    assert fp32["spearman"] > 0.9999 and fp32["mean_cosine"] > 0.9999
-    assert 0.95 < int8["spearman"] < fp32["spearman"] and int8["sentences"] == 60
+    assert fp32.spearman > 0.9999 and fp32.mean_cosine > 0.9999
+    assert 0.95 < int8.spearman < fp32.spearman and int8.sentences == 60
     assert int8_fidelity(ctx, None, tmp_path / "graphs" / "model.int8.onnx") is None  # fidelity not asked for
 
 
@@ -86,9 +88,9 @@ def test_the_teacher_as_int8_is_measured_beside_the_students_on_the_same_sentenc
     assert teacher_int8(ctx, pipeline) is None and timed == ["model.int8.onnx"]  # fidelity not asked for
 
 
-def _quality(own_rho: float, held_rho: float, passes: float | None = 4.0, se: float = 0.003) -> dict:
-    return {"fidelity": {"student": {"spearman": held_rho, "spearman_se": se}},
-            "trained_on": {"sentences": 1000, "passes": passes, "spearman": own_rho, "spearman_se": se}}
+def _quality(own_rho: float, held_rho: float, passes: float | None = 4.0, se: float = 0.003) -> Quality:
+    return Quality(fidelity={"student": Fidelity(held_rho, se)},
+                   trained_on=Fidelity(own_rho, se, sentences=1000, passes=passes))
 
 
 def test_fit_line_says_whether_the_student_is_at_home_only_on_its_training_text():
@@ -105,15 +107,14 @@ def test_fit_line_says_whether_the_student_is_at_home_only_on_its_training_text(
 
 
 def test_fit_line_is_silent_where_the_training_text_was_not_measured():
-    assert fit_line({"fidelity": {"student": {"spearman": 0.9, "spearman_se": 0.003}}, "trained_on": None}) is None
-    assert fit_line({"skipped": "corpus too small"}) is None
+    assert fit_line(Quality(fidelity={"student": Fidelity(0.9, 0.003)})) is None
+    assert fit_line(Quality(skipped="corpus too small")) is None
 
 
 def _final(ms: float, rho: float, int8_ms: float | None, int8_rho: float | None) -> dict:
-    quality = {"fidelity": {"student": {"spearman": rho}}}
-    if int8_rho is not None:
-        quality["int8"] = {"spearman": int8_rho}
-    return {"latency_ms": ms, "quality": quality,
+    """A finalist's record as stored (the quality as its JSON)."""
+    quality = Quality(fidelity={"student": Fidelity(rho)}, int8=None if int8_rho is None else Fidelity(int8_rho))
+    return {"latency_ms": ms, "quality": quality.to_attrs(),
             **({"latency_int8_onnx": {"median_ms": int8_ms}} if int8_ms is not None else {})}
 
 

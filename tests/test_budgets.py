@@ -24,7 +24,7 @@ from kdnas.nas.final._records import of_other_budgets
 from kdnas.nas.recipe import recipe_of
 from kdnas.nas.plots import students_figure
 from kdnas.nas.records import budget_table, trial_rows
-from kdnas.nas.schema import StudyFacts
+from kdnas.nas.schema import Fidelity, Quality, StudyFacts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -113,8 +113,8 @@ def test_each_budget_keeps_its_own_records_and_a_single_budget_replaces_an_old_r
 def test_the_students_figure_draws_each_shipped_student_its_int8_graph_its_baselines_and_the_teacher_both_ways():
     final = {"arch": "2x12x384x1536", "budget": "0.25x", "dir": "runs/x/best-0.25x", "latency_ms": 4.1,
              "latency_fp32_onnx": {"median_ms": 4.1}, "latency_int8_onnx": {"median_ms": 2.2},
-             "quality": {"fidelity": {"student": {"spearman": 0.85}, "first 2 layers (untrained)": {"spearman": 0.4},
-                                      "inherited, untrained": {"spearman": 0.5}}, "int8": {"spearman": 0.84}}}
+             "quality": Quality(fidelity={"student": Fidelity(0.85), "first 2 layers (untrained)": Fidelity(0.4),
+                                          "inherited, untrained": Fidelity(0.5)}, int8=Fidelity(0.84)).to_attrs()}
     facts = {"teacher_latency": {"median_ms": 16.0}, "final": [final], "settings": {},
              "teacher_int8": {"latency": {"median_ms": 11.0}, "fidelity": {"spearman": 0.99}, "sentences": 1000},
              "budgets": [{"label": "0.5x", "budget_ms": 8.0}, {"label": "0.25x", "budget_ms": 4.0}]}

@@ -81,3 +81,29 @@ def test_a_latency_record_is_a_field_of_the_trials_record_and_json_only_in_stora
     assert recorded(trial).latency == latency and recorded(trial).latency_int8 is None
     later = TrialRecord.from_attrs({"latency": {"median_ms": 3.0, "a_later_field": 1}, "latency_int8": {}})
     assert later.latency == LatencyRecord(median_ms=3.0) and later.latency_int8 is None
+
+
+def test_a_finalists_quality_is_typed_and_stored_as_the_json_earlier_versions_wrote():
+    """A shipped student's fidelity table is stored in its record as the nested JSON earlier versions wrote (what
+    search.json, summary.json and a resumed study hold) and read back as the same `Quality`: the student's row
+    first, a graph's row by its file, a key this version does not know left out, a skipped table and an earlier
+    record's `int8: null` read as they were meant."""
+    from kdnas.nas.schema import Fidelity, Quality
+
+    quality = Quality(fidelity={"student": Fidelity(0.91, 0.004, sentences=500), "first 3 layers (untrained)":
+                                Fidelity(0.52, 0.01)}, sentences=500, max_len=128, beats_baselines=True,
+                      trained_on=Fidelity(0.95, 0.004, sentences=500, passes=2.5), int8=Fidelity(0.90, 0.004))
+    stored_dict = quality.to_attrs()
+    assert stored_dict["fidelity"]["student"] == {"spearman": 0.91, "spearman_se": 0.004, "sentences": 500}
+    assert stored_dict["trained_on"]["passes"] == 2.5 and "mixed" not in stored_dict and "skipped" not in stored_dict
+    assert Quality.from_attrs(stored_dict) == quality
+    assert quality.student.spearman == 0.91 and quality.of_graph("model.int8.onnx").spearman == 0.90
+    assert quality.of_graph("model.onnx") is quality.student and quality.of_graph("model.mixed.onnx") is None
+    earlier = {**stored_dict, "int8": None, "a_later_field": 1,
+               "fidelity": {"student": {"spearman": 0.91, "spearman_se": 0.004, "a_later_key": 2}}}
+    read = Quality.from_attrs(earlier)
+    assert read.int8 is None and read.student == Fidelity(0.91, 0.004) and list(read.fidelity) == ["student"]
+    skipped = Quality.from_attrs({"skipped": "the corpus holds 40 sentences"})
+    assert skipped.skipped == "the corpus holds 40 sentences" and not skipped.fidelity and skipped.student is None
+    assert skipped.to_attrs() == {"beats_baselines": False, "skipped": "the corpus holds 40 sentences"}
+    assert Quality.from_attrs(None) is None  # fidelity not asked for

@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from kdnas.nas import kdnas_reward
 from kdnas.nas.measure import DRIFT_BAND
-from kdnas.nas.schema import UNCOUNTED
+from kdnas.nas.schema import UNCOUNTED, Quality
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
@@ -100,12 +100,12 @@ def test_kdnas_evaluate_rebuilds_the_baselines_the_search_scored_its_winner_agai
                                     quality=QualityConfig(fidelity_sentences=48, seed=2),
                                     baselines=distinct_refs(built)), built)
     final = json.loads((search_run["out"] / "summary.json").read_text())["final"][0]
-    searched = final["quality"]["fidelity"]
+    searched = Quality.from_attrs(final["quality"]).fidelity
     rows = {m["model"]: m["fidelity"]["spearman"] for m in report["models"] if m["role"] == "baseline"}
     first = next(name for name in searched if name.startswith("first"))
-    assert rows[first] == pytest.approx(searched[first]["spearman"], abs=1e-4)
+    assert rows[first] == pytest.approx(searched[first].spearman, abs=1e-4)
     assert rows[f"inherited {final['arch']} (untrained)"] == pytest.approx(
-        searched["inherited (untrained)"]["spearman"], abs=1e-4)
+        searched["inherited (untrained)"].spearman, abs=1e-4)
     verdict = report["verdicts"][str(best)]
     assert verdict["start"].startswith("the inherited baseline is this student's own start")
 
@@ -150,16 +150,16 @@ def test_search_writes_every_output(search_run, shared_modes):
         (final.get("precision_plan") or {}).get("label"), [s["arch"] for s in summary["final_over_budget"]])
     # Shipped as its users load it, and measured against what needs no training.
     assert (best / "modules.json").is_file() and (best / "README.md").is_file()
-    fidelity = final["quality"]["fidelity"]
-    assert final["quality"]["sentences"] == 48 and "student" in fidelity
-    assert any(name.startswith("first ") for name in fidelity), fidelity
+    quality = Quality.from_attrs(final["quality"])
+    assert quality.sentences == 48 and quality.student is not None
+    assert any(name.startswith("first ") for name in quality.fidelity), quality.fidelity
     assert final["init"]["init"] == "inherit" and "embedding fidelity rho" in search_run["stdout"]
     # and on as many rows of its own transfer set (all 48 here), with the passes its run made over them
-    trained = final["quality"]["trained_on"]
-    assert trained["sentences"] == 48 and trained["passes"] == round(final["steps"] * 8 / 48, 2)
+    trained = quality.trained_on
+    assert trained.sentences == 48 and trained.passes == round(final["steps"] * 8 / 48, 2)
     assert "of its own training rows rho" in search_run["stdout"] and "own training rows" in (best / "README.md").read_text()
     # and the INT8 graph as shipped, on the same held-out sentences, beside the teacher's own INT8 graph
-    assert final["quality"]["int8"]["sentences"] == 48 and -1 <= final["quality"]["int8"]["spearman"] <= 1
+    assert quality.int8.sentences == 48 and -1 <= quality.int8.spearman <= 1
     teacher_int8 = summary["teacher_int8"]
     assert teacher_int8["sentences"] == 48 and 0.9 < teacher_int8["fidelity"]["spearman"] < 1.0
     assert teacher_int8["latency"]["median_ms"] < summary["teacher_latency"]["median_ms"]

@@ -21,6 +21,7 @@ from kdnas.core.errors import KdnasError  # noqa: E402
 from kdnas.core.spec import StudentSpec, build_student  # noqa: E402
 from kdnas.export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
 from kdnas.nas._progress import Progress  # noqa: E402
+from kdnas.nas.schema import Fidelity, Quality  # noqa: E402
 
 SENTENCES = [
     "Stocks fell.",
@@ -188,21 +189,24 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     monkeypatch.setattr(nas, "search", lambda cfg: seen.append(cfg) or {})
     assert main(shlex.split(command)[1:] + ["--json"]) == 0
     assert seen == [config]
-    quality = {"sentences": 1000, "beats_baselines": True,
-               "fidelity": {"student": {"spearman": 0.9512}, "first 3 layers (untrained)": {"spearman": 0.4321}}}
-    scored = write_model_card(tmp_path, {**entry, "quality": quality}, config).read_text()
+    quality = Quality(sentences=1000, beats_baselines=True,
+                      fidelity={"student": Fidelity(0.9512), "first 3 layers (untrained)": Fidelity(0.4321)})
+
+    def card_of(quality: Quality) -> Path:  # the entry holds the quality as its JSON, as search.json does
+        return write_model_card(tmp_path, {**entry, "quality": quality.to_attrs()}, config)
+
+    scored = card_of(quality).read_text()
     assert "student 0.951; first 3 layers (untrained) 0.432" in scored and "beats both untrained baselines" in scored
     assert "fp32: " not in scored  # no INT8 fidelity in this entry
-    with_int8 = write_model_card(tmp_path, {**entry, "quality": {**quality, "int8": {"spearman": 0.9487}}}, config)
+    with_int8 = card_of(replace(quality, int8=Fidelity(0.9487)))
     assert "1.87 ms median (p90 2.00; batch 1, 128 tokens, 2 threads, onnxruntime); embedding fidelity ρ 0.949 on " \
            "the same held-out sentences (fp32: 0.951)" in with_int8.read_text()
-    failed = write_model_card(tmp_path, {**entry, "quality": {**quality, "beats_baselines": False}}, config).read_text()
+    failed = card_of(replace(quality, beats_baselines=False)).read_text()
     assert "does NOT beat the untrained baselines" in failed
     # short of text: the card names the option that gives more of it, with the run's rows
-    held = {"spearman": 0.9512, "spearman_se": 0.003}
-    short = {**quality, "fidelity": {**quality["fidelity"], "student": held},
-             "trained_on": {"sentences": 1000, "passes": 4.0, "spearman": 0.9912, "spearman_se": 0.003}}
-    card = write_model_card(tmp_path, {**entry, "quality": short}, config).read_text()
+    short = replace(quality, fidelity={**quality.fidelity, "student": Fidelity(0.9512, 0.003)},
+                    trained_on=Fidelity(0.9912, 0.003, sentences=1000, passes=4.0))
+    card = card_of(short).read_text()
     assert "on 1000 of its own training rows rho 0.991 (+0.040 over held-out, beyond the noise)" in card
     assert "more of the corpus (--final-train above this run's 1024 rows)" in card
 

@@ -4,12 +4,13 @@ at most the student's fp32 fidelity, so a teacher plan ahead of that by more tha
 from __future__ import annotations
 
 from kdnas.nas.final._shipping import CLOSER_BY_SE, _teacher_closer
+from kdnas.nas.schema import Fidelity, Quality
 
 PLAN = {"label": "INT8, fp32: 8.ffn_out", "fidelity": 0.985, "latency_ms": 30.0}
 
 
-def quality(rho: float, se: float = 0.0066) -> dict:
-    return {"fidelity": {"student": {"spearman": rho, "spearman_se": se}}}
+def quality(rho: float, se: float | None = 0.0066) -> Quality:
+    return Quality(fidelity={"student": Fidelity(rho, se)})
 
 
 def test_a_teacher_plan_ahead_of_the_students_fp32_graph_by_more_than_noise_skips_the_students_plan():
@@ -22,4 +23,4 @@ def test_a_lead_within_noise_or_no_measure_grows_the_plan():
     assert _teacher_closer(PLAN, quality(0.99)) is None  # the student ahead
     assert _teacher_closer(None, quality(0.5)) is None  # no teacher plan within the budget
     assert _teacher_closer(PLAN, None) is None  # no held-out fidelity (--quality-sentences 0)
-    assert _teacher_closer(PLAN, {"fidelity": {"student": {"spearman": 0.5}}}) is None  # no standard error
+    assert _teacher_closer(PLAN, quality(0.5, se=None)) is None  # no standard error

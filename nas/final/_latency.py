@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from kdnas.distill import StudentSpec
+from kdnas.evaluation.precision import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH
 
 from ..measure import LatencyJudge, beside_teacher, budget_latency, latency_record
 from ..schema import LatencyRecord
@@ -19,8 +20,6 @@ from ..variant import PLAIN, VariantChoice, choose_variant
 if TYPE_CHECKING:
     from ..context import SearchContext
 
-
-FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH = "model.onnx", "model.int8.onnx", "model.mixed.onnx"
 
 
 def shipped_graphs(runtime: str) -> tuple[str, str]:

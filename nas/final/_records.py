@@ -21,7 +21,7 @@ from ..neighbours import candidates
 from ..recipe import recipe_of
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
-from ..schema import AS_SHIPPED, BEFORE_TRAINING, Refusal, StudyFacts, TrialStatus, recorded, store
+from ..schema import AS_SHIPPED, BEFORE_TRAINING, Quality, Refusal, StudyFacts, TrialStatus, recorded, store
 from ..scored import Scored
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class Finalist:
     budget_ms: float
     budget: str | None  # the budget's label when the search has several (nas.budgets)
     latency: dict[str, Any]  # every graph's reading: the judged one's readings, fp32, INT8, side-by-side facts
-    quality: dict[str, Any] | None  # fidelity beside the untrained baselines, INT8 (nas.baselines)
+    quality: Quality | None  # fidelity beside the untrained baselines, INT8 (nas.baselines)
     shipped: dict[str, Any]  # the export report and the sentence-transformers pipeline written
     proxy_reward: float | None
     origin: dict[str, Any]  # `neighbour_of` for an FFN neighbour (nas.neighbours)
@@ -61,7 +61,8 @@ class Finalist:
         return {"trial": self.trial, **self.scored.record(), "dir": self.dir, "recipe": self.recipe, **self.run,
                 "budget_ms": self.budget_ms, "budget_limit_ms": self.budget_limit_ms, "budget": self.budget,
                 **self.latency, "proxy_reward": self.proxy_reward,
-                **self.origin, "quality": self.quality, **self.shipped, "seconds": self.seconds}
+                **self.origin, "quality": self.quality and self.quality.to_attrs(), **self.shipped,
+                "seconds": self.seconds}
 
 
 def finalists(study: optuna.Study, objective: str, budget: Budget | None = None) -> list[dict[str, Any]]:

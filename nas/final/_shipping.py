@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,7 @@ from kdnas.core.files import atomic_write_text, make_shared
 
 from ..measure import DRIFT_BAND
 from ..recipe import recipe_of
-from ..schema import LatencyRecord, Refusal
+from ..schema import LatencyRecord, Quality, Refusal
 from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
@@ -58,7 +59,7 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], la
     t3 = time.perf_counter()
     choice, judged, (latency, readings, drift, graphs) = _precision(ctx, dest, label, timing.get("gate"),
                                                                     _teacher_closer(timing.get("teacher_plan"), quality))
-    metrics = _shipped_scores(ctx, res, dest, quality, prepared, shipped, choice, judged)
+    quality, metrics = _shipped_scores(ctx, res, dest, quality, prepared, shipped, choice, judged)
     verdict = _verdict(ctx, timing["before_ms"], choice, latency)
     finalist = Finalist(
         trial=row["number"], scored=ctx.score(spec, metrics, latency, within=verdict["within"]), dir=str(dest),
@@ -93,21 +94,20 @@ def _verdict(ctx: "SearchContext", before_ms: float, choice: Any, shipped: Laten
     return {"ms": ms, "by": by, "within": ms <= ctx.budget_ms and not over, "shipped_ms": shipped.median_ms}
 
 
-def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: dict | None, prepared: Any, shipped: dict,
-                    choice: Any, judged: str) -> dict[str, Any]:
-    """The INT8 graph's (and a plan's) held-out fidelity into `quality`, export.json as the plan left it into
+def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: Quality | None, prepared: Any,
+                    shipped: dict, choice: Any, judged: str) -> tuple[Quality | None, dict[str, Any]]:
+    """`quality` with the INT8 graph's (and a plan's) held-out fidelity, export.json as the plan left it into
     `shipped`, and the proxy's metrics of the graph that ships (the plan's probe ρ where it is not fp32)."""
     from ..baselines import int8_fidelity
 
-    if quality and "fidelity" in quality:  # the INT8 graph (and a plan's) as shipped, on the same sentences
-        quality["int8"] = int8_fidelity(ctx, prepared, dest / INT8_GRAPH)
-        if judged == MIXED_GRAPH:
-            quality["mixed"] = int8_fidelity(ctx, prepared, dest / MIXED_GRAPH)
+    if quality is not None and quality.fidelity:  # the INT8 graph (and a plan's) as shipped, on the same sentences
+        mixed = int8_fidelity(ctx, prepared, dest / MIXED_GRAPH) if judged == MIXED_GRAPH else None
+        quality = replace(quality, int8=int8_fidelity(ctx, prepared, dest / INT8_GRAPH), mixed=mixed)
     metrics = ctx.measured(res)
     shipped["export"] = jsonable(json.loads((dest / "export.json").read_text()))  # as its precision left it
     if choice is None:
-        return metrics
-    return {**metrics, "fidelity": choice.fidelity["teacher"]} if judged != FP32_GRAPH else metrics
+        return quality, metrics
+    return quality, {**metrics, "fidelity": choice.fidelity["teacher"]} if judged != FP32_GRAPH else metrics
 
 
 def _after_run_s(timing: dict[str, Any], layers: int, baselines_s: float) -> float:
@@ -161,16 +161,16 @@ NO_PLAN_NOW = ("no plan of the trained weights read within the budget after trai
 CLOSER_BY_SE = 2.0
 
 
-def _teacher_closer(plan: dict[str, Any] | None, quality: dict[str, Any] | None) -> str | None:
+def _teacher_closer(plan: dict[str, Any] | None, quality: Quality | None) -> str | None:
     """Why no precision plan of a student is worth growing at this budget, or None: the teacher's own plan within
     it (its probe ρ) is closer to the teacher than the student's fp32 graph (held-out ρ) by more than
     CLOSER_BY_SE standard errors, and a plan of the student's graph keeps at most its fp32 fidelity. (On MPNet,
     growing an 11-layer student's plan took 16 minutes of a one-hour search, for a student the teacher's plan
     beat by 0.09.)"""
-    student = ((quality or {}).get("fidelity") or {}).get("student")
-    if not plan or plan.get("fidelity") is None or not student or student.get("spearman_se") is None:
+    student = None if quality is None else quality.student
+    if not plan or plan.get("fidelity") is None or student is None or student.spearman_se is None:
         return None
-    rho, se, teacher = float(student["spearman"]), float(student["spearman_se"]), float(plan["fidelity"])
+    rho, se, teacher = float(student.spearman), float(student.spearman_se), float(plan["fidelity"])
     if rho + CLOSER_BY_SE * se >= teacher:
         return None
     return (f"no plan grown: the teacher's plan within the budget ({plan.get('label')}, ρ {teacher:.3f} on the probe) "

@@ -15,7 +15,7 @@ import optuna
 
 from kdnas.core.files import atomic_write_text, staged_folder
 
-from ..schema import StudyFacts, record_fact
+from ..schema import Quality, StudyFacts, record_fact
 from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_latencies
 from ._records import jsonable
 
@@ -46,9 +46,9 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     student = results[0]
     student_rho = shipped_fidelity(student)
     record = {"budget": ctx.budget_label, "budget_ms": ctx.budget.ms, "budget_limit_ms": ctx.budget_ms, "plan": row,
-              "fidelity": fidelity,
+              "fidelity": fidelity.to_attrs(),
               "student": {"arch": student["arch"], "rho": student_rho, "graph": student.get("budget_graph")},
-              "shipped": student_rho is not None and fidelity["spearman"] > student_rho}
+              "shipped": student_rho is not None and fidelity.spearman > student_rho}
     if record["shipped"]:
         results = _ship_teacher(study, ctx, out, results, record, planner, plan, graph, pipeline, teacher_dir)
     others = [r for r in StudyFacts.from_study(study).final_teacher or [] if r.get("budget") != ctx.budget_label]
@@ -58,11 +58,9 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
 
 def shipped_fidelity(final: dict[str, Any]) -> float | None:
     """The held-out ρ of the graph a finalist ships (the one the budget judged): its plan's, INT8 or fp32."""
-    quality = final.get("quality") or {}
-    graph = final.get("budget_graph", FP32_GRAPH)
-    row = {MIXED_GRAPH: quality.get("mixed"), INT8_GRAPH: quality.get("int8")}.get(
-        graph, (quality.get("fidelity") or {}).get("student"))
-    return None if not row else float(row["spearman"])
+    quality = Quality.from_attrs(final.get("quality"))
+    row = None if quality is None else quality.of_graph(final.get("budget_graph", FP32_GRAPH))
+    return None if row is None else float(row.spearman)
 
 
 def _planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]]) -> Any:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import SearchConfig
-    from .schema import Refusal
+    from .schema import FinalTeacher, Refusal, TeacherInt8
 
 SEARCH_EPILOG = """\
 how a trial runs:
@@ -368,7 +368,7 @@ def _refusal_line(s: Refusal) -> str:
 
 
 def _print_summary(summary: dict, out: Path) -> None:
-    from .schema import Refusal
+    from .schema import FinalTeacher, Refusal, TeacherInt8
 
     best = summary.get("best_trial")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
@@ -390,13 +390,14 @@ def _print_summary(summary: dict, out: Path) -> None:
                   "on the trials' scale" if n.get("latency_scaled_by", 1.0) != 1.0 else "")
         print(f"FFN neighbour {n['arch']} of {n['neighbour_of']}: {read:.2f} ms as shipped{scaled}, "
               f"proxy reward {n['reward']:.4f}")
+    int8 = TeacherInt8.from_attrs(summary.get("teacher_int8"))
     for f in summary.get("final") or []:
-        _print_final(f, summary.get("teacher_int8"))
-    for t in summary.get("final_teacher") or []:
+        _print_final(f, int8)
+    for t in map(FinalTeacher.from_attrs, summary.get("final_teacher") or []):
         _print_teacher(t)
-    if int8 := summary.get("teacher_int8"):
-        print(f"the teacher as INT8 (no training): {int8['latency']['median_ms']:.2f} ms, embedding fidelity rho "
-              f"{int8['fidelity']['spearman']:.3f} on the same sentences")
+    if int8 is not None:
+        print(f"the teacher as INT8 (no training): {int8.latency.median_ms:.2f} ms, embedding fidelity rho "
+              f"{int8.fidelity.spearman:.3f} on the same sentences")
     for b in budgets:
         if not b["final"]:
             print(f"budget {b['label']}: {len(b['trials_within'])} trained trials within it, nothing shipped yet")
@@ -407,7 +408,7 @@ def _print_summary(summary: dict, out: Path) -> None:
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 
-def _print_final(f: dict, teacher_int8: dict | None = None) -> None:
+def _print_final(f: dict, teacher_int8: TeacherInt8 | None = None) -> None:
     """A shipped student's lines: shape, steps and latency; its fidelity beside the untrained baselines, on its
     own training rows, as INT8 (first where the budget judged the INT8 graph), and against the teacher's INT8 graph."""
     from .baselines import fit_line, versus_teacher_int8
@@ -456,17 +457,16 @@ def graphs_line(f: dict) -> str | None:
     return "graphs: " + "; ".join(shown) if len(shown) > 1 else None
 
 
-def _print_teacher(t: dict) -> None:
+def _print_teacher(t: FinalTeacher) -> None:
     """The teacher's own plan within a budget beside the student it was compared with (nas.final._teacher)."""
-    budget = f"the {t['budget']} budget" if t.get("budget") else "the budget"
-    plan, student = t["plan"], t["student"]
-    rho = "not measured" if student.get("rho") is None else f"{student['rho']:.3f}"
-    line = (f"the teacher within {budget} ({t['budget_ms']:.2f} ms), no training: {plan['label']} at "
-            f"{plan['latency_ms']:.2f} ms, rho {t['fidelity']['spearman']:.3f} on the held-out sentences; the student "
-            f"{student['arch']}'s shipped graph: rho {rho}")
-    if t.get("shipped"):
-        line += (f" -> the TEACHER ships in {t['dir']} ({t['graph']}, {t['latency_ms']:.2f} ms as shipped); "
-                 f"the student is in {student['dir']}")
+    budget = f"the {t.budget} budget" if t.budget else "the budget"
+    plan, student = t.plan, t.student
+    rho = "not measured" if student.rho is None else f"{student.rho:.3f}"
+    line = (f"the teacher within {budget} ({t.budget_ms:.2f} ms), no training: {plan['label']} at "
+            f"{plan['latency_ms']:.2f} ms, rho {t.fidelity.spearman:.3f} on the held-out sentences; the student "
+            f"{student.arch}'s shipped graph: rho {rho}")
+    if t.shipped:
+        line += f" -> the TEACHER ships in {t.dir} ({t.graph}, {t.latency_ms:.2f} ms as shipped); the student is in {student.dir}"
     else:
         line += " -> the student ships"
     print(line)

@@ -34,7 +34,7 @@ from kdnas.core.errors import KdnasError
 from kdnas.evaluation.baselines import untrained_baselines
 from kdnas.evaluation.fidelity import MIN_SENTENCES
 
-from .schema import STUDENT, Fidelity, Quality
+from .schema import STUDENT, Fidelity, Quality, TeacherInt8
 
 if TYPE_CHECKING:
     from .context import SearchContext
@@ -58,7 +58,7 @@ def baseline_fidelity(ctx: "SearchContext", spec: StudentSpec, cache: Any) -> di
 
 
 def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path | None = None,
-                 read: Callable[[Path], Any] | None = None) -> dict[str, Any] | None:
+                 read: Callable[[Path], Any] | None = None) -> TeacherInt8 | None:
     """The alternative a user has for free, beside the students: the teacher itself as INT8 (the recipe of
     `kdnas export --int8`; `exported`, where that graph exists already), its latency read by `read` (by default
     alone, on the search's settings) and its fidelity on the held-out sentences the students are scored on (None
@@ -83,10 +83,10 @@ def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path 
             export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
                          pooling=pipeline["pooling"], normalize=pipeline["normalize"])
             graph = folder / "model.int8.onnx"
-        latency = latency_record(read(graph)).to_attrs()
+        latency = latency_record(read(graph))
         emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, sentences, max_len=cfg.latency.seq)
     fidelity = embedding_fidelity(reference, torch.from_numpy(emb), pairs=PAIRS, seed=cfg.seed)
-    return {"latency": latency, "fidelity": fidelity, "sentences": len(sentences)}
+    return TeacherInt8(latency=latency, fidelity=Fidelity.from_attrs(fidelity), sentences=len(sentences))
 
 
 def _held_out(ctx: "SearchContext") -> dict[str, Any] | None:
@@ -176,7 +176,7 @@ def fit_line(quality: Quality, rows: int | None = None) -> str | None:
     return line + ", within the noise): as good on new text as on the text it saw; more text would not lift it"
 
 
-def versus_teacher_int8(final: dict[str, Any], int8: dict[str, Any] | None) -> str | None:
+def versus_teacher_int8(final: dict[str, Any], int8: TeacherInt8 | None) -> str | None:
     """One line on a shipped student against the alternative its user has for free, the teacher's own INT8
     graph (`teacher_int8`, read on the same settings and sentences): whether the student is worth shipping,
     as fp32, only as INT8, or not at all. None where either side was not measured."""
@@ -186,7 +186,7 @@ def versus_teacher_int8(final: dict[str, Any], int8: dict[str, Any] | None) -> s
     int8_ms = (final.get("latency_int8_onnx") or {}).get("median_ms")
     if not int8 or fp32_rho is None:
         return None
-    ms, rho = int8["latency"]["median_ms"], int8["fidelity"]["spearman"]
+    ms, rho = int8.latency.median_ms, int8.fidelity.spearman
     # an INT8-budgeted search's `latency_ms` is its INT8 graph's: the fp32 side is read where it was timed
     fp32_ms = (final.get("latency_fp32_onnx") or {}).get("median_ms", final["latency_ms"])
 

@@ -128,7 +128,7 @@ def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipe
     only where its forecast (`replan_s`) leaves the final stage `final_least_s`, the least work around its run."""
     plans = facts.teacher_plans
     row = None if plans is None else plans.row(ctx.budget_label)
-    now = ((facts.teacher_int8 or {}).get("latency") or {}).get("median_ms")
+    now = None if facts.teacher_int8 is None else facts.teacher_int8.latency.median_ms
     if plans is None or not plan_again(row, now, ctx.budget_ms):
         return None
     ctx.progress.phase(f"the teacher's precision plan within {ctx.budget_named} again: its all-INT8 graph read "

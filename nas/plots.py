@@ -16,7 +16,7 @@ from optuna.trial import TrialState, create_trial
 from kdnas.core.errors import first_line
 
 from .records import TrialRow, latency_model_facts, loss_of, model_checked, pareto_front
-from .schema import STUDENT, UNTRAINED_LOSS, Quality, TrialStatus, recorded
+from .schema import STUDENT, UNTRAINED_LOSS, FinalTeacher, Quality, TeacherInt8, TrialStatus, recorded
 
 _STYLE = {  # status -> (legend name, marker)
     TrialStatus.FEASIBLE: ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
@@ -120,9 +120,9 @@ def students_figure(facts: dict[str, Any]) -> go.Figure:
         fig.add_trace(go.Scatter(x=[teacher], y=[1.0], mode="markers+text", name="teacher, fp32 (ρ 1 by definition)",
                                  marker=dict(symbol="star", size=14, color="#9467bd"), text=["teacher"],
                                  textposition="bottom left", hoverinfo="name"))
-    int8 = facts.get("teacher_int8") or {}
-    if int8.get("latency") and int8.get("fidelity"):
-        ms, rho = int8["latency"]["median_ms"], int8["fidelity"]["spearman"]
+    int8 = TeacherInt8.from_attrs(facts.get("teacher_int8"))
+    if int8 is not None:
+        ms, rho = int8.latency.median_ms, int8.fidelity.spearman
         fig.add_trace(go.Scatter(x=[ms], y=[rho], mode="markers+text", name="teacher, INT8 (free: no training)",
                                  marker=dict(symbol="star-open", size=14, color="#9467bd", line=dict(width=2)),
                                  text=["teacher INT8"], textposition="bottom left",
@@ -136,11 +136,11 @@ def students_figure(facts: dict[str, Any]) -> go.Figure:
     for f in facts.get("final") or []:
         for kind, x, y, text in _student_points(f):
             points[kind].append((x, y, text))
-    for t in facts.get("final_teacher") or []:  # the teacher's own plan within each budget (nas.plans)
-        where = "shipped in " + t["dir"] if t.get("shipped") else "not shipped: the student is closer"
-        points["teacher plan"].append((t["plan"]["latency_ms"], t["fidelity"]["spearman"],
-                                       f"the teacher, {t['plan']['label']}: {t['plan']['latency_ms']:.2f} ms, "
-                                       f"ρ {t['fidelity']['spearman']:.3f} ({where})"))
+    for t in map(FinalTeacher.from_attrs, facts.get("final_teacher") or []):  # its plan within each budget (nas.plans)
+        where = f"shipped in {t.dir}" if t.shipped else "not shipped: the student is closer"
+        ms, label = t.plan["latency_ms"], t.plan["label"]
+        points["teacher plan"].append((ms, t.fidelity.spearman, f"the teacher, {label}: {ms:.2f} ms, "
+                                       f"ρ {t.fidelity.spearman:.3f} ({where})"))
     names = {"fp32": "shipped student, model.onnx", "int8": "shipped student, model.int8.onnx",
              "mixed": "shipped student, its precision plan (model.mixed.onnx)",
              "teacher plan": "the teacher with its best plan within a budget (no training)",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from functools import cache
 from enum import Enum
 from typing import Any, Protocol
 
@@ -95,14 +96,34 @@ def store(owner: Any, key: str, value: Any) -> None:
 
 
 def _as_stored(value: Any) -> Any:
-    """A value as the storage holds it: a typed record as its JSON (`to_attrs`), anything else as it is."""
+    """A value as the storage holds it: a typed record as its JSON (`to_attrs`), in lists and dicts too, anything
+    else as it is."""
     if isinstance(value, (list, tuple)):
         return [_as_stored(v) for v in value]
-    return value.to_attrs() if isinstance(value, (LatencyRecord, Fidelity, Quality, TeacherPlans, Refusal)) else value
+    if isinstance(value, dict):
+        return {key: _as_stored(v) for key, v in value.items()}
+    return value.to_attrs() if isinstance(value, _Stored) else value
+
+
+@cache
+def _names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+class _Stored:
+    """A typed record stored as the JSON of its set fields (a nested record as its own); read back, a key this
+    version does not know is left out (`_known`)."""
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {f.name: _as_stored(value) for f in fields(self) if (value := getattr(self, f.name)) is not None}
+
+    @classmethod
+    def _known(cls, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in attrs.items() if key in _names(cls)}
 
 
 @dataclass(frozen=True)
-class LatencyRecord:
+class LatencyRecord(_Stored):
     """One graph's latency as a trial keeps it (`nas.measure`): read alone (its median, spread, cores and window),
     judged side by side with the teacher near a ratio budget, or predicted by the study's latency model. Stored
     as its set fields (`to_attrs`); a key this version does not know is left out when read."""
@@ -134,23 +155,17 @@ class LatencyRecord:
     model_interval_ms: list[float] | None = None
     int8_ms: float | None = None  # the teacher's reading (StudyFacts): its all-INT8 graph's median, where INT8 is tried
 
-    def to_attrs(self) -> dict[str, Any]:
-        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
-
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any] | LatencyRecord | None) -> LatencyRecord | None:
         if isinstance(attrs, LatencyRecord):
             return attrs
         if not attrs or "median_ms" not in attrs:  # none taken (an empty record of an interrupted trial)
             return None
-        return cls(**{key: value for key, value in attrs.items() if key in _LATENCY_FIELDS})
-
-
-_LATENCY_FIELDS = frozenset(f.name for f in fields(LatencyRecord))
+        return cls(**cls._known(attrs))
 
 
 @dataclass(frozen=True)
-class Fidelity:
+class Fidelity(_Stored):
     """One model's embedding fidelity on held-out sentences (`evaluation.embedding_fidelity`): Spearman's ρ of its
     pairwise cosines against the teacher's, with its jackknife standard error; `passes` where it was scored on rows
     of its own transfer set, the passes its run made over them (nas.baselines.fidelity_table)."""
@@ -164,22 +179,17 @@ class Fidelity:
     cosine_sentences: int | None = None
     passes: float | None = None
 
-    def to_attrs(self) -> dict[str, Any]:
-        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
-
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any] | Fidelity | None) -> Fidelity | None:
         if attrs is None or isinstance(attrs, Fidelity):
             return attrs
-        return cls(**{key: value for key, value in attrs.items() if key in _FIDELITY_FIELDS})
+        return cls(**cls._known(attrs))
 
-
-_FIDELITY_FIELDS = frozenset(f.name for f in fields(Fidelity))
 STUDENT = "student"  # the trained model's row of `Quality.fidelity`; the untrained baselines' rows follow it
 
 
 @dataclass(frozen=True)
-class Quality:
+class Quality(_Stored):
     """A shipped student's fidelity (nas.baselines.fidelity_table): its row and both untrained baselines' on the same
     `sentences` held-out sentences, whether it beats both, its fidelity on as many rows of its own transfer set
     (`trained_on`), and its INT8 graph's and precision plan's as shipped. Where it was not measured, `skipped` says
@@ -203,22 +213,18 @@ class Quality:
         return {INT8_GRAPH: self.int8, MIXED_GRAPH: self.mixed}.get(graph, self.student)
 
     def to_attrs(self) -> dict[str, Any]:
-        rows = {"fidelity": {name: row.to_attrs() for name, row in self.fidelity.items()}} if self.fidelity else {}
-        return rows | {f.name: _as_stored(value) for f in fields(self)
-                       if f.name != "fidelity" and (value := getattr(self, f.name)) is not None}
+        return {key: value for key, value in super().to_attrs().items() if value != {}}  # skipped: no rows
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any] | Quality | None) -> Quality | None:
         """A quality as stored (None: fidelity was not asked for; a key this version does not know is left out)."""
         if attrs is None or isinstance(attrs, Quality):
             return attrs
-        known = {key: value for key, value in attrs.items() if key in _QUALITY_FIELDS}
+        known = cls._known(attrs)
         rows = {name: Fidelity.from_attrs(row) for name, row in (known.pop("fidelity", None) or {}).items()}
         return cls(fidelity=rows, **known | {name: Fidelity.from_attrs(known.get(name))
                                              for name in ("trained_on", "int8", "mixed")})
 
-
-_QUALITY_FIELDS = frozenset(f.name for f in fields(Quality))
 
 
 @dataclass(frozen=True)
@@ -271,7 +277,7 @@ class TrialRecord:
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> TrialRecord:
-        return cls(**{key: value for key, value in attrs.items() if key in _TRIAL_FIELDS})
+        return cls(**{key: value for key, value in attrs.items() if key in _names(cls)})
 
 
 def recorded(trial: _Attributed) -> TrialRecord:
@@ -279,11 +285,10 @@ def recorded(trial: _Attributed) -> TrialRecord:
     return TrialRecord.from_attrs(stored(trial))
 
 
-_TRIAL_FIELDS = frozenset(f.name for f in fields(TrialRecord))
 
 
 def _trial_field(key: str) -> str:
-    if key not in _TRIAL_FIELDS:
+    if key not in _names(TrialRecord):
         raise KeyError(f"TrialRecord has no field {key!r}")
     return key
 
@@ -309,7 +314,7 @@ def migrate(attrs: dict[str, Any], system: Mapping[str, Any]) -> Mapping[str, An
 
 
 @dataclass(frozen=True)
-class TeacherPlanRow:
+class TeacherPlanRow(_Stored):
     """The teacher's best plan within one budget (nas.plans): whether one fits, the plan (`export.PlanPoint.to_dict`:
     its fp32 groups, label, probe fidelity and latency), the all-INT8 graph's readings where it was read again near
     the budget, and the decision taken again at the final stage (`nas.plans.teacher_plans_again`)."""
@@ -323,7 +328,7 @@ class TeacherPlanRow:
 
 
 @dataclass(frozen=True)
-class TeacherPlans:
+class TeacherPlans(_Stored):
     """The teacher's plans (nas.plans.teacher_plans): a row per budget of the study, largest first, its all-INT8
     graph's latency, the group order its sensitivity pass measured (none where that graph fitted no budget), the
     fp32 graph's probe fidelity and the seconds they took. Stored as JSON (`to_attrs`)."""
@@ -353,21 +358,17 @@ class TeacherPlans:
     def from_attrs(cls, attrs: Mapping[str, Any] | TeacherPlans | None) -> TeacherPlans | None:
         if attrs is None or isinstance(attrs, TeacherPlans):
             return attrs
-        rows = tuple(TeacherPlanRow(**{k: v for k, v in r.items() if k in _PLAN_ROW_FIELDS})
-                     for r in attrs["budgets"])
-        known = {k: v for k, v in attrs.items() if k in _PLANS_FIELDS}
+        rows = tuple(TeacherPlanRow(**TeacherPlanRow._known(r)) for r in attrs["budgets"])
+        known = cls._known(attrs)
         return cls(**known | {"budgets": rows, "order": tuple(attrs.get("order") or ())})
 
-
-_PLAN_ROW_FIELDS = frozenset(f.name for f in fields(TeacherPlanRow))
-_PLANS_FIELDS = frozenset(f.name for f in fields(TeacherPlans))
 
 
 BEFORE_TRAINING, AS_SHIPPED = "before training", "as shipped"  # where a finalist was refused (`Refusal.stage`)
 
 
 @dataclass(frozen=True)
-class Refusal:
+class Refusal(_Stored):
     """A finalist refused over its budget (nas.final): `stage` BEFORE_TRAINING (its shipped graph read over; `graph`
     the one judged) or AS_SHIPPED (after its run of `steps` in `distill_s`, its folder moved to `dir`), with the
     reading that refused it and, read side by side with the teacher, that pair's facts (`nas.final._latency`)."""
@@ -392,26 +393,84 @@ class Refusal:
     latency_scaled_by: float | None = None
     edge_readings: list[dict[str, Any]] | None = None  # the pairs read near the budget (nas.measure.edge_reading)
 
-    def to_attrs(self) -> dict[str, Any]:
-        return {f.name: v for f in fields(self) if (v := getattr(self, f.name)) is not None}
-
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any] | Refusal) -> Refusal:
         """A refusal as stored (a key this version does not know is left out; a study of before `recipe` has {})."""
         if isinstance(attrs, Refusal):
             return attrs
-        return cls(**{k: v for k, v in attrs.items() if k in _REFUSAL_FIELDS} | {"recipe": attrs.get("recipe") or {}})
+        return cls(**cls._known(attrs) | {"recipe": attrs.get("recipe") or {}})
 
 
-_REFUSAL_FIELDS = frozenset(f.name for f in fields(Refusal))
+@dataclass(frozen=True)
+class TeacherInt8(_Stored):
+    """The alternative a user has for free (nas.baselines.teacher_int8): the teacher's all-INT8 graph, its latency
+    read as the shipped graphs are and its fidelity on the held-out sentences the students are scored on."""
+
+    latency: LatencyRecord
+    fidelity: Fidelity
+    sentences: int | None = None
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | TeacherInt8 | None) -> TeacherInt8 | None:
+        if attrs is None or isinstance(attrs, TeacherInt8):
+            return attrs
+        return cls(**cls._known(attrs) | {"latency": LatencyRecord.from_attrs(attrs["latency"]),
+                                          "fidelity": Fidelity.from_attrs(attrs["fidelity"])})
+
+
+@dataclass(frozen=True)
+class Rival(_Stored):
+    """The student a teacher's plan was set against: its shape, its shipped graph's held-out ρ (None: not
+    measured) and, where the teacher took its place in best/, the folder it was moved to."""
+
+    arch: str
+    rho: float | None = None
+    graph: str | None = None
+    dir: str | None = None
+
+
+@dataclass(frozen=True)
+class FinalTeacher(_Stored):
+    """The teacher's plan within one budget set beside that budget's best shipped student (nas.final._teacher):
+    the plan (`TeacherPlanRow.plan`: its fp32 groups, label, probe ρ and latency), its fidelity on the held-out
+    sentences, the student's, and whether the teacher `shipped` in the student's place; where it did, its folder,
+    graph and readings as shipped (the judged graph's, side by side with the teacher, and every graph's)."""
+
+    budget_ms: float
+    plan: dict[str, Any]
+    fidelity: Fidelity
+    student: Rival
+    shipped: bool
+    budget: str | None = None  # the budget's label when the search has several (nas.budgets)
+    budget_limit_ms: float | None = None
+    dir: str | None = None
+    graph: str | None = None
+    latency_ms: float | None = None
+    latency_readings_ms: list[float] | None = None
+    ratio_to_teacher: float | None = None
+    ratio_quartiles: list[float] | None = None
+    teacher_latency_now_ms: float | None = None
+    read_ms: float | None = None
+    latency_scaled_by: float | None = None
+    latencies: dict[str, dict[str, Any]] | None = None  # every shipped graph's LatencyRecord, by file
+    within_budget: bool | None = None
+    params: int | None = None
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | FinalTeacher) -> FinalTeacher:
+        if isinstance(attrs, FinalTeacher):
+            return attrs
+        return cls(**cls._known(attrs) | {"fidelity": Fidelity.from_attrs(attrs["fidelity"]),
+                                          "student": Rival(**Rival._known(attrs["student"]))})
 
 
 @dataclass(frozen=True)
 class StudyFacts:
     """What a study holds beside its trials. Made once with the study — the settings, the teacher's reading, the
     budgets and their rule shapes — then added to by the stages that follow (`record_fact`). The teacher's reading
-    and plans and the refused finalists are typed records (`LatencyRecord`, `TeacherPlans`, `Refusal`); other
-    nested records stay the JSON they are stored as."""
+    and plans, its INT8 graph, its plans set beside the students and the refused finalists are typed records
+    (`LatencyRecord`, `TeacherPlans`, `TeacherInt8`, `FinalTeacher`, `Refusal`); other nested records stay the
+    JSON they are stored as."""
 
     settings: dict[str, Any] | None = None  # stored as SETTINGS_ATTR
     version: int = 1  # stored as VERSION_ATTR; absent: a study of before the version was stored
@@ -427,22 +486,24 @@ class StudyFacts:
     trials_reached: int | None = None  # trials that followed the time (nas.search._trials_reached)
     teacher_plans: TeacherPlans | None = None  # nas.plans
     reference: Any = None  # the reference shapes' scores (--reference)
-    teacher_int8: dict[str, Any] | None = None
+    teacher_int8: TeacherInt8 | None = None
     final: list[dict[str, Any]] | None = None  # the finalists, every budget's
-    final_teacher: list[dict[str, Any]] | None = None  # the teacher's plan where it was a finalist, per budget
+    final_teacher: tuple[FinalTeacher, ...] | None = None  # the teacher's plan where it was a finalist, per budget
     final_over_budget: tuple[Refusal, ...] | None = None  # every budget's
     final_neighbours: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "teacher_latency", LatencyRecord.from_attrs(self.teacher_latency))
         object.__setattr__(self, "teacher_plans", TeacherPlans.from_attrs(self.teacher_plans))
-        if self.final_over_budget is not None:
-            object.__setattr__(self, "final_over_budget", tuple(map(Refusal.from_attrs, self.final_over_budget)))
+        object.__setattr__(self, "teacher_int8", TeacherInt8.from_attrs(self.teacher_int8))
+        for name, record in (("final_over_budget", Refusal), ("final_teacher", FinalTeacher)):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(map(record.from_attrs, getattr(self, name))))
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> StudyFacts:
         """The facts in a study's attributes (keys this version does not know are left out)."""
-        return cls(**{name: attrs[key] for key in attrs if (name := _FACT_OF.get(key, key)) in _FACT_FIELDS})
+        return cls(**{name: attrs[key] for key in attrs if (name := _FACT_OF.get(key, key)) in _names(cls)})
 
     @classmethod
     def from_study(cls, study: _Attributed) -> StudyFacts:
@@ -456,13 +517,12 @@ class StudyFacts:
 
 
 _STORED_AS = {"settings": SETTINGS_ATTR, "version": VERSION_ATTR}
-_FACT_FIELDS = frozenset(f.name for f in fields(StudyFacts))  # as _TRIAL_FIELDS: the names record_fact accepts
 _FACT_OF = {key: name for name, key in _STORED_AS.items()}
 
 
 def record_fact(study: Any, name: str, value: Any) -> None:
     """Store one of the study's facts (a field of `StudyFacts`: a name it does not have is an error here, not a
     record no reader finds)."""
-    if name not in _FACT_FIELDS:
+    if name not in _names(StudyFacts):
         raise KeyError(f"StudyFacts has no field {name!r}")
     study.set_user_attr(_STORED_AS.get(name, name), _as_stored(value))

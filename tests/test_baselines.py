@@ -10,7 +10,7 @@ import torch
 from kdnas.distill import ModelDims, StudentSpec, TeacherCache
 from kdnas.evaluation.baselines import first_layers_depth
 from kdnas.nas.baselines import baseline_fidelity, fidelity_table, fit_line, int8_fidelity
-from kdnas.nas.schema import Fidelity, Quality
+from kdnas.nas.schema import Fidelity, LatencyRecord, Quality, TeacherInt8
 
 
 def test_first_layers_depth_is_the_deepest_cut_no_dearer_than_the_student():
@@ -82,8 +82,9 @@ def test_the_teacher_as_int8_is_measured_beside_the_students_on_the_same_sentenc
                           texts=news_texts, judge=SimpleNamespace(alone=alone))
     pipeline = read_sentence_pipeline(teacher_path("minilm-l6"))
     found = teacher_int8(ctx, pipeline)
-    assert timed == ["model.int8.onnx"] and found["latency"]["median_ms"] == 7.5 and found["sentences"] == 60
-    assert 0.95 < found["fidelity"]["spearman"] < 1.0  # INT8 loses a little of the teacher
+    assert timed == ["model.int8.onnx"] and found.latency.median_ms == 7.5 and found.sentences == 60
+    assert 0.95 < found.fidelity.spearman < 1.0  # INT8 loses a little of the teacher
+    assert TeacherInt8.from_attrs(found.to_attrs()) == found  # stored and read back as it was
     ctx.config = SearchConfig.from_flags(quality_sentences=0)
     assert teacher_int8(ctx, pipeline) is None and timed == ["model.int8.onnx"]  # fidelity not asked for
 
@@ -121,7 +122,7 @@ def _final(ms: float, rho: float, int8_ms: float | None, int8_rho: float | None)
 def test_a_student_is_set_against_the_teachers_int8_graph_as_a_user_would_choose():
     from kdnas.nas.baselines import versus_teacher_int8
 
-    teacher = {"latency": {"median_ms": 25.6}, "fidelity": {"spearman": 0.871}}
+    teacher = TeacherInt8(LatencyRecord(median_ms=25.6), Fidelity(0.871))
     # MPNet at 0.5x (measured): the teacher's INT8 graph is faster and closer than the fp32 student, not than its INT8 one
     assert "ship the student as INT8" in versus_teacher_int8(_final(29.8, 0.858, 11.8, 0.834), teacher)
     assert "ship it instead" in versus_teacher_int8(_final(29.8, 0.858, 27.0, 0.850), teacher)  # beaten in both forms
@@ -135,7 +136,7 @@ def test_a_student_is_set_against_the_teachers_int8_graph_as_a_user_would_choose
 def test_an_int8_budgeted_student_is_set_against_the_teacher_by_its_fp32_reading_where_one_was_taken():
     from kdnas.nas.baselines import versus_teacher_int8
 
-    teacher = {"latency": {"median_ms": 25.6}, "fidelity": {"spearman": 0.871}}
+    teacher = TeacherInt8(LatencyRecord(median_ms=25.6), Fidelity(0.871))
     final = {**_final(11.8, 0.858, 11.8, 0.834), "latency_fp32_onnx": {"median_ms": 29.8}}  # latency_ms: the INT8 graph's
     assert "ship the student as INT8" in versus_teacher_int8(final, teacher)
 

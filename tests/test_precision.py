@@ -227,7 +227,7 @@ def test_the_teachers_plan_decided_again_replaces_its_budgets_row_and_keeps_the_
     from types import SimpleNamespace
 
     from kdnas.nas import plans
-    from kdnas.nas.schema import StudyFacts, TeacherPlanRow, TeacherPlans
+    from kdnas.nas.schema import Fidelity, LatencyRecord, StudyFacts, TeacherInt8, TeacherPlanRow, TeacherPlans
 
     fake = FakeGraphs(exported)
     planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency,
@@ -235,7 +235,7 @@ def test_the_teachers_plan_decided_again_replaces_its_budgets_row_and_keeps_the_
     monkeypatch.setattr(plans, "teacher_planner", lambda ctx, out, pipeline, order=None: planner)
     other = TeacherPlanRow("0.6x", 3.1, True, {"kept": 9})
     facts = StudyFacts(teacher_plans=TeacherPlans((other, TeacherPlanRow("0.5x", 2.6, False, None, [2.7, 2.72]))),
-                       teacher_int8={"latency": {"median_ms": 2.55}})
+                       teacher_int8=TeacherInt8(LatencyRecord(median_ms=2.55), Fidelity(0.99)))
     ctx = SimpleNamespace(budget_label="0.5x", budget_ms=2.6, budget_named="the 0.5x budget", limit=None,
                           progress=SimpleNamespace(phase=lambda text: None))
     decided = plans.teacher_plans_again(ctx, facts, tmp_path, {})
@@ -259,7 +259,7 @@ def test_the_teachers_plan_is_grown_again_only_where_a_timeout_leaves_the_final_
     from types import SimpleNamespace
 
     from kdnas.nas import plans
-    from kdnas.nas.schema import StudyFacts, TeacherPlanRow, TeacherPlans
+    from kdnas.nas.schema import Fidelity, LatencyRecord, StudyFacts, TeacherInt8, TeacherPlanRow, TeacherPlans
     from kdnas.nas.time_limit import TimeLimit
 
     fake = FakeGraphs(exported)
@@ -268,7 +268,7 @@ def test_the_teachers_plan_is_grown_again_only_where_a_timeout_leaves_the_final_
     monkeypatch.setattr(plans, "teacher_planner", lambda ctx, out, pipeline, order=None: planner)
     notes: list[str] = []
     facts = StudyFacts(teacher_plans=TeacherPlans((TeacherPlanRow("0.5x", 2.6, False, None, [2.7, 2.72]),)),
-                       teacher_int8={"latency": {"median_ms": 2.55}})
+                       teacher_int8=TeacherInt8(LatencyRecord(median_ms=2.55), Fidelity(0.99)))
     ctx = SimpleNamespace(budget_label="0.5x", budget_ms=2.6, budget_named="the 0.5x budget",
                           limit=TimeLimit(time.monotonic(), seconds), config=SimpleNamespace(run=SimpleNamespace(timeout=seconds)),
                           progress=SimpleNamespace(phase=lambda text: None, note=notes.append))

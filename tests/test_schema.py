@@ -107,3 +107,32 @@ def test_a_finalists_quality_is_typed_and_stored_as_the_json_earlier_versions_wr
     assert skipped.skipped == "the corpus holds 40 sentences" and not skipped.fidelity and skipped.student is None
     assert skipped.to_attrs() == {"beats_baselines": False, "skipped": "the corpus holds 40 sentences"}
     assert Quality.from_attrs(None) is None  # fidelity not asked for
+
+
+def test_the_teachers_int8_graph_and_its_plan_beside_the_student_are_typed_facts_stored_as_json():
+    """The teacher's all-INT8 graph and its plan set beside a budget's student (nas.final._teacher) are stored as
+    the nested JSON earlier versions wrote and read back as `TeacherInt8` and `FinalTeacher`: unset fields left
+    out, a key this version does not know ignored."""
+    from kdnas.nas.schema import Fidelity, FinalTeacher, Rival, TeacherInt8
+
+    int8 = TeacherInt8(LatencyRecord(median_ms=8.9, p90_ms=9.1), Fidelity(0.991, 0.001), sentences=500)
+    teacher = FinalTeacher(budget=None, budget_ms=9.61, plan={"label": "INT8, fp32: embeddings", "latency_ms": 9.6,
+                                                              "fidelity": 0.994, "fp32_groups": ["embeddings"]},
+                           fidelity=Fidelity(0.993, 0.001), student=Rival("5x12x384x1536", 0.949, "model.int8.onnx",
+                                                                          dir="runs/demo/finalists/student-5x12x384x1536"),
+                           shipped=True, budget_limit_ms=9.71, dir="runs/demo/best", graph="model.mixed.onnx",
+                           latency_ms=9.58, latencies={"model.mixed.onnx": {"median_ms": 9.58}})
+    study = optuna.create_study()
+    record_fact(study, "teacher_int8", int8)
+    record_fact(study, "final_teacher", [teacher])
+    stored_dict = study.user_attrs["final_teacher"][0]
+    assert stored_dict["student"] == {"arch": "5x12x384x1536", "rho": 0.949, "graph": "model.int8.onnx",
+                                      "dir": "runs/demo/finalists/student-5x12x384x1536"}
+    assert "budget" not in stored_dict and "params" not in stored_dict and stored_dict["fidelity"]["spearman"] == 0.993
+    assert study.user_attrs["teacher_int8"] == {"latency": {"median_ms": 8.9, "p90_ms": 9.1},
+                                                "fidelity": {"spearman": 0.991, "spearman_se": 0.001}, "sentences": 500}
+    facts = StudyFacts.from_study(study)
+    assert facts.teacher_int8 == int8 and facts.final_teacher == (teacher,)
+    earlier = {**stored_dict, "budget": "0.5x", "a_later_field": 1, "student": {"arch": "2x12x384x1536", "rho": None}}
+    read = FinalTeacher.from_attrs(earlier)
+    assert (read.budget, read.student, read.shipped) == ("0.5x", Rival("2x12x384x1536"), True)

@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from kdnas.nas import kdnas_reward
 from kdnas.nas.measure import DRIFT_BAND
-from kdnas.nas.schema import UNCOUNTED, Quality
+from kdnas.nas.schema import UNCOUNTED, FinalTeacher, Quality, TeacherInt8
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
@@ -160,9 +160,9 @@ def test_search_writes_every_output(search_run, shared_modes):
     assert "of its own training rows rho" in search_run["stdout"] and "own training rows" in (best / "README.md").read_text()
     # and the INT8 graph as shipped, on the same held-out sentences, beside the teacher's own INT8 graph
     assert quality.int8.sentences == 48 and -1 <= quality.int8.spearman <= 1
-    teacher_int8 = summary["teacher_int8"]
-    assert teacher_int8["sentences"] == 48 and 0.9 < teacher_int8["fidelity"]["spearman"] < 1.0
-    assert teacher_int8["latency"]["median_ms"] < summary["teacher_latency"]["median_ms"]
+    teacher_int8 = TeacherInt8.from_attrs(summary["teacher_int8"])
+    assert teacher_int8.sentences == 48 and 0.9 < teacher_int8.fidelity.spearman < 1.0
+    assert teacher_int8.latency.median_ms < summary["teacher_latency"]["median_ms"]
     assert "the teacher as INT8 (no training):" in search_run["stdout"]
     # and the student set against it, as a user chooses between the two (nas.baselines.versus_teacher_int8)
     assert any("the teacher as INT8 (" in line and " ms, rho " in line for line in search_run["stdout"].splitlines())
@@ -504,15 +504,15 @@ def test_several_budgets_ship_a_graph_each_within_its_budget_and_a_rerun_resumes
     assert summary["budget_ms"] == large  # the trials' gate: the largest budget
     # The large budget fits the teacher's own fp32 graph (6x12x384x1536 reads about as 6x4x384x1536 does): its
     # folder holds the teacher, and the student trained for it stands aside in finalists/ (nas.final._teacher).
-    teacher = {t["budget"]: t for t in summary["final_teacher"]}
-    assert teacher[f"{large:g}ms"]["shipped"] and teacher[f"{large:g}ms"]["dir"] == str(out / budgets[0]["folder"])
+    teacher = {t.budget: t for t in map(FinalTeacher.from_attrs, summary["final_teacher"])}
+    assert teacher[f"{large:g}ms"].shipped and teacher[f"{large:g}ms"].dir == str(out / budgets[0]["folder"])
     for b in budgets:
         [final] = b["final"]
         # within the budget with its tolerance (a graph fits up to 1 % over: the rule the search applies)
         assert final["budget_limit_ms"] == pytest.approx(b["budget_ms"] * 1.01)  # the default tolerance
         assert final["within_budget"] and final["latency_ms"] <= final["budget_limit_ms"], final
         assert b["budget_ms"] == final["budget_ms"]
-        displaced = b["label"] in teacher and teacher[b["label"]]["shipped"]
+        displaced = b["label"] in teacher and teacher[b["label"]].shipped
         student = out / "finalists" / b["label"] / f"student-{final['arch']}" if displaced else out / b["folder"]
         assert final["budget"] == b["label"] and final["dir"] == str(student)
         assert (out / b["folder"] / "model.onnx").is_file() and (out / b["folder"] / "modules.json").is_file()

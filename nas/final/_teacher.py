@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ import optuna
 
 from kdnas.core.files import atomic_write_text, staged_folder
 
-from ..schema import Quality, StudyFacts, record_fact
+from ..schema import FinalTeacher, Quality, Rival, StudyFacts, record_fact
 from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_latencies
 from ._records import jsonable
 
@@ -45,14 +46,14 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     fidelity = int8_fidelity(ctx, held, graph)
     student = results[0]
     student_rho = shipped_fidelity(student)
-    record = {"budget": ctx.budget_label, "budget_ms": ctx.budget.ms, "budget_limit_ms": ctx.budget_ms, "plan": row,
-              "fidelity": fidelity.to_attrs(),
-              "student": {"arch": student["arch"], "rho": student_rho, "graph": student.get("budget_graph")},
-              "shipped": student_rho is not None and fidelity.spearman > student_rho}
-    if record["shipped"]:
-        results = _ship_teacher(study, ctx, out, results, record, planner, plan, graph, pipeline, teacher_dir)
-    others = [r for r in StudyFacts.from_study(study).final_teacher or [] if r.get("budget") != ctx.budget_label]
-    record_fact(study, "final_teacher", others + [jsonable(record)])
+    record = FinalTeacher(budget=ctx.budget_label, budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms,
+                          plan=jsonable(row), fidelity=fidelity,
+                          student=Rival(arch=student["arch"], rho=student_rho, graph=student.get("budget_graph")),
+                          shipped=student_rho is not None and fidelity.spearman > student_rho)
+    if record.shipped:
+        results, record = _ship_teacher(study, ctx, out, results, record, planner, plan, graph, pipeline, teacher_dir)
+    others = [r for r in StudyFacts.from_study(study).final_teacher or () if r.budget != ctx.budget_label]
+    record_fact(study, "final_teacher", [*others, record])
     return results
 
 
@@ -69,10 +70,11 @@ def _planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], order: l
     return teacher_planner(ctx, out, pipeline, order=order)
 
 
-def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[dict[str, Any]], record: dict[str, Any],
-                  planner: Any, plan: Any, graph: Path, pipeline: dict[str, Any],
-                  teacher_dir: str) -> list[dict[str, Any]]:
-    """Move the student aside, write the teacher's folder in its place, time its graphs as shipped."""
+def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[dict[str, Any]],
+                  record: FinalTeacher, planner: Any, plan: Any, graph: Path, pipeline: dict[str, Any],
+                  teacher_dir: str) -> tuple[list[dict[str, Any]], FinalTeacher]:
+    """Move the student aside, write the teacher's folder in its place, time its graphs as shipped; the results
+    with the student moved, and the record with where each went and the teacher's readings."""
     from kdnas.core.sentence import write_sentence_transformers
 
     student = results[0]
@@ -82,7 +84,6 @@ def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results:
         shutil.rmtree(aside)
     aside.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(dest), aside)
-    record["student"]["dir"] = str(aside)
     name = planner_graph_name(planner, plan)
     with staged_folder(dest) as stage:
         source = planner.fp32.parent
@@ -94,20 +95,21 @@ def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results:
         ctx.teacher.model.save_pretrained(stage)
         write_sentence_transformers(stage, teacher_dir, hidden_size=ctx.teacher.model.config.hidden_size)
         manifest = json.loads((stage / "export.json").read_text())
-        manifest["precision"] = {"plan": plan.to_dict(), "label": record["plan"]["label"], "graph": name,
+        manifest["precision"] = {"plan": plan.to_dict(), "label": record.plan["label"], "graph": name,
                                  "effects": list(StudyFacts.from_study(study).teacher_plans.order),
-                                 "probe": record["plan"]}
+                                 "probe": record.plan}
         manifest["sizes"] = {p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}
         atomic_write_text(stage / "export.json", json.dumps(manifest, indent=2) + "\n")
     latency, readings, drift, graphs = shipped_latencies(ctx, dest, "the teacher", name)
     # within the budget by the plan's own reading that chose it (nas.final._shipping._verdict); as shipped beside it
-    record.update(dir=str(dest), graph=name, latency_ms=latency.median_ms, latency_readings_ms=readings, **drift,
-                  latencies=graphs, within_budget=record["plan"]["latency_ms"] <= ctx.budget_ms,
-                  params=sum(p.numel() for p in ctx.teacher.model.parameters()))
-    atomic_write_text(dest / "search.json", json.dumps(jsonable(record), indent=2) + "\n")
+    record = replace(record, student=replace(record.student, dir=str(aside)), dir=str(dest), graph=name,
+                     latency_ms=latency.median_ms, latency_readings_ms=readings, **drift, latencies=graphs,
+                     within_budget=record.plan["latency_ms"] <= ctx.budget_ms,
+                     params=sum(p.numel() for p in ctx.teacher.model.parameters()))
+    atomic_write_text(dest / "search.json", json.dumps(jsonable(record.to_attrs()), indent=2) + "\n")
     atomic_write_text(dest / "README.md", teacher_card(record, ctx.config))
     moved = {**student, "dir": str(aside), "shipped_as": str(dest), "displaced_by": "teacher"}
-    return [moved, *results[1:]]
+    return [moved, *results[1:]], record
 
 
 def planner_graph_name(planner: Any, plan: Any) -> str:
@@ -117,18 +119,18 @@ def planner_graph_name(planner: Any, plan: Any) -> str:
     return FP32_GRAPH if len(plan.fp32) >= len(planner.groups) else MIXED_GRAPH
 
 
-def teacher_card(record: dict[str, Any], config: SearchConfig) -> str:
+def teacher_card(record: FinalTeacher, config: SearchConfig) -> str:
     """The README of a `best/` that holds the teacher with a precision plan: why, and what it measured."""
     from ..card import search_command
 
-    plan, fidelity, student = record["plan"], record["fidelity"], record["student"]
+    fidelity, student = record.fidelity, record.student
     return f"""# {config.teacher} with a precision plan
 
-No student beat the teacher itself at this budget: its graph with {plan['label']} runs within
-{record['budget_ms']:.2f} ms ({record['latency_ms']:.2f} ms as shipped, timed as a student's is) and keeps embedding
-fidelity ρ {fidelity['spearman']:.3f} to the teacher on {fidelity.get('sentences', 'the')} held-out sentences, where the
-best trained student ({student['arch']}, now in `{student['dir']}`) reached {student['rho']:.3f} with its shipped
-graph. Deploy `{record['graph']}`; `model.onnx` is the teacher's fp32 graph,
+No student beat the teacher itself at this budget: its graph with {record.plan['label']} runs within
+{record.budget_ms:.2f} ms ({record.latency_ms:.2f} ms as shipped, timed as a student's is) and keeps embedding
+fidelity ρ {fidelity.spearman:.3f} to the teacher on {fidelity.sentences or 'the'} held-out sentences, where the
+best trained student ({student.arch}, now in `{student.dir}`) reached {student.rho:.3f} with its shipped
+graph. Deploy `{record.graph}`; `model.onnx` is the teacher's fp32 graph,
 `model.int8.onnx` its all-INT8 one, and `SentenceTransformer` loads this folder as the teacher it is.
 `export.json` (`precision`) holds the plan, every weight group's measured effect and its latency.
 

@@ -368,7 +368,7 @@ def _refusal_line(s: Refusal) -> str:
 
 
 def _print_summary(summary: dict, out: Path) -> None:
-    from .schema import FinalTeacher, Refusal, TeacherInt8
+    from .schema import Candidate, FinalTeacher, Refusal, TeacherInt8
 
     best = summary.get("best_trial")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
@@ -384,12 +384,11 @@ def _print_summary(summary: dict, out: Path) -> None:
               f"proxy loss {best['loss']:.4f}  {best['latency_median_ms']:.2f} ms")
     for s in map(Refusal.from_attrs, summary.get("final_over_budget") or []):
         print(_refusal_line(s))
-    for n in summary.get("final_neighbours") or []:  # nas.neighbours
-        read = n.get("latency_read_ms", n["proxy"]["latency_ms"])
-        scaled = (f" beside {n['parent_read_ms']:.2f} ms for {n['neighbour_of']}: {n['proxy']['latency_ms']:.2f} ms "
-                  "on the trials' scale" if n.get("latency_scaled_by", 1.0) != 1.0 else "")
-        print(f"FFN neighbour {n['arch']} of {n['neighbour_of']}: {read:.2f} ms as shipped{scaled}, "
-              f"proxy reward {n['reward']:.4f}")
+    for n in map(Candidate.from_attrs, summary.get("final_neighbours") or []):  # nas.neighbours
+        read = n.latency_read_ms or n.scored_latency
+        scaled = (f" beside {n.parent_read_ms:.2f} ms for {n.neighbour_of}: {n.scored_latency:.2f} ms "
+                  "on the trials' scale" if (n.latency_scaled_by or 1.0) != 1.0 else "")
+        print(f"FFN neighbour {n.arch} of {n.neighbour_of}: {read:.2f} ms as shipped{scaled}, proxy reward {n.reward:.4f}")
     int8 = TeacherInt8.from_attrs(summary.get("teacher_int8"))
     for f in summary.get("final") or []:
         _print_final(f, int8)

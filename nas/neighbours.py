@@ -13,43 +13,35 @@ another neighbour already had.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .schema import Refusal
+from .schema import Candidate, Refusal
 
 MAX_NEIGHBOURS = 2
 WIDER, NARROWER = 1, -1
 
 
-def candidates(pool: list[dict[str, Any]], over: list[Refusal],
-               neighbours: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def candidates(pool: list[Candidate], over: list[Refusal], neighbours: list[Candidate]) -> list[Candidate]:
     """The finalists in the order they are tried: the trials of `pool` and the scored `neighbours`,
     without the shapes already refused over the budget (a repeated shape is as slow as the first),
     best reward first (a trial before a neighbour of equal reward)."""
     refused = {s.arch for s in over}
-    return sorted([r for r in pool + neighbours if r["arch"] not in refused], key=lambda r: -r["reward"])
+    return sorted([r for r in pool + neighbours if r.arch not in refused], key=lambda r: -r.reward)
 
 
-def ffn_neighbour(space: Any, row: dict[str, Any], direction: int, taken: set[str]) -> dict[str, Any] | None:
+def ffn_neighbour(space: Any, row: Candidate, direction: int, taken: set[str]) -> Candidate | None:
     """`row`'s shape with its FFN at the space's next width in `direction` (WIDER or NARROWER), not
     yet scored (`reward` None); None when there is no such width, the shape is in `taken`, or the
     space rejects it."""
-    widths = sorted((f for f in space.ffn if (f - row["ffn"]) * direction > 0), key=lambda f: abs(f - row["ffn"]))
+    widths = sorted((f for f in space.ffn if (f - row.ffn) * direction > 0), key=lambda f: abs(f - row.ffn))
     if not widths:
         return None
     ffn = widths[0]
-    arch = f"{row['layers']}x{row['heads']}x{row['hidden']}x{ffn}"
-    if arch in taken or space.reject_reason(row["layers"], row["heads"], row["hidden"], ffn):
+    arch = f"{row.layers}x{row.heads}x{row.hidden}x{ffn}"
+    if arch in taken or space.reject_reason(row.layers, row.heads, row.hidden, ffn):
         return None
-    return {"number": row["number"], "arch": arch, "layers": row["layers"], "heads": row["heads"],
-            "hidden": row["hidden"], "ffn": ffn, "reward": None, "neighbour_of": row["arch"],
-            "parent_latency_ms": scored_latency(row)}
-
-
-def scored_latency(row: dict[str, Any]) -> float | None:
-    """The latency a candidate's reward was computed with: a trial's reading, or a neighbour's."""
-    return row.get("latency_median_ms") or (row.get("proxy") or {}).get("latency_ms")
+    return Candidate(number=row.number, arch=arch, layers=row.layers, heads=row.heads, hidden=row.hidden, ffn=ffn,
+                     neighbour_of=row.arch, parent_latency_ms=row.scored_latency)
 
 
 def on_trial_scale(ms: float, parent_then: float | None, parent_now: float | None) -> tuple[float, float]:
@@ -66,11 +58,11 @@ def on_trial_scale(ms: float, parent_then: float | None, parent_now: float | Non
     return ms * factor, factor
 
 
-def rank_in(queue: list[dict[str, Any]], row: dict[str, Any]) -> None:
+def rank_in(queue: list[Candidate], row: Candidate) -> None:
     """Put `row` into the candidates: a neighbour not yet scored first (it is tried at once), a
     scored candidate after every one with at least its reward."""
-    at = 0 if row["reward"] is None else next((i for i, r in enumerate(queue)
-                                                if r["reward"] is not None and r["reward"] < row["reward"]), len(queue))
+    at = 0 if row.reward is None else next((i for i, r in enumerate(queue)
+                                            if r.reward is not None and r.reward < row.reward), len(queue))
     queue.insert(at, row)
 
 

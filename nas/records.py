@@ -249,7 +249,7 @@ def study_facts(study: optuna.Study, rows: list[TrialRow]) -> dict[str, Any]:
         "teacher_plans": facts.teacher_plans and facts.teacher_plans.to_attrs(),
         "final_teacher": [t.to_attrs() for t in facts.final_teacher or ()],
         "final_over_budget": [s.to_attrs() for s in facts.final_over_budget or ()],
-        "final_neighbours": facts.final_neighbours or [],
+        "final_neighbours": [n.to_attrs() for n in facts.final_neighbours or ()],
         **({"budgets": budget_table(facts, rows)} if facts.budgets else {}),
     }
 

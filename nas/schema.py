@@ -402,6 +402,43 @@ class Refusal(_Stored):
 
 
 @dataclass(frozen=True)
+class Candidate(_Stored):
+    """A shape the final stage may train (nas.final, nas.neighbours): a trained trial (`number`, its proxy reward,
+    reading and seconds as its row of the trial table has them), or the FFN neighbour of one (`neighbour_of` the
+    parent's shape, `parent_latency_ms` the reading the parent was scored with), which the stage reads and scores
+    by the proxy when it reaches it (`reward` None until then; then its proxy's record, the recipe and the
+    readings: what the study's `final_neighbours` holds)."""
+
+    number: int
+    arch: str
+    layers: int
+    heads: int
+    hidden: int
+    ffn: int
+    reward: float | None = None
+    latency_median_ms: float | None = None
+    seconds_distill: float | None = None
+    seconds_total: float | None = None
+    seconds_teacher: float | None = None
+    neighbour_of: str | None = None
+    parent_latency_ms: float | None = None
+    proxy: dict[str, Any] | None = None  # a neighbour's proxy score (`nas.scored.Scored.record`)
+    recipe: dict[str, Any] | None = None
+    latency_read_ms: float | None = None
+    parent_read_ms: float | None = None
+    latency_scaled_by: float | None = None
+
+    @property
+    def scored_latency(self) -> float | None:
+        """The latency its reward was computed with: a trial's reading, or a neighbour's proxy's."""
+        return self.latency_median_ms or (self.proxy or {}).get("latency_ms")
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | Candidate) -> Candidate:
+        return attrs if isinstance(attrs, Candidate) else cls(**cls._known(attrs))
+
+
+@dataclass(frozen=True)
 class TeacherInt8(_Stored):
     """The alternative a user has for free (nas.baselines.teacher_int8): the teacher's all-INT8 graph, its latency
     read as the shipped graphs are and its fidelity on the held-out sentences the students are scored on."""
@@ -468,9 +505,9 @@ class FinalTeacher(_Stored):
 class StudyFacts:
     """What a study holds beside its trials. Made once with the study — the settings, the teacher's reading, the
     budgets and their rule shapes — then added to by the stages that follow (`record_fact`). The teacher's reading
-    and plans, its INT8 graph, its plans set beside the students and the refused finalists are typed records
-    (`LatencyRecord`, `TeacherPlans`, `TeacherInt8`, `FinalTeacher`, `Refusal`); other nested records stay the
-    JSON they are stored as."""
+    and plans, its INT8 graph, its plans set beside the students, the refused finalists and the FFN neighbours
+    scored are typed records (`LatencyRecord`, `TeacherPlans`, `TeacherInt8`, `FinalTeacher`, `Refusal`,
+    `Candidate`); other nested records stay the JSON they are stored as."""
 
     settings: dict[str, Any] | None = None  # stored as SETTINGS_ATTR
     version: int = 1  # stored as VERSION_ATTR; absent: a study of before the version was stored
@@ -490,13 +527,14 @@ class StudyFacts:
     final: list[dict[str, Any]] | None = None  # the finalists, every budget's
     final_teacher: tuple[FinalTeacher, ...] | None = None  # the teacher's plan where it was a finalist, per budget
     final_over_budget: tuple[Refusal, ...] | None = None  # every budget's
-    final_neighbours: list[dict[str, Any]] | None = None
+    final_neighbours: tuple[Candidate, ...] | None = None  # the FFN neighbours scored, every budget's
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "teacher_latency", LatencyRecord.from_attrs(self.teacher_latency))
         object.__setattr__(self, "teacher_plans", TeacherPlans.from_attrs(self.teacher_plans))
         object.__setattr__(self, "teacher_int8", TeacherInt8.from_attrs(self.teacher_int8))
-        for name, record in (("final_over_budget", Refusal), ("final_teacher", FinalTeacher)):
+        for name, record in (("final_over_budget", Refusal), ("final_teacher", FinalTeacher),
+                             ("final_neighbours", Candidate)):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(map(record.from_attrs, getattr(self, name))))
 

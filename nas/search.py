@@ -34,7 +34,7 @@ from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, latency_record
 from .neighbours import WIDER, ffn_neighbour
 from .plans import teacher_plan_for, teacher_plans
-from .schema import SCHEMA_VERSION, LatencyRecord, StudyFacts, enqueue, record_fact, recorded
+from .schema import SCHEMA_VERSION, Candidate, LatencyRecord, StudyFacts, enqueue, record_fact, recorded
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
 from .records import best_row, trial_pace, trial_rows
@@ -264,9 +264,9 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
                if r.step_s is not None and r.duplicate_of is None and r.seconds is not None]
     if step_s is None or not trained:
         return None
-    wider = ffn_neighbour(space, best.as_dict(), WIDER, taken=set())
+    wider = ffn_neighbour(space, Candidate.from_attrs(best.as_dict()), WIDER, taken=set())
     if wider is not None:
-        step_s = pace_of(step_s, best.arch, wider["arch"], cfg.proxy.seq_len)
+        step_s = pace_of(step_s, best.arch, wider.arch, cfg.proxy.seq_len)
     trial_s = statistics.median(trained)
     return cfg.final.top_k * len(cfg.budgets) * final_run_s(cfg.final.steps, step_s, trial_s), trial_s
 

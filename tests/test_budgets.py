@@ -91,9 +91,9 @@ def test_every_trial_is_a_candidate_for_every_budget_it_fits():
     # (reward, latency ms, status): the best trial fits only the larger budget; trial 3 fits neither
     study = _study([(0.80, 9.0, "feasible"), (0.70, 4.0, "feasible"), (0.75, 5.5, "feasible"), (0.0, 12.0, "infeasible")])
     large, small = Budget(10.0, "0.5x"), Budget(5.0, "0.25x")
-    assert [r["number"] for r in finalists(study, "reward", large)] == [0, 2, 1]
-    assert [r["number"] for r in finalists(study, "reward", small)] == [1]
-    assert [r["number"] for r in finalists(study, "reward")] == [0, 2, 1]  # one budget: every trained trial
+    assert [r.number for r in finalists(study, "reward", large)] == [0, 2, 1]
+    assert [r.number for r in finalists(study, "reward", small)] == [1]
+    assert [r.number for r in finalists(study, "reward")] == [0, 2, 1]  # one budget: every trained trial
     assert [r.number for r in within(trial_rows(study), small)] == [1]
     table = budget_table(StudyFacts(budget_ms=10.0, budgets=[{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}],
                                     final=[{"recipe": {"budget": "0.25x"}, "arch": "2x12x384x1536"}]), trial_rows(study))

@@ -214,8 +214,8 @@ def test_pareto_finalists_are_front_members_best_reward_first():
             distributions={"layers": IntDistribution(1, 6)},
             user_attrs={"arch": f"{number + 1}x4x96x256", "status": status, "loss": loss, "reward": reward,
                         "latency": {"median_ms": ms}}))
-    assert [r["number"] for r in finalists(study, "pareto")] == [1, 2]  # front only, best reward first
-    assert [r["number"] for r in finalists(study, "reward")] == [1, 0, 2]  # every trained trial
+    assert [r.number for r in finalists(study, "pareto")] == [1, 2]  # front only, best reward first
+    assert [r.number for r in finalists(study, "reward")] == [1, 0, 2]  # every trained trial
 
 
 def test_the_rule_keeps_the_teachers_full_width_at_the_depth_that_fits():

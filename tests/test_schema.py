@@ -136,3 +136,21 @@ def test_the_teachers_int8_graph_and_its_plan_beside_the_student_are_typed_facts
     earlier = {**stored_dict, "budget": "0.5x", "a_later_field": 1, "student": {"arch": "2x12x384x1536", "rho": None}}
     read = FinalTeacher.from_attrs(earlier)
     assert (read.budget, read.student, read.shipped) == ("0.5x", Rival("2x12x384x1536"), True)
+
+
+def test_a_final_stage_candidate_is_typed_and_a_scored_neighbour_is_stored_as_json():
+    """The final stage's queue holds `Candidate`s: a trial's row as the trial table has it, or an FFN neighbour,
+    whose score the study keeps (`final_neighbours`) as the JSON earlier versions wrote and reads back typed."""
+    from kdnas.nas.schema import Candidate
+
+    trial = Candidate.from_attrs({"number": 3, "arch": "3x12x384x1536", "layers": 3, "heads": 12, "hidden": 384,
+                                  "ffn": 1536, "reward": 0.91, "latency_median_ms": 8.2, "status": "feasible"})
+    assert (trial.arch, trial.reward, trial.scored_latency, trial.neighbour_of) == ("3x12x384x1536", 0.91, 8.2, None)
+    neighbour = Candidate(number=3, arch="3x12x384x1280", layers=3, heads=12, hidden=384, ffn=1280, reward=0.9,
+                          neighbour_of="3x12x384x1536", parent_latency_ms=8.2, proxy={"latency_ms": 7.6, "loss": 0.1},
+                          recipe={"method": "embed"}, latency_read_ms=7.9, parent_read_ms=8.5, latency_scaled_by=0.9647)
+    study = optuna.create_study()
+    record_fact(study, "final_neighbours", [neighbour])
+    stored_dict = study.user_attrs["final_neighbours"][0]
+    assert stored_dict["proxy"] == {"latency_ms": 7.6, "loss": 0.1} and "latency_median_ms" not in stored_dict
+    assert StudyFacts.from_study(study).final_neighbours == (neighbour,) and neighbour.scored_latency == 7.6

@@ -28,7 +28,7 @@ from optuna.trial import TrialState
 
 from kdnas.nas import kdnas_reward
 from kdnas.nas.measure import DRIFT_BAND
-from kdnas.nas.schema import UNCOUNTED, FinalTeacher, Quality, TeacherInt8
+from kdnas.nas.schema import UNCOUNTED, Candidate, FinalTeacher, Quality, TeacherInt8
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
@@ -124,8 +124,8 @@ def test_search_writes_every_output(search_run, shared_modes):
     # (nas.neighbours), unless its exported graph measured over the budget (then the next candidate is).
     skipped, best_arch = [s["arch"] for s in summary["final_over_budget"]], summary["best_trial"]["arch"]
     assert best_arch in (final["arch"], final.get("neighbour_of")) or best_arch in skipped, (skipped, final)
-    for neighbour in summary["final_neighbours"]:  # scored like a trial, at most two
-        assert neighbour["reward"] is not None and neighbour["proxy"]["latency_ms"] <= summary["budget_ms"]
+    for neighbour in map(Candidate.from_attrs, summary["final_neighbours"]):  # scored like a trial, at most two
+        assert neighbour.reward is not None and neighbour.scored_latency <= summary["budget_ms"]
     assert len(summary["final_neighbours"]) <= 2
     # Within the budget as the verdict states it: the reading that judged the graph fits the limit, and the reading
     # as shipped is kept beside it, over by no more than a host drifts (nas.final._shipping._verdict).

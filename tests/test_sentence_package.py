@@ -21,7 +21,7 @@ from kdnas.core.errors import KdnasError  # noqa: E402
 from kdnas.core.spec import StudentSpec, build_student  # noqa: E402
 from kdnas.export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
 from kdnas.nas._progress import Progress  # noqa: E402
-from kdnas.nas.schema import Fidelity, Quality  # noqa: E402
+from kdnas.nas.schema import Candidate, Fidelity, Quality, StudyFacts  # noqa: E402
 
 SENTENCES = [
     "Stocks fell.",
@@ -227,7 +227,7 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
     ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
                         data=None, cache=None, teacher_latency_ms=10.0, budget_ms=100.0,
                         progress=Progress(1, 0, enabled=False))
-    row = {"number": 0, "arch": "1x4x64x128", "layers": 1, "heads": 4, "hidden": 64, "ffn": 128, "reward": 0.5}
+    row = Candidate(number=0, arch="1x4x64x128", layers=1, heads=4, hidden=64, ffn=128, reward=0.5)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     [entry] = run_final(optuna.create_study(), ctx, out, [row])
     assert entry["latency"]["median_ms"] > 0 and entry["within_budget"]
@@ -279,20 +279,20 @@ def test_a_finalist_over_the_budget_is_not_shipped(teacher, news_texts, tmp_path
     ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=news_texts,
                         data=None, cache=None, teacher_latency_ms=10.0, budget_ms=1e-6,
                         progress=Progress(1, 0, enabled=False))
-    pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": 0.5 - n / 10}
+    pool = [Candidate(number=n, arch=f"1x4x64x{f}", layers=1, heads=4, hidden=64, ffn=f, reward=0.5 - n / 10)
             for n, f in ((0, 128), (1, 256))]
     study = optuna.create_study()
     with pytest.raises(KdnasError, match=r"no finalist fits the budget .*1x4x64x128 .* ms, 1x4x64x256"):
         run_final(study, ctx, out, pool)
     assert not (out / "best").exists() and not (out / "over-budget").exists(), "nothing was trained or shipped"
-    over = study.user_attrs["final_over_budget"]
-    assert [(s["trial"], s["stage"]) for s in over] == [(0, "before training"), (1, "before training")]
-    assert all(s["latency_ms"] > s["budget_ms"] for s in over)
+    over = StudyFacts.from_study(study).final_over_budget
+    assert [(s.trial, s.stage) for s in over] == [(0, "before training"), (1, "before training")]
+    assert all(s.latency_ms > s.budget_ms for s in over)
     # A ratio budget: each graph timed side by side with the teacher (real graphs, real onnxruntime),
     # its latency stated on the scale of the teacher's reading that set the budget.
-    assert all(s["latency_readings_ms"] == [] and 0 < s["ratio_to_teacher"] < 1 for s in over)
+    assert all(s.latency_readings_ms == [] and 0 < s.ratio_to_teacher < 1 for s in over)
     # (the ratio is kept to 4 places)
-    assert all(s["latency_ms"] == pytest.approx(s["ratio_to_teacher"] * 10.0, abs=1e-3) for s in over)
+    assert all(s.latency_ms == pytest.approx(s.ratio_to_teacher * 10.0, abs=1e-3) for s in over)
     assert shippable(study, pool, config) == []  # a rerun with the same recipe does not retrain them
     assert shippable(study, pool, config.with_flags(final_steps=2)) == pool[:1]  # another recipe does
 
@@ -344,8 +344,8 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
         ctx = SearchContext(config=config, space=space, sizes=teacher.student_sizes(), teacher=teacher,
                             texts=news_texts, data=data, cache=TeacherCache(teacher, data), teacher_latency_ms=10.0,
                             budget_ms=1.5, progress=Progress(1, 0, enabled=False), judge=judge)
-        pool = [{"number": n, "arch": f"1x4x64x{f}", "layers": 1, "heads": 4, "hidden": 64, "ffn": f, "reward": r,
-                 **known} for n, f, r in trials]
+        pool = [Candidate(number=n, arch=f"1x4x64x{f}", layers=1, heads=4, hidden=64, ffn=f, reward=r, **known)
+                for n, f, r in trials]
         study = optuna.create_study()
         [entry] = final.run_final(study, ctx, tmp_path / name, pool)
         return entry, study, pool
@@ -353,25 +353,26 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     # Narrower: the winner 1x4x64x256 is refused; 1x4x64x128 is scored by the proxy like a trial
     # and, ranked above the next trial, shipped in its place.
     entry, study, pool = run("narrower", [(4, 256, 9.0), (7, 64, -5.0)])
-    [over], [neighbour] = study.user_attrs["final_over_budget"], study.user_attrs["final_neighbours"]
-    assert (over["arch"], neighbour["arch"], neighbour["neighbour_of"]) == ("1x4x64x256", "1x4x64x128", "1x4x64x256")
+    facts = StudyFacts.from_study(study)
+    [over], [neighbour] = facts.final_over_budget, facts.final_neighbours
+    assert (over.arch, neighbour.arch, neighbour.neighbour_of) == ("1x4x64x256", "1x4x64x128", "1x4x64x256")
     assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 4, "1x4x64x256")
-    assert entry["proxy_reward"] == neighbour["reward"] and "loss" in neighbour["proxy"]
+    assert entry["proxy_reward"] == neighbour.reward and "loss" in neighbour.proxy
     assert "FFN neighbour of trial #4's 1x4x64x256" in (Path(entry["dir"]) / "README.md").read_text()
     assert final._records.shippable(study, pool, config) == [neighbour]  # a rerun replays the same choice
     # When the proxy ranks the neighbour below the next trial, the trial ships.
     entry, study, _ = run("ranked-below", [(4, 256, 9.0), (7, 64, 5.0)])
-    assert study.user_attrs["final_neighbours"][0]["arch"] == "1x4x64x128"
+    assert StudyFacts.from_study(study).final_neighbours[0].arch == "1x4x64x128"
     assert (entry["arch"], entry["trial"]) == ("1x4x64x64", 7) and "neighbour_of" not in entry
     # Wider: before the winner 1x4x64x64 is trained, 1x4x64x128 is tried, ranks above it and ships;
     # its own wider neighbour 1x4x64x256 is over the budget (two neighbours at most).
     entry, study, _ = run("wider", [(3, 64, -5.0)], latency_median_ms=0.5)
-    [neighbour] = study.user_attrs["final_neighbours"]
+    facts = StudyFacts.from_study(study)
+    [neighbour] = facts.final_neighbours
     # Scored on the trials' scale: the parent read 1.0 ms beside it and 0.5 ms as a trial.
-    assert (neighbour["arch"], neighbour["latency_read_ms"], neighbour["parent_read_ms"]) == ("1x4x64x128", 1.0, 1.0)
-    assert neighbour["latency_scaled_by"] == 0.5 and neighbour["proxy"]["latency_ms"] == 0.5
-    assert [(s["arch"], s["neighbour_of"]) for s in study.user_attrs["final_over_budget"]] == [("1x4x64x256",
-                                                                                                 "1x4x64x128")]
+    assert (neighbour.arch, neighbour.latency_read_ms, neighbour.parent_read_ms) == ("1x4x64x128", 1.0, 1.0)
+    assert neighbour.latency_scaled_by == 0.5 and neighbour.scored_latency == 0.5
+    assert [(s.arch, s.neighbour_of) for s in facts.final_over_budget] == [("1x4x64x256", "1x4x64x128")]
     assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 3, "1x4x64x64")
 
 
@@ -412,11 +413,11 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
                         cache=TeacherCache(teacher, data), teacher_latency_ms=10.0, budget_ms=1.5,
                         progress=Progress(1, 0, enabled=False), judge=judge)
     study, out = optuna.create_study(), tmp_path / "run"
-    [entry] = final.run_final(study, ctx, out, [{"number": 4, "arch": "1x4x64x256", "layers": 1, "heads": 4,
-                                                 "hidden": 64, "ffn": 256, "reward": 9.0}])
-    [over] = study.user_attrs["final_over_budget"]
-    assert (over["arch"], over["stage"], over["steps"]) == ("1x4x64x256", "as shipped", 2)
-    assert Path(over["dir"]).is_dir() and narrowed_to == [(256, "1x4x64x128")]
+    [entry] = final.run_final(study, ctx, out, [Candidate(number=4, arch="1x4x64x256", layers=1, heads=4, hidden=64,
+                                                          ffn=256, reward=9.0)])
+    [over] = StudyFacts.from_study(study).final_over_budget
+    assert (over.arch, over.stage, over.steps) == ("1x4x64x256", "as shipped", 2)
+    assert Path(over.dir).is_dir() and narrowed_to == [(256, "1x4x64x128")]
     assert (entry["arch"], entry["neighbour_of"], entry["steps"]) == ("1x4x64x128", "1x4x64x256", steps)
     assert entry["init"] == {"init": "continued", "from": "1x4x64x256", "after_steps": 2,
                              "narrowed_by": "activation importance (distill.narrowed)"}
@@ -436,20 +437,25 @@ def test_ffn_neighbours_take_the_next_width_and_never_a_shape_already_had():
     from kdnas.nas.space import SearchSpace
 
     space = SearchSpace(layers=(3,), heads=(), hidden=(384,), ffn=(256, 1024, 1280, 1536), head_size=32)
-    row = {"number": 2, "arch": "3x12x384x1280", "layers": 3, "heads": 12, "hidden": 384, "ffn": 1280, "reward": 0.7}
+    row = Candidate(number=2, arch="3x12x384x1280", layers=3, heads=12, hidden=384, ffn=1280, reward=0.7,
+                    latency_median_ms=8.1)
     narrower, wider = ffn_neighbour(space, row, NARROWER, set()), ffn_neighbour(space, row, WIDER, set())
-    assert (narrower["arch"], narrower["number"], narrower["reward"]) == ("3x12x384x1024", 2, None)
-    assert wider["arch"] == "3x12x384x1536" and wider["neighbour_of"] == "3x12x384x1280"
+    assert (narrower.arch, narrower.number, narrower.reward, narrower.ffn) == ("3x12x384x1024", 2, None, 1024)
+    assert wider.arch == "3x12x384x1536" and wider.neighbour_of == "3x12x384x1280" and wider.parent_latency_ms == 8.1
     assert ffn_neighbour(space, row, WIDER, {"3x12x384x1536"}) is None, "a shape already had"
-    assert ffn_neighbour(space, {**row, "ffn": 256, "arch": "3x12x384x256"}, NARROWER, set()) is None, "no width"
-    queue = [{"arch": "a", "reward": 0.6}, {"arch": "b", "reward": 0.4}]
+    assert ffn_neighbour(space, replace(row, ffn=256, arch="3x12x384x256"), NARROWER, set()) is None, "no width"
+
+    def shape(arch: str, reward: float) -> Candidate:
+        return replace(row, arch=arch, reward=reward)
+
+    queue = [shape("a", 0.6), shape("b", 0.4)]
     rank_in(queue, narrower)
-    assert [r["arch"] for r in queue] == ["3x12x384x1024", "a", "b"], "not yet scored: tried next"
-    rank_in(queue, {**wider, "reward": 0.5})
-    assert [r["arch"] for r in queue] == ["3x12x384x1024", "a", "3x12x384x1536", "b"]
-    pool = [{"arch": "a", "reward": 0.6}, {"arch": "b", "reward": 0.4}]
+    assert [r.arch for r in queue] == ["3x12x384x1024", "a", "b"], "not yet scored: tried next"
+    rank_in(queue, replace(wider, reward=0.5))
+    assert [r.arch for r in queue] == ["3x12x384x1024", "a", "3x12x384x1536", "b"]
+    pool = [shape("a", 0.6), shape("b", 0.4)]
     refused = Refusal(trial=0, arch="a", recipe={}, stage=BEFORE_TRAINING, latency_ms=9.0, budget_ms=8.0)
-    assert [r["arch"] for r in candidates(pool, [refused], [{**wider, "reward": 0.5}])] == ["3x12x384x1536", "b"]
+    assert [r.arch for r in candidates(pool, [refused], [replace(wider, reward=0.5)])] == ["3x12x384x1536", "b"]
 
 
 def test_a_reading_over_the_budget_is_measured_again_and_the_lower_stands():
@@ -554,9 +560,10 @@ def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teac
                                      {**over, "trial": 4, "latency_ms": 10.12, "latency_readings_ms": [],
                                       "ratio_to_teacher": 0.5127, "teacher_latency_now_ms": 21.4, "read_ms": 10.97,
                                       "latency_scaled_by": 0.922}]}
-    summary["final_neighbours"] = [{"arch": "3x12x384x1280", "neighbour_of": "3x12x384x1536", "reward": 0.7291,
-                                    "proxy": {"latency_ms": 9.21}, "latency_read_ms": 9.93, "parent_read_ms": 8.9,
-                                    "latency_scaled_by": 0.9275}]
+    neighbour = Candidate(number=2, arch="3x12x384x1280", layers=3, heads=12, hidden=384, ffn=1280, reward=0.7291,
+                          neighbour_of="3x12x384x1536", proxy={"latency_ms": 9.21}, latency_read_ms=9.93,
+                          parent_read_ms=8.9, latency_scaled_by=0.9275)
+    summary["final_neighbours"] = [neighbour.to_attrs()]  # as summary.json holds it
     summary["final"] = [{"dir": "best", "arch": "3x12x384x1280", "trial": 2, "neighbour_of": "3x12x384x1536",
                          "steps": 1200, "latency_ms": 9.2, "fidelity": 0.9, "l_hs_norm": 0.3, "reward": 0.89}]
     _print_summary(summary, tmp_path)

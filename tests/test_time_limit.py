@@ -365,7 +365,7 @@ def test_a_shape_scored_twice_is_one_finalist():
     for number, extra in ((0, {}), (1, {"duplicate_of": 0})):
         attrs = {"status": "feasible", "arch": "3x12x384x1536", "reward": 0.8, "loss": 0.2, **extra}
         study.add_trial(optuna.trial.create_trial(value=0.8, user_attrs=attrs))
-    assert [r["number"] for r in finalists(study, "reward")] == [0]
+    assert [r.number for r in finalists(study, "reward")] == [0]
 
 
 def test_a_final_run_takes_the_rows_whose_targets_are_on_disk_up_to_one_pass(teacher, news_texts, tmp_path):

@@ -21,7 +21,7 @@ from ..neighbours import candidates
 from ..recipe import recipe_of
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
-from ..schema import AS_SHIPPED, BEFORE_TRAINING, Quality, Refusal, StudyFacts, TrialStatus, recorded, store
+from ..schema import AS_SHIPPED, BEFORE_TRAINING, Candidate, Quality, Refusal, StudyFacts, TrialStatus, recorded, store
 from ..scored import Scored
 
 if TYPE_CHECKING:
@@ -65,16 +65,16 @@ class Finalist:
                 "seconds": self.seconds}
 
 
-def finalists(study: optuna.Study, objective: str, budget: Budget | None = None) -> list[dict[str, Any]]:
+def finalists(study: optuna.Study, objective: str, budget: Budget | None = None) -> list[Candidate]:
     """Every trained candidate for the final phase, best reward first (Pareto: front members only); with
-    `budget`, of the trials within it (one of several budgets: `nas.budgets`). As dicts: the final stage's queue
-    holds them beside its FFN neighbours, which it scores as it goes (`nas.neighbours`)."""
+    `budget`, of the trials within it (one of several budgets: `nas.budgets`). The final stage's queue holds
+    them beside its FFN neighbours, which it scores as it goes (`nas.neighbours`)."""
     copies = _copies(study)
     rows = [r for r in trial_rows(study) if r.number not in copies]
     rows = rows if budget is None else within(rows, budget, StudyFacts.from_study(study))
     pool = pareto_front(rows) if objective == "pareto" else [
         r for r in rows if r.status == TrialStatus.FEASIBLE and r.reward is not None]
-    return [r.as_dict() for r in sorted(pool, key=lambda r: -r.reward)]
+    return [Candidate.from_attrs(r.as_dict()) for r in sorted(pool, key=lambda r: -r.reward)]
 
 
 def _copies(study: optuna.Study) -> set[int]:
@@ -101,18 +101,17 @@ def refused_records(study: optuna.Study, cfg: Any, label: str | None = None) -> 
     return [s for s in StudyFacts.from_study(study).final_over_budget or () if s.recipe == recipe_of(cfg, label)]
 
 
-def neighbour_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[dict[str, Any]]:
+def neighbour_records(study: optuna.Study, cfg: Any, label: str | None = None) -> list[Candidate]:
     """FFN neighbours of finalists scored with this recipe (nas.neighbours)."""
-    return [n for n in StudyFacts.from_study(study).final_neighbours or [] if n.get("recipe") == recipe_of(cfg, label)]
+    return [n for n in StudyFacts.from_study(study).final_neighbours or () if n.recipe == recipe_of(cfg, label)]
 
 
-def shippable(study: optuna.Study, pool: list[dict[str, Any]], cfg: Any,
-               label: str | None = None) -> list[dict[str, Any]]:
+def shippable(study: optuna.Study, pool: list[Candidate], cfg: Any, label: str | None = None) -> list[Candidate]:
     return candidates(pool, refused_records(study, cfg, label), neighbour_records(study, cfg, label))[:cfg.final.top_k]
 
 
 def of_other_budgets(records: Sequence[Any], label: str | None) -> list[Any]:
-    """The records (dicts or `Refusal`s) of a study's other budgets, kept when one budget's are written (none for a
+    """The records (dicts, `Refusal`s or `Candidate`s) of a study's other budgets, kept when one budget's are written (none for a
     single budget, whose records of an earlier recipe are replaced, as they always were)."""
     return [r for r in records if ((r.get("recipe") if isinstance(r, dict) else r.recipe) or {}).get("budget") != label]
 
@@ -144,34 +143,33 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
     return "the final stage was claimed by another worker a moment ago"
 
 
-def is_done(study: optuna.Study, out: Path, pool: list[dict[str, Any]], ctx: "SearchContext") -> bool:
+def is_done(study: optuna.Study, out: Path, pool: list[Candidate], ctx: "SearchContext") -> bool:
     """Whether the final stage of `ctx`'s budget has shipped `pool`'s candidates with this recipe already."""
     cfg, label = ctx.config, ctx.budget_label
     done = [f for f in StudyFacts.from_study(study).final or [] if (f.get("recipe") or {}).get("budget") == label]
-    want = [(r["number"], recipe_of(cfg, label), str(final_dir(out, i, r["arch"], label)))
+    want = [(r.number, recipe_of(cfg, label), str(final_dir(out, i, r.arch, label)))
             for i, r in enumerate(shippable(study, pool, cfg, label), 1)]
     # a student the teacher displaced from best/ (nas.final._teacher) is kept under the folder it shipped as
     have = [(f["trial"], f.get("recipe"), f.get("shipped_as", f["dir"])) for f in done]
     return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
 
 
-def spec_of(ctx: "SearchContext", row: dict[str, Any]) -> StudentSpec:
-    return StudentSpec(layers=row["layers"], heads=row["heads"], hidden=row["hidden"], ffn=row["ffn"], **ctx.sizes)
+def spec_of(ctx: "SearchContext", row: Candidate) -> StudentSpec:
+    return StudentSpec(layers=row.layers, heads=row.heads, hidden=row.hidden, ffn=row.ffn, **ctx.sizes)
 
 
-def over_record(row: dict[str, Any], ctx: "SearchContext", moved_to: Path | None, latency_ms: float,
+def over_record(row: Candidate, ctx: "SearchContext", moved_to: Path | None, latency_ms: float,
                 readings: list[float], **facts: Any) -> Refusal:
     """`row` refused over `ctx`'s budget: before training (`moved_to` None) or as shipped; `facts`: the side-by-side
     pair's (`drift_of`), the graph judged, or the run's steps and seconds."""
-    return Refusal.from_attrs({"trial": row["number"], "arch": row["arch"], "recipe": recipe_of(ctx.config, ctx.budget_label),
-                               "stage": BEFORE_TRAINING if moved_to is None else AS_SHIPPED,
-                               "dir": None if moved_to is None else str(moved_to), "latency_ms": latency_ms,
-                               "budget_ms": ctx.budget.ms, "budget_limit_ms": ctx.budget_ms,
-                               "latency_readings_ms": readings, **origin_of(row), **facts})
+    return Refusal(trial=row.number, arch=row.arch, recipe=recipe_of(ctx.config, ctx.budget_label),
+                   stage=BEFORE_TRAINING if moved_to is None else AS_SHIPPED,
+                   dir=None if moved_to is None else str(moved_to), latency_ms=latency_ms, budget_ms=ctx.budget.ms,
+                   budget_limit_ms=ctx.budget_ms, latency_readings_ms=readings, neighbour_of=row.neighbour_of, **facts)
 
 
-def origin_of(row: dict[str, Any]) -> dict[str, str]:
-    return {"neighbour_of": row["neighbour_of"]} if "neighbour_of" in row else {}
+def origin_of(row: Candidate) -> dict[str, str]:
+    return {"neighbour_of": row.neighbour_of} if row.neighbour_of is not None else {}
 
 
 def jsonable(value: Any) -> Any:

@@ -13,7 +13,7 @@ from kdnas.core.files import atomic_write_text, make_shared
 
 from ..measure import DRIFT_BAND
 from ..recipe import recipe_of
-from ..schema import LatencyRecord, Quality, Refusal
+from ..schema import Candidate, LatencyRecord, Quality, Refusal
 from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..context import SearchContext
 
 
-def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], label: str, teacher_dir: str,
+def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: str, teacher_dir: str,
            pipeline: dict[str, Any], timing: dict[str, Any], start: Refusal | None) -> Finalist:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it.
     `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
@@ -53,7 +53,7 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], la
     t2 = time.perf_counter()
     ctx.progress.phase(f"{label}: export")
     shipped = ship(ctx, student, dest, teacher_dir, pipeline, variant,
-                   {**res.summary(), "search_trial": row["number"], "teacher": cfg.teacher, "corpus": cfg.corpus,
+                   {**res.summary(), "search_trial": row.number, "teacher": cfg.teacher, "corpus": cfg.corpus,
                     "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
                                      "seq_len": data.seq_len, "unit": cfg.final.unit}})
     t3 = time.perf_counter()
@@ -62,7 +62,7 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], la
     quality, metrics = _shipped_scores(ctx, res, dest, quality, prepared, shipped, choice, judged)
     verdict = _verdict(ctx, timing["before_ms"], choice, latency)
     finalist = Finalist(
-        trial=row["number"], scored=ctx.score(spec, metrics, latency, within=verdict["within"]), dir=str(dest),
+        trial=row.number, scored=ctx.score(spec, metrics, latency, within=verdict["within"]), dir=str(dest),
         recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms,
         budget=ctx.budget_label,
         run={"steps": res.steps, "steps_planned": cfg.final.steps, "steps_most": cfg.final_most,
@@ -73,7 +73,7 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: dict[str, Any], la
                  "latency_fp32_onnx": graphs[FP32_GRAPH], "budget_graph": judged, "verdict": verdict, **drift,
                  **({"latency_mixed_onnx": graphs[MIXED_GRAPH]} if MIXED_GRAPH in graphs else {})},
         quality=quality, shipped={**shipped, "precision_plan": None if choice is None else jsonable(choice.to_dict())},
-        proxy_reward=row["reward"], origin=origin_of(row),
+        proxy_reward=row.reward, origin=origin_of(row),
         seconds={"baselines": round(baselines_s, 3), "distill": round(t1 - t0, 3), "quality": round(t2 - t1, 3),
                  "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),
                  "set_aside_after_distill": round(after_s, 3)})

@@ -20,7 +20,7 @@ from ..neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighb
 from ..records import trial_pace, trial_rows
 from ..time_limit import final_run_s, marginal
 from ..recipe import final_transfer_set, recipe_of
-from ..schema import AS_SHIPPED, LatencyRecord, Refusal, StudyFacts, record_fact
+from ..schema import AS_SHIPPED, Candidate, LatencyRecord, Refusal, StudyFacts, record_fact
 from ..variant import VariantChoice
 from ._latency import INT8_GRAPH, drift_of, shipped_graph_latency
 from ._records import final_dir, jsonable, neighbour_records, of_other_budgets, over_record, refused_records, spec_of
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 MAX_OVER_BUDGET = 2
 
 
-def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[dict[str, Any]], later: int = 0,
+def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[Candidate], later: int = 0,
               trailing: int = 0) -> list[dict[str, Any]]:
     """Distill, ship and profile the best `final.top_k` candidates whose shipped model.onnx is within
     `ctx`'s budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
@@ -56,25 +56,25 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[d
     cache = with_stored_rows(ctx, _final_cache(ctx))
     # a proxy run's and a whole trial's seconds, for a --timeout's estimates: the trials' medians, less the
     # one-time teacher work (the first trial's also holds the teacher targets of the transfer set)
-    proxy_s, trial_s = (statistics.median([r[key] - (r.get("seconds_teacher") or 0.0) for r in pool if r.get(key)]
+    proxy_s, trial_s = (statistics.median([getattr(r, key) - (r.seconds_teacher or 0.0) for r in pool if getattr(r, key)]
                                           or [0.0]) for key in ("seconds_distill", "seconds_total"))
     _teacher_at_the_end(study, ctx, pipeline, out, final_run_s(0, 0.0, trial_s))
     stage = Stage(study, ctx, pool)
     results: list[dict[str, Any]] = []
     while stage.queue and len(results) < cfg.final.top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
-        row = stage.queue.pop(0)
         rank = len(results) + 1
-        label = f"final {rank}/{cfg.final.top_k} {row['arch']}" + (
+        label = f"final {rank}/{cfg.final.top_k} {stage.queue[0].arch}" + (
             "" if ctx.budget_label is None else f" ({ctx.budget_label})")
-        if not ready(stage, row, pipeline, label):
+        row = ready(stage, stage.queue.pop(0), pipeline, label)
+        if row is None:
             continue
-        timing = {"step_s": stage.step_s[row["arch"]], "finalists_left": cfg.final.top_k - len(results) + later,
-                  "trailing": trailing,
-                  "marginal": stage.marginal.get(row["arch"], False), "proxy_s": proxy_s,
-                  "train_step_s": trial_pace(study, row["number"]) or 0.0, "variant": stage.variant.get(row["arch"]),
-                  "gate": stage.gate.get(row["arch"]), "before_ms": stage.now[row["arch"]],
+        arch = row.arch
+        timing = {"step_s": stage.step_s[arch], "finalists_left": cfg.final.top_k - len(results) + later,
+                  "trailing": trailing, "marginal": stage.marginal.get(arch, False), "proxy_s": proxy_s,
+                  "train_step_s": trial_pace(study, row.number) or 0.0, "variant": stage.variant.get(arch),
+                  "gate": stage.gate.get(arch), "before_ms": stage.now[arch],
                   "teacher_plan": teacher_plan_for(StudyFacts.from_study(study), ctx.budget_label) if cfg.latency.plans else None}
-        finalist = finish(ctx, cache, final_dir(out, rank, row["arch"], ctx.budget_label), row, label, teacher_dir,
+        finalist = finish(ctx, cache, final_dir(out, rank, arch, ctx.budget_label), row, label, teacher_dir,
                           pipeline, timing, stage.trained_wider(row))
         if finalist.within_budget:
             results.append(finalist.record() | {"rank": rank})
@@ -136,12 +136,12 @@ class Stage:
     """The final stage's bookkeeping: the candidates left, the shapes refused over the budget and the
     neighbours scored (both kept in the study, so a rerun replays them), this run's readings."""
 
-    def __init__(self, study: optuna.Study, ctx: "SearchContext", pool: list[dict[str, Any]]) -> None:
+    def __init__(self, study: optuna.Study, ctx: "SearchContext", pool: list[Candidate]) -> None:
         self.study, self.ctx = study, ctx
         self.over = refused_records(study, ctx.config, ctx.budget_label)
         self.neighbours = neighbour_records(study, ctx.config, ctx.budget_label)
         self.queue = candidates(pool, self.over, self.neighbours)
-        self.tried = {r.arch for r in trial_rows(study)} | {r["arch"] for r in pool}
+        self.tried = {r.arch for r in trial_rows(study)} | {r.arch for r in pool}
         # Each shape's shipped-graph reading in this run; a shape over the budget never returns to
         # the queue, so a shape read here fits.
         self.now: dict[str, float] = {}
@@ -164,13 +164,13 @@ class Stage:
         self.over.append(record)
         self.save()
 
-    def scored(self, row: dict[str, Any]) -> None:
+    def scored(self, row: Candidate) -> None:
         self.neighbours.append(row)
         self.save()
 
-    def propose(self, row: dict[str, Any], direction: int) -> bool:
+    def propose(self, row: Candidate, direction: int) -> bool:
         """Queue `row`'s FFN neighbour in `direction` to be tried next; False when there is none."""
-        taken = self.tried | {s.arch for s in self.over} | {r["arch"] for r in self.neighbours + self.queue}
+        taken = self.tried | {s.arch for s in self.over} | {r.arch for r in self.neighbours + self.queue}
         neighbour = ffn_neighbour(self.ctx.space, row, direction, taken) if self.proposed < MAX_NEIGHBOURS else None
         if neighbour is None:
             return False
@@ -178,7 +178,7 @@ class Stage:
         rank_in(self.queue, neighbour)
         return True
 
-    def trained_wider(self, row: dict[str, Any]) -> Refusal | None:
+    def trained_wider(self, row: Candidate) -> Refusal | None:
         """The finalist refused as shipped whose training `row` continues: the same layers, heads and
         width at the nearest wider FFN, its folder still in over-budget/ (None when there is none).
         Its trained weights, narrowed, are a far better start than the teacher's: 3x12x384x1536 after
@@ -193,51 +193,51 @@ class Stage:
     def save(self) -> None:
         label, facts = self.ctx.budget_label, StudyFacts.from_study(self.study)
         record_fact(self.study, "final_over_budget", of_other_budgets(facts.final_over_budget or (), label) + self.over)
-        record_fact(self.study, "final_neighbours",
-                    of_other_budgets(facts.final_neighbours or [], label) + jsonable(self.neighbours))
+        record_fact(self.study, "final_neighbours", of_other_budgets(facts.final_neighbours or (), label) + self.neighbours)
 
 
-def ready(stage: Stage, row: dict[str, Any], pipeline: dict[str, Any], label: str) -> bool:
-    """Whether `row` is to be trained now. Its shipped graph (pooling and normalization included) is
-    timed first: weights do not change latency, so a finalist that cannot fit costs seconds, not
-    minutes, and its narrower FFN neighbour is tried next. A neighbour that fits is scored by the
-    proxy and waits its turn when it ranks below the next candidate; a finalist about to be trained
-    first lets its wider FFN neighbour go ahead of it."""
+def ready(stage: Stage, row: Candidate, pipeline: dict[str, Any], label: str) -> Candidate | None:
+    """`row` as it is to be trained now (a neighbour with its score), or None where it is not. Its shipped graph
+    (pooling and normalization included) is timed first: weights do not change latency, so a finalist that
+    cannot fit costs seconds, not minutes, and its narrower FFN neighbour is tried next. A neighbour that fits
+    is scored by the proxy and waits its turn when it ranks below the next candidate; a finalist about to be
+    trained first lets its wider FFN neighbour go ahead of it."""
     ctx = stage.ctx
-    if row["arch"] not in stage.now:
+    if row.arch not in stage.now:
         t0 = time.perf_counter()
         gate = shipped_graph_latency(ctx, spec_of(ctx, row), pipeline, label)
         before, readings, drift = gate.ms, gate.readings, gate.facts
-        stage.variant[row["arch"]], stage.gate[row["arch"]] = gate.variant, gate.graph
-        stage.now[row["arch"]], stage.step_s[row["arch"]] = before, (time.perf_counter() - t0) / gate.steps
-        stage.marginal[row["arch"]] = marginal(before, ctx.budget_ms, bool(readings))
+        stage.variant[row.arch], stage.gate[row.arch] = gate.variant, gate.graph
+        stage.now[row.arch], stage.step_s[row.arch] = before, (time.perf_counter() - t0) / gate.steps
+        stage.marginal[row.arch] = marginal(before, ctx.budget_ms, bool(readings))
         if before > ctx.budget_ms:
             stage.refuse(over_record(row, ctx, None, before, readings, **drift, graph=gate.graph))
             stage.propose(row, NARROWER)
-            return False
-        if row["reward"] is None:
-            row.update(_score_neighbour(ctx, row, before, stage.now.get(row["neighbour_of"]), label))
+            return None
+        if row.reward is None:
+            row = _score_neighbour(ctx, row, before, stage.now.get(row.neighbour_of), label)
             stage.scored(row)
-            following = stage.queue[0]["reward"] if stage.queue else None
-            if following is not None and following > row["reward"]:
+            following = stage.queue[0].reward if stage.queue else None
+            if following is not None and following > row.reward:
                 rank_in(stage.queue, row)
-                return False
+                return None
     if stage.propose(row, WIDER):
         rank_in(stage.queue, row)  # behind its wider neighbour, which is measured and scored first
-        return False
-    return True
+        return None
+    return row
 
 
-def _score_neighbour(ctx: "SearchContext", row: dict[str, Any], read_ms: float, parent_now_ms: float | None,
-                     label: str) -> dict[str, Any]:
-    """A neighbour's score as a trial's: the search's proxy, and its shipped graph's reading put on
+def _score_neighbour(ctx: "SearchContext", row: Candidate, read_ms: float, parent_now_ms: float | None,
+                     label: str) -> Candidate:
+    """A neighbour scored as a trial is: the search's proxy, and its shipped graph's reading put on
     the scale its parent was scored with (`nas.neighbours.on_trial_scale`)."""
-    ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row['neighbour_of']})")
+    ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row.neighbour_of})")
     spec = spec_of(ctx, row)
-    latency_ms, factor = on_trial_scale(read_ms, row.get("parent_latency_ms"), parent_now_ms)
+    latency_ms, factor = on_trial_scale(read_ms, row.parent_latency_ms, parent_now_ms)
     scored = ctx.score(spec, ctx.proxy(spec).metrics, LatencyRecord(median_ms=latency_ms))
-    return {"reward": scored.reward, "proxy": jsonable(scored.record()), "recipe": recipe_of(ctx.config, ctx.budget_label),
-            "latency_read_ms": read_ms, "parent_read_ms": parent_now_ms, "latency_scaled_by": round(factor, 4)}
+    return replace(row, reward=scored.reward, proxy=jsonable(scored.record()),
+                   recipe=recipe_of(ctx.config, ctx.budget_label), latency_read_ms=read_ms, parent_read_ms=parent_now_ms,
+                   latency_scaled_by=round(factor, 4))
 
 
 def set_aside(out: Path, entry: dict[str, Any], label: str | None = None) -> Path:

@@ -489,6 +489,7 @@ class FinalTeacher(_Stored):
     teacher_latency_now_ms: float | None = None
     read_ms: float | None = None
     latency_scaled_by: float | None = None
+    edge_readings: list[dict[str, Any]] | None = None  # the pairs read near the budget (nas.measure.edge_reading)
     latencies: dict[str, dict[str, Any]] | None = None  # every shipped graph's LatencyRecord, by file
     within_budget: bool | None = None
     params: int | None = None

@@ -103,3 +103,18 @@ def test_the_tolerance_is_one_rule_for_every_budget_and_is_refused_out_of_range(
         with pytest.raises(InputError, match="--budget-tolerance"):
             SearchConfig.from_flags(budget_tolerance=bad)
     assert replace(SearchConfig().latency, budget_tolerance=0.0).budget_tolerance == 0.0
+
+
+def test_every_fact_of_a_reading_at_the_edge_is_a_field_of_the_records_that_keep_it():
+    """The side-by-side facts of a reading near the budget (read again: `edge_readings` too) are kept by a finalist
+    refused over the budget and by the teacher's plan shipped in a student's place: each record takes all of them
+    (a demo's teacher plan read at the edge as shipped once failed on the one its record lacked)."""
+    from kdnas.nas.schema import BEFORE_TRAINING, Fidelity, FinalTeacher, Refusal, Rival
+
+    _, facts = beside_teacher("m.onnx", Judge(pair(0.501), pair(0.48)), 10.0, budget_ms=5.0)
+    assert "edge_readings" in facts
+    refusal = Refusal(trial=1, arch="3x12x384x1536", recipe={}, stage=BEFORE_TRAINING, latency_ms=5.1, budget_ms=5.0,
+                      **facts)
+    teacher = FinalTeacher(budget_ms=5.0, plan={}, fidelity=Fidelity(0.99), student=Rival("3x12x384x1536"),
+                           shipped=True, **facts)
+    assert refusal.edge_readings == teacher.edge_readings == facts["edge_readings"]

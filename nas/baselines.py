@@ -134,7 +134,7 @@ def fidelity_table(ctx: "SearchContext", spec: StudentSpec, student: nn.Module, 
         return None if prepared is None else Quality(skipped=prepared["skipped"])
     sentences = prepared["sentences"]
     student_row = _fidelity(ctx, student, sentences, prepared["reference"])
-    rows = {STUDENT: student_row, **{name: Fidelity.from_attrs(row) for name, row in prepared["rows"].items()}}
+    rows = {STUDENT: student_row, **prepared["rows"]}  # the baselines' rows: `Fidelity`s (baseline_fidelity)
     beaten = all(student_row.spearman > r.spearman for name, r in rows.items() if name != STUDENT)
     own, trained = prepared["trained_on"], None
     if len(own["sentences"]) >= MIN_SENTENCES:

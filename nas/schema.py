@@ -115,15 +115,32 @@ class _Stored:
     version does not know is left out (`_known`)."""
 
     def to_attrs(self) -> dict[str, Any]:
-        return {f.name: _as_stored(value) for f in fields(self) if (value := getattr(self, f.name)) is not None}
+        own_first = sorted(fields(self), key=lambda f: f.kw_only)  # a shared base's keyword-only fields last
+        return {f.name: _as_stored(value) for f in own_first if (value := getattr(self, f.name)) is not None}
 
     @classmethod
     def _known(cls, attrs: Mapping[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in attrs.items() if key in _names(cls)}
 
 
+@dataclass(frozen=True, kw_only=True)
+class SideBySide(_Stored):
+    """The facts of a reading judged side by side with the teacher near a ratio budget (nas.measure.beside_teacher):
+    its ratio and the quartiles of its rounds, the teacher's reading then and the graph's own, the factor that put
+    it on the scale of the teacher's reading that set the budget, and the pairs where it was read again near the
+    edge. One declaration for every record that keeps them (a trial's reading, a refused finalist, the teacher's
+    plan as shipped): keyword-only, so each record's own required fields stay first."""
+
+    ratio_to_teacher: float | None = None
+    ratio_quartiles: list[float] | None = None
+    teacher_latency_now_ms: float | None = None
+    read_ms: float | None = None
+    latency_scaled_by: float | None = None
+    edge_readings: list[dict[str, Any]] | None = None  # the pairs read near the budget (nas.measure.edge_reading)
+
+
 @dataclass(frozen=True)
-class LatencyRecord(_Stored):
+class LatencyRecord(SideBySide):
     """One graph's latency as a trial keeps it (`nas.measure`): read alone (its median, spread, cores and window),
     judged side by side with the teacher near a ratio budget, or predicted by the study's latency model. Stored
     as its set fields (`to_attrs`); a key this version does not know is left out when read."""
@@ -138,13 +155,6 @@ class LatencyRecord(_Stored):
     window: list[float] | None = None
     readings_ms: list[float] | None = None  # over the budget once: both readings (nas.measure.budget_latency)
     measured_in_trial: int | None = None  # another trial's reading of the shape, reused (nas.trial)
-    # judged side by side with the teacher (nas.measure.beside_teacher)
-    ratio_to_teacher: float | None = None
-    ratio_quartiles: list[float] | None = None
-    teacher_latency_now_ms: float | None = None
-    read_ms: float | None = None
-    latency_scaled_by: float | None = None
-    edge_readings: list[dict[str, Any]] | None = None
     # predicted by the latency model (nas.measure.predicted_latency) ...
     predicted: bool | None = None
     interval_ms: list[float] | None = None
@@ -368,7 +378,7 @@ BEFORE_TRAINING, AS_SHIPPED = "before training", "as shipped"  # where a finalis
 
 
 @dataclass(frozen=True)
-class Refusal(_Stored):
+class Refusal(SideBySide):
     """A finalist refused over its budget (nas.final): `stage` BEFORE_TRAINING (its shipped graph read over; `graph`
     the one judged) or AS_SHIPPED (after its run of `steps` in `distill_s`, its folder moved to `dir`), with the
     reading that refused it and, read side by side with the teacher, that pair's facts (`nas.final._latency`)."""
@@ -386,12 +396,6 @@ class Refusal(_Stored):
     graph: str | None = None
     steps: int | None = None
     distill_s: float | None = None
-    ratio_to_teacher: float | None = None
-    ratio_quartiles: list[float] | None = None
-    teacher_latency_now_ms: float | None = None
-    read_ms: float | None = None
-    latency_scaled_by: float | None = None
-    edge_readings: list[dict[str, Any]] | None = None  # the pairs read near the budget (nas.measure.edge_reading)
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any] | Refusal) -> Refusal:
@@ -467,7 +471,7 @@ class Rival(_Stored):
 
 
 @dataclass(frozen=True)
-class FinalTeacher(_Stored):
+class FinalTeacher(SideBySide):
     """The teacher's plan within one budget set beside that budget's best shipped student (nas.final._teacher):
     the plan (`TeacherPlanRow.plan`: its fp32 groups, label, probe ρ and latency), its fidelity on the held-out
     sentences, the student's, and whether the teacher `shipped` in the student's place; where it did, its folder,
@@ -484,12 +488,6 @@ class FinalTeacher(_Stored):
     graph: str | None = None
     latency_ms: float | None = None
     latency_readings_ms: list[float] | None = None
-    ratio_to_teacher: float | None = None
-    ratio_quartiles: list[float] | None = None
-    teacher_latency_now_ms: float | None = None
-    read_ms: float | None = None
-    latency_scaled_by: float | None = None
-    edge_readings: list[dict[str, Any]] | None = None  # the pairs read near the budget (nas.measure.edge_reading)
     latencies: dict[str, dict[str, Any]] | None = None  # every shipped graph's LatencyRecord, by file
     within_budget: bool | None = None
     params: int | None = None

@@ -63,11 +63,12 @@ def derived(out: Path) -> dict:
 def teacher_plan(summary: dict) -> dict:
     """Whether the teacher's plans found one within the budget, and the all-INT8 graph's readings that decided it:
     before the trials (`int8_readings` where it was read again near the budget) and, where those were over and
-    its reading at the final stage fitted, when its plan was decided again then (`again`)."""
+    its reading at the final stage fitted, when its plan was decided again then (`again`); where --timeout left its
+    growth to the final stage, the forecast that deferred it (`deferred`)."""
     plans = summary.get("teacher_plans") or {}
     row = (plans.get("budgets") or [{}])[0]
     return {"fits": row.get("fits"), "int8_ms": plans.get("int8_ms"), "int8_readings": row.get("int8_readings"),
-            "again": row.get("again")}
+            "again": row.get("again"), "deferred": row.get("deferred")}
 
 
 def shipped(summary: dict) -> dict:

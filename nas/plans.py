@@ -89,20 +89,40 @@ def teacher_planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], o
 def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any]) -> TeacherPlans:
     """The teacher's best plan within each budget of the study (`facts`): fitting or not, its probe
     fidelity and latency, and the group order measured (the sensitivity pass runs only where the all-INT8
-    graph fits the largest budget)."""
+    graph fits the largest budget). Under a --timeout, a plan whose growth would end past its share of the time
+    (`TimeLimit.plans_before_trials`) is deferred: its all-INT8 graph stands until the final stage decides."""
     started = time.perf_counter()
     planner = teacher_planner(ctx, out, pipeline)
-    rows = []
+    read = time.perf_counter()
+    planner.latency_ms(planner.along(0))  # the first budget's reading (kept), timed for the forecast
+    read_s, plan_s, rows = time.perf_counter() - read, None, []
     for budget in study_budgets(facts):
         ctx.progress.phase(f"the teacher's precision plans: {budget.named}")
-        point = planner.within_budget(budget.limit_ms)
-        rows.append(TeacherPlanRow(budget.label, budget.ms, point is not None,
-                                   None if point is None else point.to_dict(), _readings(planner)))
+        if not planner.fastest_fits(budget.limit_ms):
+            rows.append(TeacherPlanRow(budget.label, budget.ms, False, None, _readings(planner)))
+            continue
+        deferred = None
+        if ctx.limit is not None:
+            plan_s = _plan_s(planner) if plan_s is None else plan_s  # measured once: later plans are cached
+            forecast = replan_s(len(planner.groups), read_s, plan_s, planner.order is not None)
+            if not ctx.limit.plans_before_trials(forecast):
+                deferred = {"forecast_s": round(forecast, 1), "spent_s": round(time.monotonic() - ctx.limit.started, 1)}
+                _say_deferred(ctx, budget.named, forecast)
+        point = planner.point(0, fidelity=True, latency=True) if deferred else planner.within_budget(budget.limit_ms)
+        rows.append(TeacherPlanRow(budget.label, budget.ms, True, point.to_dict(), _readings(planner), deferred=deferred))
     return TeacherPlans(tuple(rows), int8_ms=planner.known_latency(planner.along(0)), full_range=planner.full_range,
                         order=tuple(e.to_dict() for e in planner.order or []),
                         fp32_fidelity=planner.known_fidelity(planner.along(len(planner.groups))),
                         sensitivity_s=None if planner.sensitivity_s is None else round(planner.sensitivity_s, 1),
                         seconds=round(time.perf_counter() - started, 1))
+
+
+def _say_deferred(ctx: "SearchContext", named: str, forecast_s: float) -> None:
+    from .time_limit import PLANS_SHARE
+
+    ctx.progress.note(f"the teacher's all-INT8 graph fits {named}; growing its plan now (about {forecast_s:.0f} s) "
+                      f"would end past {PLANS_SHARE:.0%} of --timeout {ctx.config.run.timeout:.0f} s, which the "
+                      f"trials and the final run need: it is grown at the final stage where the time left allows")
 
 
 def _readings(planner: Any) -> list[float] | None:
@@ -111,11 +131,12 @@ def _readings(planner: Any) -> list[float] | None:
 
 
 def plan_again(row: TeacherPlanRow | None, now_ms: float | None, limit_ms: float) -> bool:
-    """Whether the teacher's plan within a budget is searched again at the final stage: its all-INT8 graph read
-    over the budget before the trials, near enough to it to be read again then (`int8_readings`), not searched
-    again already, and reads within it now (`now_ms`, the teacher as INT8 read as a finalist is)."""
-    return (row is not None and not row.fits and bool(row.int8_readings) and row.again is None
-            and now_ms is not None and now_ms <= limit_ms)
+    """Whether the teacher's plan within a budget is searched again at the final stage: not searched again
+    already, its all-INT8 graph reads within the budget now (`now_ms`, the teacher as INT8 read as a finalist is),
+    and either its growth was deferred before the trials (`TeacherPlanRow.deferred`) or that graph read over the
+    budget then, near enough to it to be read again (`int8_readings`)."""
+    return (row is not None and row.again is None and now_ms is not None and now_ms <= limit_ms
+            and (row.deferred is not None or (not row.fits and bool(row.int8_readings))))
 
 
 def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any],
@@ -125,19 +146,22 @@ def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipe
     where nothing is searched again. Why: the demo's teacher, all-INT8, read 0.548 and 0.570 of the teacher
     side by side before the trials against a 0.51 budget, 0.459 at the end of the same run; a student shipped
     (rho 0.953, where the teacher's plan shipped in the other runs: 0.993). Under a --timeout, a plan is grown
-    only where its forecast (`replan_s`) leaves the final stage `final_least_s`, the least work around its run."""
+    only where its forecast (`replan_s`) leaves the final stage `final_least_s`, the least work around its run;
+    where it is not, the row stays as decided before the trials (a deferred one keeps its all-INT8 graph)."""
     plans = facts.teacher_plans
     row = None if plans is None else plans.row(ctx.budget_label)
     now = None if facts.teacher_int8 is None else facts.teacher_int8.latency.median_ms
     if plans is None or not plan_again(row, now, ctx.budget_ms):
         return None
-    ctx.progress.phase(f"the teacher's precision plan within {ctx.budget_named} again: its all-INT8 graph read "
+    ctx.progress.phase(f"the teacher's precision plan within {ctx.budget_named}, grown now as deferred before the trials"
+                       if row.deferred is not None else
+                       f"the teacher's precision plan within {ctx.budget_named} again: its all-INT8 graph read "
                        f"{now:.2f} ms now, over the budget before the trials")
     started = time.perf_counter()
     planner = teacher_planner(ctx, out, pipeline, order=list(plans.order) or None)
     fits = planner.fastest_fits(ctx.budget_ms)
     read_s = (time.perf_counter() - started) / max(1, len(planner.int8_readings))
-    forecast = _replan_forecast(planner, read_s) if fits else 0.0
+    forecast = replan_s(len(planner.groups), read_s, _plan_s(planner), planner.order is not None) if fits else 0.0
     grown = fits and (ctx.limit is None or ctx.limit.keeps_final_run(final_least_s, forecast))
     point = planner.within_budget(ctx.budget_ms) if grown else None
     again = {"final_ms": round(now, 4), "int8_ms": planner.known_latency(planner.along(0)),
@@ -147,19 +171,19 @@ def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipe
         ctx.progress.note(f"the teacher's all-INT8 graph fits {ctx.budget_named} now, but growing its plan "
                           f"(about {forecast:.0f} s) would leave the final run too little of --timeout "
                           f"{ctx.config.run.timeout:.0f} s: it stays as decided before the trials")
-    decided = replace(row, fits=point is not None, plan=None if point is None else point.to_dict(), again=again)
+    decided = replace(row, again=again) if point is None else replace(row, fits=True, plan=point.to_dict(), again=again)
     return replace(plans, budgets=tuple(decided if r is row else r for r in plans.budgets),
                    order=tuple(e.to_dict() for e in planner.order or []),
                    sensitivity_s=plans.sensitivity_s if planner.sensitivity_s is None
                    else round(planner.sensitivity_s, 1))
 
 
-def _replan_forecast(planner: Any, read_s: float) -> float:
-    """`replan_s` of `planner` from its costs timed here: `read_s` per reading (its all-INT8 graph's), and one plan
-    graph built and scored on the probe (its first group fp32: a graph the sensitivity pass builds anyway)."""
+def _plan_s(planner: Any) -> float:
+    """Seconds of one plan graph built and scored on the probe (its first group fp32: a graph the sensitivity
+    pass builds anyway), for `replan_s`."""
     started = time.perf_counter()
     planner.fidelity(planner.plan((planner.groups[0].name,)))
-    return replan_s(len(planner.groups), read_s, time.perf_counter() - started, planner.order is not None)
+    return time.perf_counter() - started
 
 
 def replan_s(groups: int, read_s: float, plan_s: float, order_known: bool) -> float:

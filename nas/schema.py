@@ -327,7 +327,9 @@ def migrate(attrs: dict[str, Any], system: Mapping[str, Any]) -> Mapping[str, An
 class TeacherPlanRow(_Stored):
     """The teacher's best plan within one budget (nas.plans): whether one fits, the plan (`export.PlanPoint.to_dict`:
     its fp32 groups, label, probe fidelity and latency), the all-INT8 graph's readings where it was read again near
-    the budget, and the decision taken again at the final stage (`nas.plans.teacher_plans_again`)."""
+    the budget, why its growth waited for the final stage under a --timeout (`deferred`: the forecast, the seconds
+    spent then; its plan meanwhile the all-INT8 graph) and the decision taken again at the final stage
+    (`nas.plans.teacher_plans_again`)."""
 
     label: str | None
     budget_ms: float
@@ -335,6 +337,7 @@ class TeacherPlanRow(_Stored):
     plan: dict[str, Any] | None = None
     int8_readings: list[float] | None = None
     again: dict[str, Any] | None = None
+    deferred: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

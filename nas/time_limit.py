@@ -57,6 +57,13 @@ MARGIN = 0.05
 # short (the export, the readings of what ships, writing the pages), at the least limit that works
 # (nas.config.MIN_TIMEOUT_S) on the bundled teacher and 2 cores.
 TIMEOUT_MARGIN_S = 60
+# The teacher's precision plan is grown before the trials only where its forecast (nas.plans.replan_s) ends it
+# within this share of the time; otherwise its all-INT8 graph stands until the final stage, which grows the plan
+# where the trials' measured pace leaves the final run its least work (nas.plans.teacher_plans_again). At the least
+# --timeout on a slow 2-core host the plans before the trials took 139-140 s of 300 (their sensitivity pass 52-55 s),
+# the one trial that always runs 77 s (the teacher's targets included) and the final stage about 135 s: the command
+# ran 366-370 s, past the limit and its margin. A quarter leaves the first trial and the final stage their time.
+PLANS_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,12 @@ class TimeLimit:
         `one_time_s` of one-time work (the teacher's targets, which a first trial happened to make)."""
         now = time.monotonic() if now is None else now
         return now - self.started - one_time_s < TIMED_TRIAL_SHARE * self.seconds
+
+    def plans_before_trials(self, forecast_s: float, now: float | None = None) -> bool:
+        """Whether a precision plan forecast to take `forecast_s` may be grown before the trials: it ends within
+        PLANS_SHARE of the time."""
+        now = time.monotonic() if now is None else now
+        return now + forecast_s - self.started <= PLANS_SHARE * self.seconds
 
     def keeps_final_run(self, final_s: float, trial_s: float, now: float | None = None) -> bool:
         """Whether one more trial of about `trial_s` still leaves the final run its forecast `final_s`."""

@@ -201,6 +201,8 @@ def test_the_all_int8_reading_near_the_budget_is_read_again_and_the_median_decid
 
 
 OVER_TWICE = {"label": None, "budget_ms": 2.0, "fits": False, "int8_readings": [2.14, 2.10]}
+DEFERRED = {"label": None, "budget_ms": 2.0, "fits": True, "plan": {"kept": 0, "label": "all-INT8"},
+            "deferred": {"forecast_s": 120.0, "spent_s": 60.0}}
 
 
 @pytest.mark.parametrize("row, now, again", [
@@ -210,6 +212,9 @@ OVER_TWICE = {"label": None, "budget_ms": 2.0, "fits": False, "int8_readings": [
     ({**OVER_TWICE, "fits": True, "plan": {}}, 1.95, False),  # it has its plan
     ({**OVER_TWICE, "again": {}}, 1.95, False),  # decided again once
     (OVER_TWICE, None, False),  # not read at the end
+    (DEFERRED, 1.95, True),  # its growth waited for the final stage under a --timeout
+    (DEFERRED, 2.05, False),  # and its all-INT8 graph reads over now: it stands as decided
+    ({**DEFERRED, "again": {}}, 1.95, False),
 ])
 def test_the_teachers_plan_is_decided_again_where_both_ends_of_the_run_disagree(row, now, again):
     from kdnas.nas.plans import plan_again
@@ -276,6 +281,77 @@ def test_the_teachers_plan_is_grown_again_only_where_a_timeout_leaves_the_final_
     assert row.again["grown"] is grown and row.again["forecast_s"] > 0 and row.fits is grown
     assert (row.plan is not None) is grown and row.int8_readings == [2.7, 2.72]
     assert bool(notes) is not grown and all("stays as decided before the trials" in n for n in notes)
+
+
+def _plans_ctx(seconds: float | None, notes: list[str]):
+    import time
+    from types import SimpleNamespace
+
+    from kdnas.nas.time_limit import TimeLimit
+
+    return SimpleNamespace(budget_label="0.5x", budget_ms=2.6, budget_named="the 0.5x budget",
+                           limit=None if seconds is None else TimeLimit(time.monotonic(), seconds),
+                           config=SimpleNamespace(run=SimpleNamespace(timeout=seconds)),
+                           progress=SimpleNamespace(phase=lambda text: None, note=notes.append))
+
+
+@pytest.mark.parametrize("seconds", [None, 1e6, 1e-3])
+def test_a_timeout_the_teachers_plan_would_eat_into_defers_it_to_the_final_stage(exported, tmp_path, monkeypatch,
+                                                                                 seconds):
+    """Before the trials the teacher's all-INT8 graph fits both budgets. Without a --timeout, or with time to
+    spare, its plans are grown there; under one its growth would end past PLANS_SHARE of, each row holds the
+    all-INT8 graph with the forecast that deferred it, no sensitivity pass runs, and the user is told. At the
+    final stage the deferred row is grown where the time left allows, and the row keeps both decisions."""
+    from dataclasses import replace
+
+    from kdnas.nas import plans
+    from kdnas.nas.schema import Fidelity, LatencyRecord, StudyFacts, TeacherInt8, TeacherPlans
+
+    fake = FakeGraphs(exported)
+    made = lambda ctx, out, pipeline, order=None: Planner(  # noqa: E731 - a fresh planner each time, as the search
+        exported / "model.onnx", tmp_path / "w", fake.score, fake.latency, int8=exported / "model.int8.onnx",
+        order=None if order is None else [Effect(**e) for e in order])
+    monkeypatch.setattr(plans, "teacher_planner", made)
+    notes: list[str] = []
+    ctx = _plans_ctx(seconds, notes)
+    facts = StudyFacts(budget_ms=3.1, budgets=[{"label": "0.6x", "ms": 3.1}, {"label": "0.5x", "ms": 2.6}],
+                       budget_tolerance=0.0, teacher_int8=TeacherInt8(LatencyRecord(median_ms=2.05), Fidelity(0.99)))
+    before = plans.teacher_plans(ctx, facts, tmp_path, {})
+    deferred = seconds == 1e-3
+    assert all(r.fits for r in before.budgets) and bool(before.order) is not deferred
+    assert all((r.deferred is not None) is deferred for r in before.budgets)
+    assert all((r.plan["kept"] == 0) is deferred for r in before.budgets)  # 2 ms all-INT8: a group more fits either
+    assert len(notes) == (2 if deferred else 0) and all("grown at the final stage" in n for n in notes)
+    if deferred:
+        assert before.budgets[0].deferred["forecast_s"] > 0 and before.sensitivity_s is None
+    facts = replace(facts, teacher_plans=before)
+    again = plans.teacher_plans_again(_plans_ctx(None, notes), facts, tmp_path, {})  # the time left allows
+    assert (again is not None) is deferred  # only a deferred row is decided again
+    if deferred:
+        row = again.row("0.5x")
+        assert row.again["grown"] and row.plan["kept"] > 0 and row.plan["latency_ms"] <= 2.6 and row.deferred
+        assert again.row("0.6x") == before.row("0.6x") and again.order  # its own stage decides the other
+        assert TeacherPlans.from_attrs(again.to_attrs()) == again
+
+
+def test_a_deferred_plan_the_final_stage_has_no_time_for_keeps_its_all_int8_graph(exported, tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from kdnas.nas import plans
+    from kdnas.nas.schema import Fidelity, LatencyRecord, StudyFacts, TeacherInt8, TeacherPlanRow, TeacherPlans
+
+    fake = FakeGraphs(exported)
+    planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency,
+                      int8=exported / "model.int8.onnx")
+    monkeypatch.setattr(plans, "teacher_planner", lambda ctx, out, pipeline, order=None: planner)
+    notes: list[str] = []
+    row = TeacherPlanRow("0.5x", 2.6, True, {"kept": 0, "label": "all-INT8", "fp32_groups": []},
+                         deferred={"forecast_s": 90.0, "spent_s": 80.0})
+    facts = StudyFacts(teacher_plans=TeacherPlans((row,)),
+                       teacher_int8=TeacherInt8(LatencyRecord(median_ms=2.05), Fidelity(0.99)))
+    decided = plans.teacher_plans_again(_plans_ctx(1.0, notes), facts, tmp_path, {}, final_least_s=5.0).row("0.5x")
+    assert decided == replace(row, again=decided.again) and decided.again["grown"] is False
+    assert notes and "stays as decided before the trials" in notes[0]
 
 
 def test_a_plans_forecast_counts_the_sensitivity_pass_only_where_the_order_is_not_known():

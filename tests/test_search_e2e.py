@@ -672,6 +672,7 @@ def _where_the_time_went(summary: dict) -> dict:
                        for t in summary.get("trials_table") or []],
             "teacher_plans_s": plans.get("seconds"), "sensitivity_s": plans.get("sensitivity_s"),
             "again": [b.get("again") for b in plans.get("budgets") or []],
+            "deferred": [b.get("deferred") for b in plans.get("budgets") or []],
             "final": [(f.get("arch"), f.get("steps"), f.get("seconds")) for f in summary.get("final") or []]}
 
 

@@ -12,7 +12,8 @@ from kdnas.distill.loop import FIT_AFTER, REFIT_EVERY, Optimization, StepPlan, f
 from kdnas.nas import SearchConfig
 from kdnas.nas.final import MIN_CONTINUED_STEPS
 from kdnas.nas.records import steps_label
-from kdnas.nas.time_limit import (FINAL_OVERHEAD_TRIALS, FIRST_TRIALS, MARGIN, STEPS_AFTER, TRIAL_SHARE, TimeLimit,
+from kdnas.nas.time_limit import (FINAL_OVERHEAD_TRIALS, FIRST_TRIALS, MARGIN, PLANS_SHARE, STEPS_AFTER, TRIAL_SHARE,
+                                  TimeLimit,
                             after_training_s, fallback_s, final_run_s, marginal, pace_of, settled)
 
 
@@ -107,6 +108,15 @@ def test_the_search_splits_its_time_between_trials_and_the_final_run():
     assert limit.final_until(after, now=400.0, before_s=12.0) == pytest.approx(700.0 - after)  # none after it
     # one after it that takes no share of the training time (a budget the teacher's plan fits): its work is kept
     assert limit.final_until(after, now=400.0, before_s=12.0, trailing=1) == pytest.approx(700.0 - 2 * after - 12.0)
+
+
+def test_the_teachers_plan_grows_before_the_trials_only_where_it_ends_within_its_share():
+    limit = TimeLimit(started=100.0, seconds=300.0)
+    assert limit.plans_before_trials(40.0, now=130.0)  # ends at 70 s of 300
+    assert not limit.plans_before_trials(85.0, now=170.0)  # ends at 155 s: as the slow host's run that ended at 366 s
+    assert limit.plans_before_trials(PLANS_SHARE * 300.0 - 30.0, now=130.0)
+    assert not limit.plans_before_trials(PLANS_SHARE * 300.0 - 29.0, now=130.0)
+    assert PLANS_SHARE < TRIAL_SHARE  # the first trial still starts within the trials' share
 
 
 def test_the_final_runs_forecast_and_whether_a_trial_still_leaves_it_its_time():

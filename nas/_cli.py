@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import SearchConfig
-    from .schema import FinalTeacher, Refusal, TeacherInt8
+    from .schema import FinalRecord, FinalTeacher, Refusal, TeacherInt8
 
 SEARCH_EPILOG = """\
 how a trial runs:
@@ -362,13 +362,13 @@ def _refusal_line(s: Refusal) -> str:
                   f"{s.teacher_latency_now_ms:.2f} ms, it {s.read_ms:.2f} ms)")
     elif (s.latency_scaled_by or 1.0) < 1.0:  # a study of an earlier version: one fresh teacher reading
         twice += f", scaled by {s.latency_scaled_by:.3f} (the teacher read {s.teacher_latency_now_ms:.2f} ms beside it)"
-    return (f"not shipped: {s.arch} ({origin({'trial': s.trial, 'neighbour_of': s.neighbour_of})}) measured "
+    return (f"not shipped: {s.arch} ({origin(s.trial, s.neighbour_of)}) measured "
             f"{s.latency_ms:.2f} ms {s.stage}{twice}, over the budget of {s.budget_ms:.2f} ms"
             + (f"; moved to {s.dir}" if s.dir else ""))
 
 
 def _print_summary(summary: dict, out: Path) -> None:
-    from .schema import Candidate, FinalTeacher, Refusal, TeacherInt8
+    from .schema import Candidate, FinalRecord, FinalTeacher, Refusal, TeacherInt8
 
     best = summary.get("best_trial")
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
@@ -390,7 +390,7 @@ def _print_summary(summary: dict, out: Path) -> None:
                   "on the trials' scale" if (n.latency_scaled_by or 1.0) != 1.0 else "")
         print(f"FFN neighbour {n.arch} of {n.neighbour_of}: {read:.2f} ms as shipped{scaled}, proxy reward {n.reward:.4f}")
     int8 = TeacherInt8.from_attrs(summary.get("teacher_int8"))
-    for f in summary.get("final") or []:
+    for f in map(FinalRecord.from_attrs, summary.get("final") or []):
         _print_final(f, int8)
     for t in map(FinalTeacher.from_attrs, summary.get("final_teacher") or []):
         _print_teacher(t)
@@ -407,32 +407,33 @@ def _print_summary(summary: dict, out: Path) -> None:
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 
-def _print_final(f: dict, teacher_int8: TeacherInt8 | None = None) -> None:
+def _print_final(f: FinalRecord, teacher_int8: TeacherInt8 | None = None) -> None:
     """A shipped student's lines: shape, steps and latency; its fidelity beside the untrained baselines, on its
     own training rows, as INT8 (first where the budget judged the INT8 graph), and against the teacher's INT8 graph."""
+    from kdnas.evaluation.precision import INT8_GRAPH
+
     from .baselines import fit_line, versus_teacher_int8
     from .neighbours import shape_label
-    from .records import loss_of, steps_label
-    from .schema import Quality
+    from .records import steps_label
 
-    method = (f.get("recipe") or {}).get("method", "")
-    within = f" (the {f['budget']} budget, {f['budget_ms']:.2f} ms)" if f.get("budget") else ""
-    print(f"final {f['dir']}{within}: {shape_label(f)} after {steps_label(f)} of {method}: {f['latency_ms']:.2f} ms; "
-          f"proxy loss {loss_of(f):.4f}, held-out L_HS {f['l_hs_norm']:.4f}, reward {f['reward']:.4f}"
+    method = (f.recipe or {}).get("method", "")
+    within = f" (the {f.budget} budget, {f.budget_ms:.2f} ms)" if f.budget else ""
+    print(f"final {f.dir}{within}: {shape_label(f)} after {steps_label(f)} of {method}: {f.latency_ms:.2f} ms; "
+          f"proxy loss {f.reward_loss:.4f}, held-out L_HS {f.l_hs_norm:.4f}, reward {f.reward:.4f}"
           + (" (L_HS scores the middle layers too, which embed does not distil)" if method == "embed" else ""))
-    quality = Quality.from_attrs(f.get("quality"))
+    quality = f.quality
     if quality is not None and quality.fidelity:
         rows = ", ".join(f"{name} {r.spearman:.3f}" for name, r in quality.fidelity.items())
         verdict = "beats both untrained baselines on fidelity" if quality.beats_baselines else \
             "does NOT beat the untrained baselines on fidelity: this recipe failed"
         int8 = quality.int8
-        if int8 and f.get("budget_graph") == "model.int8.onnx":  # the graph the budget judged leads
+        if int8 and f.budget_graph == INT8_GRAPH:  # the graph the budget judged leads
             print(f"  model.int8.onnx, the graph the budget judged: embedding fidelity rho {int8.spearman:.3f} "
                   f"({quality.sentences} held-out sentences)")
         print(f"  embedding fidelity rho ({quality.sentences} held-out sentences): {rows}; {verdict}")
-        if fit := fit_line(quality, f.get("train_rows")):
+        if fit := fit_line(quality, f.train_rows):
             print(f"  {fit}")
-        if int8 and f.get("budget_graph") != "model.int8.onnx":
+        if int8 and f.budget_graph != INT8_GRAPH:
             print(f"  model.int8.onnx: embedding fidelity rho {int8.spearman:.3f} on the same sentences")
         if line := graphs_line(f):
             print(f"  {line}")
@@ -440,19 +441,19 @@ def _print_final(f: dict, teacher_int8: TeacherInt8 | None = None) -> None:
             print(f"  {against}")
 
 
-def graphs_line(f: dict) -> str | None:
+def graphs_line(f: FinalRecord) -> str | None:
     """A finalist's graphs side by side — fp32, all-INT8 and its precision plan where one was grown — each
     one's latency as shipped and held-out fidelity, the one the budget judged marked."""
+    from kdnas.evaluation.precision import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH
+
     from .schema import Quality
 
-    quality = Quality.from_attrs(f.get("quality")) or Quality()
-    rows = [("model.onnx", "fp32", f.get("latency_fp32_onnx"), quality.student),
-            ("model.int8.onnx", "all-INT8", f.get("latency_int8_onnx"), quality.int8),
-            ("model.mixed.onnx", ((f.get("precision_plan") or {}).get("label") or "plan"), f.get("latency_mixed_onnx"),
-             quality.mixed)]
-    shown = [f"{name} ({what}) {lat['median_ms']:.2f} ms" + (f", rho {rho.spearman:.3f}" if rho else "")
-             + (" <- shipped" if name == f.get("budget_graph") else "")
-             for name, what, lat, rho in rows if lat]
+    quality = f.quality or Quality()
+    names = {FP32_GRAPH: "fp32", INT8_GRAPH: "all-INT8", MIXED_GRAPH: (f.precision_plan or {}).get("label") or "plan"}
+    shown = [f"{name} ({what}) {lat.median_ms:.2f} ms" + (f", rho {rho.spearman:.3f}" if rho else "")
+             + (" <- shipped" if name == f.budget_graph else "")
+             for name, what in names.items()
+             for lat, rho in [(f.latency_of(name), quality.of_graph(name))] if lat]
     return "graphs: " + "; ".join(shown) if len(shown) > 1 else None
 
 

@@ -34,7 +34,7 @@ from kdnas.core.errors import KdnasError
 from kdnas.evaluation.baselines import untrained_baselines
 from kdnas.evaluation.fidelity import MIN_SENTENCES
 
-from .schema import STUDENT, Fidelity, Quality, TeacherInt8
+from .schema import STUDENT, FinalRecord, Fidelity, Quality, TeacherInt8
 
 if TYPE_CHECKING:
     from .context import SearchContext
@@ -176,19 +176,19 @@ def fit_line(quality: Quality, rows: int | None = None) -> str | None:
     return line + ", within the noise): as good on new text as on the text it saw; more text would not lift it"
 
 
-def versus_teacher_int8(final: dict[str, Any], int8: TeacherInt8 | None) -> str | None:
+def versus_teacher_int8(final: FinalRecord, int8: TeacherInt8 | None) -> str | None:
     """One line on a shipped student against the alternative its user has for free, the teacher's own INT8
     graph (`teacher_int8`, read on the same settings and sentences): whether the student is worth shipping,
     as fp32, only as INT8, or not at all. None where either side was not measured."""
-    quality = Quality.from_attrs(final.get("quality")) or Quality()
+    quality = final.quality or Quality()
     fp32_rho = None if quality.student is None else quality.student.spearman
     int8_rho = None if quality.int8 is None else quality.int8.spearman
-    int8_ms = (final.get("latency_int8_onnx") or {}).get("median_ms")
+    int8_ms = None if final.latency_int8_onnx is None else final.latency_int8_onnx.median_ms
     if not int8 or fp32_rho is None:
         return None
     ms, rho = int8.latency.median_ms, int8.fidelity.spearman
     # an INT8-budgeted search's `latency_ms` is its INT8 graph's: the fp32 side is read where it was timed
-    fp32_ms = (final.get("latency_fp32_onnx") or {}).get("median_ms", final["latency_ms"])
+    fp32_ms = final.latency_ms if final.latency_fp32_onnx is None else final.latency_fp32_onnx.median_ms
 
     def beaten(s_ms: float | None, s_rho: float | None) -> bool:  # the teacher's INT8 graph as fast and as close
         return s_ms is not None and s_rho is not None and ms <= s_ms and rho >= s_rho

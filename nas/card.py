@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from kdnas.core.files import atomic_write_text
+from kdnas.evaluation.precision import FP32_GRAPH
 
 from .neighbours import shape_label
 from .records import steps_label
-from .schema import Fidelity, Quality
+from .schema import Fidelity, FinalRecord, LatencyRecord, Quality
 
 CARD = "README.md"
 # Settings (by their flag names, SearchConfig.flags) that only steer this process and have no `kdnas search` flag.
@@ -23,22 +24,22 @@ _NO_FLAG = ("stale_after_s",)
 _NEGATED = {"prune": "--no-prune", "progress": "--no-progress", "latency_model": "--no-latency-model"}
 
 
-def write_model_card(dest: str | Path, entry: dict[str, Any], config: Any) -> Path:
+def write_model_card(dest: str | Path, entry: FinalRecord, config: Any) -> Path:
     """Write `dest/README.md` for the final entry `entry` of a search run with SearchConfig `config`."""
     path = Path(dest) / CARD
     atomic_write_text(path, model_card(entry, config))
     return path
 
 
-def model_card(entry: dict[str, Any], config: Any) -> str:
+def model_card(entry: FinalRecord, config: Any) -> str:
     """The card's text (see `write_model_card`)."""
-    pipe = entry.get("sentence_transformers") or {}
+    pipe = entry.sentence_transformers or {}
     facts = [
         ("shape (layers x heads x hidden x ffn)", shape_label(entry)),
-        ("parameters", f"{int(entry['params']):,}"),
+        ("parameters", f"{int(entry.params):,}"),
         *_latencies(entry, config),
-        ("held-out normalized L_HS (0 = the teacher's hidden states)", _number(entry.get("l_hs_norm"))),
-        ("quality", _quality(Quality.from_attrs(entry.get("quality")), entry.get("train_rows"))),
+        ("held-out normalized L_HS (0 = the teacher's hidden states)", _number(entry.l_hs_norm)),
+        ("quality", _quality(entry.quality, entry.train_rows)),
         ("teacher", _teacher(config.teacher)),
         ("sentence embedding", _pipeline(pipe)),
         ("distillation", _distillation(entry)),
@@ -50,7 +51,7 @@ pipeline_tag: sentence-similarity
 tags: [sentence-transformers, feature-extraction, knowledge-distillation, kdnas]
 ---
 
-# {entry['arch']} student of {config.teacher}
+# {entry.arch} student of {config.teacher}
 
 A student in its teacher's own architecture, found by a latency-constrained architecture search
 (KD-NAS), started from the teacher's own weights and distilled on the teacher's token states, sentence embeddings and
@@ -133,44 +134,44 @@ def _choices(choices: Any) -> str:
     return str(choices)
 
 
-def _drift(entry: dict[str, Any]) -> str:
+def _drift(entry: FinalRecord) -> str:
     """How the fp32 reading stands to the teacher's: timed side by side (a ratio budget, nas.final), or
     scaled to the host's speed when the budget was set (a study of an earlier version)."""
-    if "ratio_to_teacher" in entry:
-        return (f"; {entry['ratio_to_teacher']:.3f}x the teacher, the two timed side by side in alternating "
-                f"rounds (here {entry['read_ms']:.2f} and {entry['teacher_latency_now_ms']:.2f} ms), stated on "
+    if entry.ratio_to_teacher is not None:
+        return (f"; {entry.ratio_to_teacher:.3f}x the teacher, the two timed side by side in alternating "
+                f"rounds (here {entry.read_ms:.2f} and {entry.teacher_latency_now_ms:.2f} ms), stated on "
                 "the scale of the teacher reading that set the budget")
-    scale = entry.get("latency_scaled_by", 1.0)
+    scale = 1.0 if entry.latency_scaled_by is None else entry.latency_scaled_by
     if scale >= 1.0:
         return ""
-    return (f"; scaled by {scale:.3f}: the host had slowed, the teacher read {entry['teacher_latency_now_ms']:.2f} ms "
+    return (f"; scaled by {scale:.3f}: the host had slowed, the teacher read {entry.teacher_latency_now_ms:.2f} ms "
             "beside it instead of its reading when the budget was set")
 
 
-def _distillation(entry: dict[str, Any]) -> str:
+def _distillation(entry: FinalRecord) -> str:
     """Steps, rows, and what the training ran in: the same steps differ in time, not in fidelity,
     between bf16 and fp32 (docs/design/final-recipe.md)."""
-    text = f"{steps_label(entry)} on {entry.get('train_rows', entry.get('train'))} sequences"
-    if entry.get("augment"):  # distill.augment: the corpus ran short of rows for the steps, or --final-augment
-        text += f", {entry['augment']:.0%} of the batches perturbed"
-    if entry.get("embed_terms"):  # --final-embed-terms
-        text += f", embed terms {entry['embed_terms']}"
-    seconds = (entry.get("seconds") or {}).get("distill")
+    text = f"{steps_label(entry)} on {entry.train if entry.train_rows is None else entry.train_rows} sequences"
+    if entry.augment:  # distill.augment: the corpus ran short of rows for the steps, or --final-augment
+        text += f", {entry.augment:.0%} of the batches perturbed"
+    if entry.embed_terms:  # --final-embed-terms
+        text += f", embed terms {entry.embed_terms}"
+    seconds = (entry.seconds or {}).get("distill")
     took = None if not seconds else f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-    how = [p for p in (entry.get("precision"), took) if p]
+    how = [p for p in (entry.precision, took) if p]
     return f"{text} ({', '.join(how)})" if how else text
 
 
-def _latencies(entry: dict[str, Any], config: Any) -> list[tuple[str, str]]:
+def _latencies(entry: FinalRecord, config: Any) -> list[tuple[str, str]]:
     """The card's rows for the shipped graphs — fp32, all-INT8 and a precision plan where one was grown — the
     one the budget judged first (nas.final: the runtime's graph, or the plan chosen on onnxruntime-auto)."""
-    judged = entry.get("budget_graph", "model.onnx")
+    judged = entry.budget_graph or FP32_GRAPH
     runtime = "onnxruntime" if config.latency.runtime != "torch" else "torch"
-    quality = Quality.from_attrs(entry.get("quality")) or Quality()
-    plan = (entry.get("precision_plan") or {}).get("label")
-    rows = [("model.onnx", "latency, fp32 (model.onnx)", entry.get("latency_fp32_onnx") or entry.get("latency"), None),
-            ("model.int8.onnx", "latency, int8 (model.int8.onnx)", entry.get("latency_int8_onnx"), quality.int8),
-            ("model.mixed.onnx", f"latency, precision plan {plan} (model.mixed.onnx)", entry.get("latency_mixed_onnx"),
+    quality = entry.quality or Quality()
+    plan = (entry.precision_plan or {}).get("label")
+    rows = [("model.onnx", "latency, fp32 (model.onnx)", entry.latency_fp32_onnx or entry.latency, None),
+            ("model.int8.onnx", "latency, int8 (model.int8.onnx)", entry.latency_int8_onnx, quality.int8),
+            ("model.mixed.onnx", f"latency, precision plan {plan} (model.mixed.onnx)", entry.latency_mixed_onnx,
              quality.mixed)]
     shown = [(name, label, _latency(record, config, runtime if name == "model.onnx" else "onnxruntime")
               + _graph_fidelity(rho, quality)) for name, label, record, rho in rows if record or name != "model.mixed.onnx"]
@@ -179,10 +180,11 @@ def _latencies(entry: dict[str, Any], config: Any) -> list[tuple[str, str]]:
              text + (_drift(entry) if name == judged else "")) for name, label, text in shown]
 
 
-def _latency(record: dict[str, Any] | None, config: Any, runtime: str) -> str:
-    if not record or record.get("median_ms") is None:
+def _latency(record: LatencyRecord | None, config: Any, runtime: str) -> str:
+    if record is None:
         return "not measured"
-    return (f"{record['median_ms']:.2f} ms median (p90 {record.get('p90_ms', float('nan')):.2f}; batch "
+    p90 = float("nan") if record.p90_ms is None else record.p90_ms
+    return (f"{record.median_ms:.2f} ms median (p90 {p90:.2f}; batch "
             f"{config.latency.batch}, {config.latency.seq} tokens, {config.latency.threads} threads, {runtime})")
 
 

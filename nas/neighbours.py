@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .schema import Candidate, Refusal
+from .schema import Candidate, FinalRecord, Refusal
 
 MAX_NEIGHBOURS = 2
 WIDER, NARROWER = 1, -1
@@ -66,14 +66,12 @@ def rank_in(queue: list[Candidate], row: Candidate) -> None:
     queue.insert(at, row)
 
 
-def origin(row: dict[str, Any]) -> str:
-    """Where a finalist's shape came from, for the summary, the report and the model card."""
-    parent = row.get("neighbour_of")
-    if parent is None:
-        return f"trial #{row.get('trial', row.get('number'))}"
-    return f"the FFN neighbour of trial #{row.get('trial', row.get('number'))}'s {parent}"
+def origin(trial: int, parent: str | None) -> str:
+    """Where a finalist's shape came from (trial `trial`, or the FFN neighbour of its shape `parent`), for the
+    summary, the report and the model card."""
+    return f"trial #{trial}" if parent is None else f"the FFN neighbour of trial #{trial}'s {parent}"
 
 
-def shape_label(row: dict[str, Any]) -> str:
+def shape_label(final: FinalRecord) -> str:
     """A shipped finalist's shape, with where it came from when it was a neighbour (not a trial)."""
-    return f"{row['arch']} ({origin(row)})" if row.get("neighbour_of") else row["arch"]
+    return f"{final.arch} ({origin(final.trial, final.neighbour_of)})" if final.neighbour_of else final.arch

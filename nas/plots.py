@@ -16,7 +16,7 @@ from optuna.trial import TrialState, create_trial
 from kdnas.core.errors import first_line
 
 from .records import TrialRow, latency_model_facts, loss_of, model_checked, pareto_front
-from .schema import STUDENT, UNTRAINED_LOSS, FinalTeacher, Quality, TeacherInt8, TrialStatus, recorded
+from .schema import STUDENT, UNTRAINED_LOSS, FinalRecord, FinalTeacher, Quality, TeacherInt8, TrialStatus, recorded
 
 _STYLE = {  # status -> (legend name, marker)
     TrialStatus.FEASIBLE: ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
@@ -133,7 +133,7 @@ def students_figure(facts: dict[str, Any]) -> go.Figure:
               "teacher plan": dict(symbol="star-triangle-up", size=14, color="#9467bd"),
               "baseline": dict(symbol="circle-open", size=11, color="#7f7f7f", line=dict(width=2))}
     points: dict[str, list[tuple[float, float, str]]] = {kind: [] for kind in styles}
-    for f in facts.get("final") or []:
+    for f in map(FinalRecord.from_attrs, facts.get("final") or []):
         for kind, x, y, text in _student_points(f):
             points[kind].append((x, y, text))
     for t in map(FinalTeacher.from_attrs, facts.get("final_teacher") or []):  # its plan within each budget (nas.plans)
@@ -161,12 +161,12 @@ def students_figure(facts: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def _student_points(final: dict[str, Any]) -> list[tuple[str, float, float, str]]:
+def _student_points(final: FinalRecord) -> list[tuple[str, float, float, str]]:
     """(kind, latency ms, ρ, hover text) of one shipped student: fp32, INT8 and its baselines, where measured."""
-    quality = Quality.from_attrs(final.get("quality")) or Quality()
-    fp32 = (final.get("latency_fp32_onnx") or {}).get("median_ms", final.get("latency_ms"))
-    int8 = (final.get("latency_int8_onnx") or {}).get("median_ms")
-    where = f"{final['arch']}" + (f" ({final['budget']} budget)" if final.get("budget") else "") + f", {final['dir']}"
+    quality = final.quality or Quality()
+    fp32 = final.latency_ms if final.latency_fp32_onnx is None else final.latency_fp32_onnx.median_ms
+    int8, mixed = (None if r is None else r.median_ms for r in (final.latency_int8_onnx, final.latency_mixed_onnx))
+    where = f"{final.arch}" + (f" ({final.budget} budget)" if final.budget else "") + f", {final.dir}"
     points = []
     if quality.student is not None and fp32 is not None:
         points.append(("fp32", fp32, quality.student.spearman, f"{where}<br>model.onnx {fp32:.2f} ms, "
@@ -174,9 +174,8 @@ def _student_points(final: dict[str, Any]) -> list[tuple[str, float, float, str]
     if quality.int8 is not None and int8 is not None:
         points.append(("int8", int8, quality.int8.spearman, f"{where}<br>model.int8.onnx {int8:.2f} ms, "
                        f"ρ {quality.int8.spearman:.3f}"))
-    mixed = (final.get("latency_mixed_onnx") or {}).get("median_ms")
     if quality.mixed is not None and mixed is not None:
-        plan = (final.get("precision_plan") or {}).get("label", "a precision plan")
+        plan = (final.precision_plan or {}).get("label", "a precision plan")
         points.append(("mixed", mixed, quality.mixed.spearman, f"{where}<br>model.mixed.onnx ({plan}) "
                        f"{mixed:.2f} ms, ρ {quality.mixed.spearman:.3f}"))
     for name, row in quality.fidelity.items():
@@ -201,13 +200,13 @@ def _add_references(fig: go.Figure, facts: dict[str, Any]) -> None:
 
 def _add_finals(fig: go.Figure, facts: dict[str, Any]) -> None:
     """The finalists after the final stage: the shipped models' latency and loss."""
-    finals = [f for f in facts.get("final") or [] if f.get("latency_ms") is not None]
+    finals = [FinalRecord.from_attrs(f) for f in facts.get("final") or []]
     if finals:
         fig.add_trace(go.Scatter(
-            x=[f["latency_ms"] for f in finals], y=[loss_of(f) for f in finals], mode="markers",
+            x=[f.latency_ms for f in finals], y=[f.reward_loss for f in finals], mode="markers",
             name="finalist after --final-steps", marker=dict(symbol="star-diamond", size=14, color="#e377c2"),
-            hovertext=[f"final {f['arch']} (trial {f['trial']}, {f['steps']} steps)<br>latency {f['latency_ms']:.2f} ms"
-                       f"<br>loss {loss_of(f):.4f}<br>reward {f['reward']:.4f}" for f in finals],
+            hovertext=[f"final {f.arch} (trial {f.trial}, {f.steps} steps)<br>latency {f.latency_ms:.2f} ms"
+                       f"<br>loss {f.reward_loss:.4f}<br>reward {f.reward:.4f}" for f in finals],
             hoverinfo="text",
         ))
 

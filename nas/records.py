@@ -13,7 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .resume import heartbeat_retries
-from .schema import BEFORE_TRAINING, StudyFacts, TrialRecord, TrialStatus, recorded
+from .schema import BEFORE_TRAINING, FinalRecord, StudyFacts, TrialRecord, TrialStatus, recorded
 
 
 @dataclass(frozen=True)
@@ -176,20 +176,20 @@ def loss_of(record: dict[str, Any]) -> float | None:
     return record.get("loss", record.get("l_hs_norm"))
 
 
-def steps_label(record: dict[str, Any]) -> str:
+def steps_label(record: FinalRecord) -> str:
     """A finalist's training steps: "1200 steps", "1043 of 1200 steps (fitted to --timeout 480 s)" or
     "2011 steps (1200 planned, more in the time --timeout 480 s left)", with the run it continued
     when a wider finalist handed it on (nas.final)."""
-    steps, planned = record.get("steps"), record.get("steps_planned")
+    steps, planned = record.steps, record.steps_planned
     label = f"{steps} steps"
     if planned is not None and steps is not None and steps != planned:
-        timeout = record.get("timeout_s")
+        timeout = record.timeout_s
         limit = "" if timeout is None else f" --timeout {timeout:g} s"
         if steps < planned:
             label = f"{steps} of {planned} steps" + (f" (fitted to{limit})" if limit else "")
         else:
             label = f"{steps} steps ({planned} planned, more in the time{limit} left)"
-    init = record.get("init")
+    init = record.init
     if isinstance(init, dict) and init.get("init") == "continued" and "from" in init:
         label += (f" on top of {init['after_steps']} as {init['from']} "
                   "(refused over the budget as shipped, then narrowed)")
@@ -262,7 +262,7 @@ def budget_table(facts: StudyFacts, rows: list[TrialRow]) -> list[dict[str, Any]
     table = []
     for budget in study_budgets(facts):
         fits = [r for r in within(rows, budget, facts) if r.status == TrialStatus.FEASIBLE]
-        shipped = [f for f in facts.final or [] if (f.get("recipe") or {}).get("budget") == budget.label]
+        shipped = [f for f in facts.final or [] if FinalRecord.from_attrs(f).recipe_budget == budget.label]
         best = best_row(fits)
         table.append({"label": budget.label, "budget_ms": budget.ms, "folder": budget.best,
                       "trials_within": [r.number for r in fits], "best_trial": None if best is None else best.number,

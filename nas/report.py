@@ -21,7 +21,8 @@ from kdnas.core.files import atomic_write_text
 from .neighbours import shape_label
 from .plots import (history_figure, importance_figure, importances, latency_model_figure, latency_setting, pareto_figure,
                     proxy_settings, students_figure)
-from .records import COLUMNS, TrialRow, loss_of, steps_label, study_facts, trial_rows
+from .records import COLUMNS, TrialRow, steps_label, study_facts, trial_rows
+from .schema import FinalRecord
 
 _TABLE_COLUMNS = (
     ("number", "#"), ("status", "status"), ("arch", "L×A×H×F"), ("params", "params (M)"),
@@ -108,9 +109,9 @@ def _report_page(facts: dict[str, Any], rows: list[TrialRow], figures: list) -> 
         "best trial: " + (f"#{best['number']} {best['arch']}, reward {best['reward']:.4f}, "
                           f"proxy loss {best['loss']:.4f}, {best['latency_median_ms']:.2f} ms" if best else "none yet"),
     ]
-    for f in facts.get("final") or []:
-        lines.append(f"final {html.escape(f['dir'])}: {shape_label(f)} after {steps_label(f)}, loss {loss_of(f):.4f}, "
-                     f"{f['latency_ms']:.2f} ms, reward {f['reward']:.4f}")
+    for f in map(FinalRecord.from_attrs, facts.get("final") or []):
+        lines.append(f"final {html.escape(f.dir)}: {shape_label(f)} after {steps_label(f)}, loss {f.reward_loss:.4f}, "
+                     f"{f.latency_ms:.2f} ms, reward {f.reward:.4f}")
     split = facts["seconds_per_trial"]
     lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}" for k, v in split.items()))
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in _TABLE_COLUMNS)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from optuna.trial import FrozenTrial
 
 from kdnas.core.errors import StorageError
-from kdnas.evaluation.precision import INT8_GRAPH, MIXED_GRAPH
+from kdnas.evaluation.precision import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH
 
 # 1: every study before the version was stored; 2: precision plans (a trial's `precision`, `latency_int8`),
 # the budget's tolerance, a repeated shape's status.
@@ -501,6 +501,91 @@ class FinalTeacher(SideBySide):
             return attrs
         return cls(**cls._known(attrs) | {"fidelity": Fidelity.from_attrs(attrs["fidelity"]),
                                           "student": Rival(**Rival._known(attrs["student"]))})
+
+
+@dataclass(frozen=True)
+class FinalRecord(SideBySide):
+    """A finalist as shipped (nas.final.Finalist.record): what the study's `final` list, summary.json and its
+    search.json hold, read by the summary printer, the model card, the pages and a rerun. Its proxy-style scores
+    (the judged graph's reading, loss, fidelity, reward, verdict), the run (steps planned and taken, the time
+    limit, rows, start, precision), the budget, every shipped graph's reading, its fidelity table (`Quality`), the
+    export and sentence-transformers pipeline written, the precision plan grown on it and the seconds each phase
+    took; `rank`, and where the teacher's plan took its place in best/ (`shipped_as`, `displaced_by`)."""
+
+    trial: int
+    arch: str
+    dir: str
+    latency_ms: float
+    within_budget: bool = False
+    params: int | None = None
+    latency: LatencyRecord | None = None  # the judged graph's reading
+    loss: float | None = None
+    loss_se: float | None = None
+    fidelity: float | None = None
+    l_hs_norm: float | None = None
+    l_hs_raw: float | None = None
+    l_hs_se: float | None = None
+    reward: float | None = None
+    recipe: dict[str, Any] | None = None  # nas.recipe.recipe_of: a rerun with the same one replays this record
+    steps: int | None = None
+    steps_planned: int | None = None
+    steps_most: int | None = None
+    timeout_s: float | None = None
+    train: int | None = None
+    train_rows: int | None = None
+    init: dict[str, Any] | None = None
+    precision: str | None = None
+    augment: float | None = None
+    embed_terms: Any = None
+    budget_ms: float | None = None
+    budget_limit_ms: float | None = None
+    budget: str | None = None  # the budget's label when the search has several (nas.budgets)
+    latency_readings_ms: list[float] | None = None
+    latency_fp32_onnx: LatencyRecord | None = None
+    latency_int8_onnx: LatencyRecord | None = None
+    latency_mixed_onnx: LatencyRecord | None = None
+    budget_graph: str | None = None  # the graph the budget judged, and the one to deploy
+    verdict: dict[str, Any] | None = None
+    proxy_reward: float | None = None
+    neighbour_of: str | None = None  # an FFN neighbour of this trial's shape (nas.neighbours)
+    quality: Quality | None = None
+    export: dict[str, Any] | None = None
+    sentence_transformers: dict[str, Any] | None = None
+    precision_plan: dict[str, Any] | None = None  # grown on its trained weights (export.PlanPoint.to_dict)
+    seconds: dict[str, float] | None = None
+    rank: int | None = None
+    shipped_as: str | None = None  # where it was written before the teacher's plan took its place
+    displaced_by: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("latency", "latency_fp32_onnx", "latency_int8_onnx", "latency_mixed_onnx"):
+            object.__setattr__(self, name, LatencyRecord.from_attrs(getattr(self, name)))
+        object.__setattr__(self, "quality", Quality.from_attrs(self.quality))
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | FinalRecord) -> FinalRecord:
+        return attrs if isinstance(attrs, FinalRecord) else cls(**cls._known(attrs))
+
+    @property
+    def reward_loss(self) -> float | None:
+        """The loss its reward was computed with; a record from before it was stored: L_HS."""
+        return self.l_hs_norm if self.loss is None else self.loss
+
+    @property
+    def recipe_budget(self) -> str | None:
+        """The budget label of its recipe (one of several budgets), None for a search of one."""
+        return (self.recipe or {}).get("budget")
+
+    def latency_of(self, graph: str) -> LatencyRecord | None:
+        """The reading of one shipped graph as shipped (model.onnx, model.int8.onnx, model.mixed.onnx)."""
+        return {FP32_GRAPH: self.latency_fp32_onnx, INT8_GRAPH: self.latency_int8_onnx,
+                MIXED_GRAPH: self.latency_mixed_onnx}.get(graph)
+
+    @property
+    def shipped_rho(self) -> float | None:
+        """The held-out ρ of the graph it ships (the one the budget judged): its plan's, INT8 or fp32."""
+        row = None if self.quality is None else self.quality.of_graph(self.budget_graph or FP32_GRAPH)
+        return None if row is None else float(row.spearman)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +11,7 @@ import torch
 from kdnas.distill import ModelDims, StudentSpec, TeacherCache
 from kdnas.evaluation.baselines import first_layers_depth
 from kdnas.nas.baselines import baseline_fidelity, fidelity_table, fit_line, int8_fidelity
-from kdnas.nas.schema import Fidelity, LatencyRecord, Quality, TeacherInt8
+from kdnas.nas.schema import Fidelity, FinalRecord, LatencyRecord, Quality, TeacherInt8
 
 
 def test_first_layers_depth_is_the_deepest_cut_no_dearer_than_the_student():
@@ -112,11 +113,12 @@ def test_fit_line_is_silent_where_the_training_text_was_not_measured():
     assert fit_line(Quality(skipped="corpus too small")) is None
 
 
-def _final(ms: float, rho: float, int8_ms: float | None, int8_rho: float | None) -> dict:
-    """A finalist's record as stored (the quality as its JSON)."""
+def _final(ms: float, rho: float, int8_ms: float | None, int8_rho: float | None) -> FinalRecord:
+    """A finalist's record as stored (the quality and readings as their JSON), read back."""
     quality = Quality(fidelity={"student": Fidelity(rho)}, int8=None if int8_rho is None else Fidelity(int8_rho))
-    return {"latency_ms": ms, "quality": quality.to_attrs(),
-            **({"latency_int8_onnx": {"median_ms": int8_ms}} if int8_ms is not None else {})}
+    return FinalRecord.from_attrs({"trial": 0, "arch": "3x12x384x1536", "dir": "best", "latency_ms": ms,
+                                   "quality": quality.to_attrs(),
+                                   **({"latency_int8_onnx": {"median_ms": int8_ms}} if int8_ms is not None else {})})
 
 
 def test_a_student_is_set_against_the_teachers_int8_graph_as_a_user_would_choose():
@@ -137,7 +139,7 @@ def test_an_int8_budgeted_student_is_set_against_the_teacher_by_its_fp32_reading
     from kdnas.nas.baselines import versus_teacher_int8
 
     teacher = TeacherInt8(LatencyRecord(median_ms=25.6), Fidelity(0.871))
-    final = {**_final(11.8, 0.858, 11.8, 0.834), "latency_fp32_onnx": {"median_ms": 29.8}}  # latency_ms: the INT8 graph's
+    final = replace(_final(11.8, 0.858, 11.8, 0.834), latency_fp32_onnx=LatencyRecord(29.8))  # latency_ms: the INT8 graph's
     assert "ship the student as INT8" in versus_teacher_int8(final, teacher)
 
 

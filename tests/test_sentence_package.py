@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ from kdnas.core.errors import KdnasError  # noqa: E402
 from kdnas.core.spec import StudentSpec, build_student  # noqa: E402
 from kdnas.export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
 from kdnas.nas._progress import Progress  # noqa: E402
-from kdnas.nas.schema import Candidate, Fidelity, Quality, StudyFacts  # noqa: E402
+from kdnas.nas.schema import Candidate, Fidelity, FinalRecord, LatencyRecord, Quality, StudyFacts  # noqa: E402
 
 SENTENCES = [
     "Stocks fell.",
@@ -153,9 +153,10 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
 
     config = SearchConfig.from_flags(teacher="minilm-l6", out="runs/demo dir", trials=20, budget_ms=8.0, prune=False,
                           space_overrides={"layers": "2-4"}, final_steps=50)
-    entry = {"arch": "3x12x384x1536", "params": 17_400_000, "l_hs_norm": 0.4321, "steps": 50, "train_rows": 1024,
-             "latency": {"median_ms": 3.21, "p90_ms": 3.5}, "latency_int8_onnx": {"median_ms": 1.87, "p90_ms": 2.0},
-             "sentence_transformers": {"pooling": "mean", "normalize": True, "max_seq_length": 256}}
+    entry = FinalRecord(trial=0, arch="3x12x384x1536", dir="best", latency_ms=3.21, params=17_400_000, l_hs_norm=0.4321,
+                        steps=50, train_rows=1024, latency=LatencyRecord(3.21, p90_ms=3.5),
+                        latency_int8_onnx=LatencyRecord(1.87, p90_ms=2.0),
+                        sentence_transformers={"pooling": "mean", "normalize": True, "max_seq_length": 256})
     card = write_model_card(tmp_path, entry, config).read_text()
     assert "3x12x384x1536" in card and "17,400,000" in card and "0.4321" in card
     # the front matter names the model its weights come from, and that model's licence; the YAML parses
@@ -168,18 +169,18 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     assert "3.21 ms" in card and "1.87 ms" in card and "not measured" in card  # no quality in the entry
     assert "mean pooling, L2-normalized, max_seq_length 256" in card
     assert "| 50 steps on 1024 sequences |" in card  # what the training ran in is not in this entry
-    timed = write_model_card(tmp_path, {**entry, "precision": "bf16", "seconds": {"distill": 239.8}}, config).read_text()
+    timed = write_model_card(tmp_path, replace(entry, precision="bf16", seconds={"distill": 239.8}), config).read_text()
     assert "| 50 steps on 1024 sequences (bf16, 4.0 min) |" in timed and "scaled" not in timed
-    drifted = write_model_card(tmp_path, {**entry, "latency_scaled_by": 0.9, "teacher_latency_now_ms": 22.2},
+    drifted = write_model_card(tmp_path, replace(entry, latency_scaled_by=0.9, teacher_latency_now_ms=22.2),
                                config).read_text()
     assert "3.21 ms median" in drifted and "scaled by 0.900: the host had slowed, the teacher read 22.20 ms" in drifted
-    paired = write_model_card(tmp_path, {**entry, "ratio_to_teacher": 0.4591, "read_ms": 3.5, "latency_scaled_by": 0.9,
-                                         "teacher_latency_now_ms": 7.62}, config).read_text()
+    paired = write_model_card(tmp_path, replace(entry, ratio_to_teacher=0.4591, read_ms=3.5, latency_scaled_by=0.9,
+                                                teacher_latency_now_ms=7.62), config).read_text()
     assert "3.21 ms median" in paired and "0.459x the teacher, the two timed side by side" in paired
     assert "(here 3.50 and 7.62 ms)" in paired and "the host had slowed" not in paired
-    quick = write_model_card(tmp_path, {**entry, "precision": "fp32", "seconds": {"distill": 3.2}}, config).read_text()
+    quick = write_model_card(tmp_path, replace(entry, precision="fp32", seconds={"distill": 3.2}), config).read_text()
     assert "| 50 steps on 1024 sequences (fp32, 3 s) |" in quick
-    perturbed = write_model_card(tmp_path, {**entry, "augment": 0.5}, config).read_text()
+    perturbed = write_model_card(tmp_path, replace(entry, augment=0.5), config).read_text()
     assert "| 50 steps on 1024 sequences, 50% of the batches perturbed |" in perturbed
     command = card.split("```bash\n", 1)[1].split("\n```", 1)[0]
     assert command == ("kdnas search --teacher minilm-l6 --corpus news --out 'runs/demo dir' "
@@ -192,8 +193,9 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
     quality = Quality(sentences=1000, beats_baselines=True,
                       fidelity={"student": Fidelity(0.9512), "first 3 layers (untrained)": Fidelity(0.4321)})
 
-    def card_of(quality: Quality) -> Path:  # the entry holds the quality as its JSON, as search.json does
-        return write_model_card(tmp_path, {**entry, "quality": quality.to_attrs()}, config)
+    def card_of(quality: Quality) -> Path:  # the entry as search.json holds it (the quality as its JSON), read back
+        return write_model_card(tmp_path, FinalRecord.from_attrs({**entry.to_attrs(), "quality": quality.to_attrs()}),
+                                config)
 
     scored = card_of(quality).read_text()
     assert "student 0.951; first 3 layers (untrained) 0.432" in scored and "beats both untrained baselines" in scored
@@ -229,13 +231,16 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
                         progress=Progress(1, 0, enabled=False))
     row = Candidate(number=0, arch="1x4x64x128", layers=1, heads=4, hidden=64, ffn=128, reward=0.5)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    [entry] = run_final(optuna.create_study(), ctx, out, [row])
-    assert entry["latency"]["median_ms"] > 0 and entry["within_budget"]
+    [stored] = run_final(optuna.create_study(), ctx, out, [row])
+    assert set(stored) <= {f.name for f in fields(FinalRecord)}  # every fact a finalist stores is a field of its record
+    entry = FinalRecord.from_attrs(stored)
+    assert entry.latency.median_ms > 0 and entry.within_budget and entry.rank == 1
+    assert entry.latency_fp32_onnx.median_ms > 0 and entry.budget_graph == "model.onnx"
     best = out / "best"
-    assert entry["sentence_transformers"]["normalize"] is True and entry["export"]["normalize"] is True
+    assert entry.sentence_transformers["normalize"] is True and entry.export["normalize"] is True
     pooling = json.loads((best / "1_Pooling" / "config.json").read_text())
     assert pooling["word_embedding_dimension"] == 64
-    st, onnx = _st_embeddings(best), _onnx_embeddings(best, entry["sentence_transformers"]["max_seq_length"])
+    st, onnx = _st_embeddings(best), _onnx_embeddings(best, entry.sentence_transformers["max_seq_length"])
     assert np.abs(st - onnx).max() <= 1e-4
     card = (best / "README.md").read_text()
     assert "1x4x64x128" in card and "not measured" in card

@@ -264,11 +264,15 @@ def test_a_reading_within_the_margin_is_read_again_and_the_two_averaged():
 
 
 def test_the_summary_says_when_the_timeout_cut_the_final_run():
-    assert steps_label({"steps": 1200, "steps_planned": 1200, "timeout_s": 570.0}) == "1200 steps"
-    assert steps_label({"steps": 1200}) == "1200 steps"  # a record from before --timeout
-    assert (steps_label({"steps": 1043, "steps_planned": 1200, "timeout_s": 570.0})
-            == "1043 of 1200 steps (fitted to --timeout 570 s)")
-    assert (steps_label({"steps": 2011, "steps_planned": 1200, "timeout_s": 570.0})
+    from kdnas.nas.schema import FinalRecord
+
+    def label(**run) -> str:
+        return steps_label(FinalRecord(trial=0, arch="3x12x384x1536", dir="best", latency_ms=3.0, **run))
+
+    assert label(steps=1200, steps_planned=1200, timeout_s=570.0) == "1200 steps"
+    assert label(steps=1200) == "1200 steps"  # a record from before --timeout
+    assert label(steps=1043, steps_planned=1200, timeout_s=570.0) == "1043 of 1200 steps (fitted to --timeout 570 s)"
+    assert (label(steps=2011, steps_planned=1200, timeout_s=570.0)
             == "2011 steps (1200 planned, more in the time --timeout 570 s left)")
 
 
@@ -404,3 +408,17 @@ def test_a_final_run_takes_the_rows_whose_targets_are_on_disk_up_to_one_pass(tea
     assert _grower(ctx, grown, "final")(5) is None
     bare = TeacherCache(teacher, final_transfer_set(cfg, teacher, news_texts))  # no folder: nothing on disk
     assert with_stored_rows(ctx, bare) is bare
+
+
+def test_what_a_finalists_run_leaves_for_after_it_adds_each_step_its_timing_says_follows():
+    """The export and readings always; the teacher's plan scored beside it where one fits; the next candidate's
+    work where its reading was marginal (each part read off a field of `RunTiming`)."""
+    from kdnas.nas.final._shipping import TEACHER_STEPS, RunTiming, _after_run_s
+
+    plain = RunTiming(step_s=4.0, finalists_left=1, before_ms=3.0)
+    assert _after_run_s(plain, layers=3, baselines_s=12.0) == after_training_s(4.0, 12.0)
+    teacher = RunTiming(step_s=4.0, finalists_left=1, before_ms=3.0, teacher_plan={"kept": 2})
+    assert _after_run_s(teacher, 3, 12.0) == after_training_s(4.0, 12.0) + TEACHER_STEPS * 4.0
+    marginal = RunTiming(step_s=4.0, finalists_left=1, before_ms=3.0, marginal=True, proxy_s=20.0, train_step_s=0.5)
+    after = after_training_s(4.0, 12.0)
+    assert _after_run_s(marginal, 3, 12.0) == after + fallback_s(after, 4.0, 12.0, 20.0, MIN_CONTINUED_STEPS * 0.5)

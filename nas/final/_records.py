@@ -21,7 +21,8 @@ from ..neighbours import candidates
 from ..recipe import recipe_of
 from ..records import pareto_front, trial_rows
 from ..resume import worker_alive, worker_identity
-from ..schema import AS_SHIPPED, BEFORE_TRAINING, Candidate, Quality, Refusal, StudyFacts, TrialStatus, recorded, store
+from ..schema import (AS_SHIPPED, BEFORE_TRAINING, Candidate, FinalRecord, Quality, Refusal, StudyFacts, TrialStatus,
+                      recorded, store)
 from ..scored import Scored
 
 if TYPE_CHECKING:
@@ -146,11 +147,11 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
 def is_done(study: optuna.Study, out: Path, pool: list[Candidate], ctx: "SearchContext") -> bool:
     """Whether the final stage of `ctx`'s budget has shipped `pool`'s candidates with this recipe already."""
     cfg, label = ctx.config, ctx.budget_label
-    done = [f for f in StudyFacts.from_study(study).final or [] if (f.get("recipe") or {}).get("budget") == label]
+    done = [f for f in map(FinalRecord.from_attrs, StudyFacts.from_study(study).final or []) if f.recipe_budget == label]
     want = [(r.number, recipe_of(cfg, label), str(final_dir(out, i, r.arch, label)))
             for i, r in enumerate(shippable(study, pool, cfg, label), 1)]
     # a student the teacher displaced from best/ (nas.final._teacher) is kept under the folder it shipped as
-    have = [(f["trial"], f.get("recipe"), f.get("shipped_as", f["dir"])) for f in done]
+    have = [(f.trial, f.recipe, f.shipped_as or f.dir) for f in done]
     return have == want and all((Path(d) / "export.json").is_file() for *_, d in want)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,7 @@ from kdnas.core.files import atomic_write_text, make_shared
 
 from ..measure import DRIFT_BAND
 from ..recipe import recipe_of
-from ..schema import Candidate, LatencyRecord, Quality, Refusal
+from ..schema import Candidate, FinalRecord, LatencyRecord, Quality, Refusal
 from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
@@ -24,13 +24,28 @@ if TYPE_CHECKING:
     from ..context import SearchContext
 
 
+@dataclass(frozen=True)
+class RunTiming:
+    """What the final stage knows of a finalist before its run, from which a `--timeout` fits the run
+    (nas.time_limit) and the shipping step decides its graph."""
+
+    step_s: float  # seconds per step of its shipped graph's pre-training export and reading
+    finalists_left: int  # this run and those still to share the training time
+    before_ms: float  # its shipped graph's reading before training
+    marginal: bool = False  # that reading too close to the budget to count on (nas.time_limit.marginal)
+    proxy_s: float = 0.0  # a proxy run's seconds (the next candidate's, should this one be refused)
+    train_step_s: float = 0.0  # its trial's pace per update
+    trailing: int = 0  # finalists after it that take no share of the training time (nas.search.final_order)
+    variant: VariantChoice | None = None  # which fp32 graph it ships (nas.variant), where chosen
+    gate: str | None = None  # the graph the budget judged before training (INT8_GRAPH: a plan is grown)
+    teacher_plan: dict[str, Any] | None = None  # the teacher's plan within the budget (nas.plans), where one fits
+
+
 def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: str, teacher_dir: str,
-           pipeline: dict[str, Any], timing: dict[str, Any], start: Refusal | None) -> Finalist:
-    """Distill one finalist with the final recipe, measure it against the baselines, ship it.
-    `timing`: the seconds per step of its shipped graph's pre-training export and reading, whether
-    that reading was marginal, a proxy run's seconds, its trial's pace per update and the finalists
-    still to train, from which a `--timeout` fits the run (nas.time_limit); `start`: the refused
-    wider finalist whose training it continues (`Stage.trained_wider`), if any."""
+           pipeline: dict[str, Any], timing: RunTiming, start: Refusal | None) -> Finalist:
+    """Distill one finalist with the final recipe, measure it against the baselines, ship it. `timing`: what the
+    stage knows of its run (`RunTiming`); `start`: the refused wider finalist whose training it continues
+    (`Stage.trained_wider`), if any."""
     from ..baselines import baseline_fidelity, fidelity_table
     from ..card import write_model_card
 
@@ -40,10 +55,10 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: 
     t0 = time.perf_counter()
     prepared = baseline_fidelity(ctx, spec, cache)
     baselines_s = time.perf_counter() - t0
-    after_s, variant = _after_run_s(timing, spec.layers, baselines_s), timing.get("variant")
+    after_s, variant = _after_run_s(timing, spec.layers, baselines_s), timing.variant
     t0 = time.perf_counter()
     until = None if ctx.limit is None else ctx.limit.final_until(
-        after_s, timing["finalists_left"], before_s=baselines_s, trailing=timing.get("trailing", 0))
+        after_s, timing.finalists_left, before_s=baselines_s, trailing=timing.trailing)
     res = _train.distill_in_time(ctx, cache, spec, label, until, start, state_file(dest))
     student = res.student.eval()
     t1 = time.perf_counter()
@@ -57,10 +72,10 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: 
                     "transfer_set": {"train": res.rows or data.num_train, "eval": data.num_eval,
                                      "seq_len": data.seq_len, "unit": cfg.final.unit}})
     t3 = time.perf_counter()
-    choice, judged, (latency, readings, drift, graphs) = _precision(ctx, dest, label, timing.get("gate"),
-                                                                    _teacher_closer(timing.get("teacher_plan"), quality))
+    choice, judged, (latency, readings, drift, graphs) = _precision(ctx, dest, label, timing.gate,
+                                                                    _teacher_closer(timing.teacher_plan, quality))
     quality, metrics = _shipped_scores(ctx, res, dest, quality, prepared, shipped, choice, judged)
-    verdict = _verdict(ctx, timing["before_ms"], choice, latency)
+    verdict = _verdict(ctx, timing.before_ms, choice, latency)
     finalist = Finalist(
         trial=row.number, scored=ctx.score(spec, metrics, latency, within=verdict["within"]), dir=str(dest),
         recipe=recipe_of(cfg, ctx.budget_label), budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms,
@@ -79,7 +94,7 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: 
                  "set_aside_after_distill": round(after_s, 3)})
     entry = finalist.record()
     atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")
-    write_model_card(dest, entry, cfg)
+    write_model_card(dest, FinalRecord.from_attrs(entry), cfg)
     state_file(dest).unlink(missing_ok=True)  # the finalist is written: nothing left to go on from
     return finalist
 
@@ -110,21 +125,21 @@ def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: Quality
     return quality, {**metrics, "fidelity": choice.fidelity["teacher"]} if judged != FP32_GRAPH else metrics
 
 
-def _after_run_s(timing: dict[str, Any], layers: int, baselines_s: float) -> float:
+def _after_run_s(timing: RunTiming, layers: int, baselines_s: float) -> float:
     """What a --timeout leaves for after the final run (nas.time_limit): the export and readings, a plain
     graph's second export, a precision plan's growth where the fp32 graph did not fit, the teacher's plan set
     beside it, and where the reading was marginal the next candidate's, should this one read over the budget
     as shipped."""
-    after_s = after_training_s(timing["step_s"], baselines_s)
-    variant = timing.get("variant")
-    after_s += timing["step_s"] if variant is not None and variant.shipped == PLAIN else 0.0
-    if timing.get("gate") == INT8_GRAPH:
-        after_s += plan_s(layers, timing["step_s"])
-    if timing.get("teacher_plan"):  # the teacher's plan scored beside it, and shipped in its place if closer
-        after_s += TEACHER_STEPS * timing["step_s"]
-    if timing["marginal"]:
-        after_s += fallback_s(after_s, timing["step_s"], baselines_s, timing["proxy_s"],
-                              _train.MIN_CONTINUED_STEPS * timing["train_step_s"])
+    step_s = timing.step_s
+    after_s = after_training_s(step_s, baselines_s)
+    after_s += step_s if timing.variant is not None and timing.variant.shipped == PLAIN else 0.0
+    if timing.gate == INT8_GRAPH:
+        after_s += plan_s(layers, step_s)
+    if timing.teacher_plan:  # the teacher's plan scored beside it, and shipped in its place if closer
+        after_s += TEACHER_STEPS * step_s
+    if timing.marginal:
+        after_s += fallback_s(after_s, step_s, baselines_s, timing.proxy_s,
+                              _train.MIN_CONTINUED_STEPS * timing.train_step_s)
     return after_s
 
 

@@ -24,7 +24,7 @@ from ..schema import AS_SHIPPED, Candidate, LatencyRecord, Refusal, StudyFacts, 
 from ..variant import VariantChoice
 from ._latency import INT8_GRAPH, drift_of, shipped_graph_latency
 from ._records import final_dir, jsonable, neighbour_records, of_other_budgets, over_record, refused_records, spec_of
-from ._shipping import finish
+from ._shipping import RunTiming, finish
 from ..plans import teacher_plan_for, teacher_plans_again
 from ._teacher import teacher_or_student
 from ._train import with_stored_rows
@@ -69,11 +69,12 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[C
         if row is None:
             continue
         arch = row.arch
-        timing = {"step_s": stage.step_s[arch], "finalists_left": cfg.final.top_k - len(results) + later,
-                  "trailing": trailing, "marginal": stage.marginal.get(arch, False), "proxy_s": proxy_s,
-                  "train_step_s": trial_pace(study, row.number) or 0.0, "variant": stage.variant.get(arch),
-                  "gate": stage.gate.get(arch), "before_ms": stage.now[arch],
-                  "teacher_plan": teacher_plan_for(StudyFacts.from_study(study), ctx.budget_label) if cfg.latency.plans else None}
+        timing = RunTiming(step_s=stage.step_s[arch], finalists_left=cfg.final.top_k - len(results) + later,
+                           before_ms=stage.now[arch], marginal=stage.marginal.get(arch, False), proxy_s=proxy_s,
+                           train_step_s=trial_pace(study, row.number) or 0.0, trailing=trailing,
+                           variant=stage.variant.get(arch), gate=stage.gate.get(arch),
+                           teacher_plan=teacher_plan_for(StudyFacts.from_study(study), ctx.budget_label)
+                           if cfg.latency.plans else None)
         finalist = finish(ctx, cache, final_dir(out, rank, arch, ctx.budget_label), row, label, teacher_dir,
                           pipeline, timing, stage.trained_wider(row))
         if finalist.within_budget:

@@ -16,7 +16,7 @@ import optuna
 
 from kdnas.core.files import atomic_write_text, staged_folder
 
-from ..schema import FinalTeacher, Quality, Rival, StudyFacts, record_fact
+from ..schema import FinalRecord, FinalTeacher, Rival, StudyFacts, record_fact
 from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_latencies
 from ._records import jsonable
 
@@ -45,7 +45,7 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     graph = planner.graph(plan)
     fidelity = int8_fidelity(ctx, held, graph)
     student = results[0]
-    student_rho = shipped_fidelity(student)
+    student_rho = FinalRecord.from_attrs(student).shipped_rho
     record = FinalTeacher(budget=ctx.budget_label, budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms,
                           plan=jsonable(row), fidelity=fidelity,
                           student=Rival(arch=student["arch"], rho=student_rho, graph=student.get("budget_graph")),
@@ -55,13 +55,6 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     others = [r for r in StudyFacts.from_study(study).final_teacher or () if r.budget != ctx.budget_label]
     record_fact(study, "final_teacher", [*others, record])
     return results
-
-
-def shipped_fidelity(final: dict[str, Any]) -> float | None:
-    """The held-out ρ of the graph a finalist ships (the one the budget judged): its plan's, INT8 or fp32."""
-    quality = Quality.from_attrs(final.get("quality"))
-    row = None if quality is None else quality.of_graph(final.get("budget_graph", FP32_GRAPH))
-    return None if row is None else float(row.spearman)
 
 
 def _planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]]) -> Any:

@@ -125,7 +125,7 @@ def one_search(teacher: str, seed: int, trials: int, model_on: bool, work: Path)
     try:
         t0 = time.time()
         summary = search(SearchConfig.from_flags(teacher=teacher, trials=trials, seed=seed, latency_model=model_on, final_steps=0,
-                                      out=str(own / "search"), progress=False))
+                                      out=str(own / "search"), progress=False)).to_json()
         wall = time.time() - t0
     finally:
         os.environ["KDNAS_CACHE"] = str(real)

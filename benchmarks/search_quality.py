@@ -48,7 +48,7 @@ def run_search(config) -> tuple[dict, float]:
     from kdnas.nas import search
 
     started = time.perf_counter()
-    summary = search(config)
+    summary = search(config).to_json()  # as summary.json holds it
     return summary, time.perf_counter() - started
 
 

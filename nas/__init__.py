@@ -1,8 +1,9 @@
 """kdnas.nas — architecture search under a CPU latency budget (KD-NAS).
 
 Public API:
-    search(config) -> summary            run or resume a search; writes best/, pages, tables
-    write_report(out) -> summary         rebuild pareto.html, report.html, trials.csv, summary.json
+    search(config) -> StudySummary       run or resume a search; writes best/, pages, tables
+    write_report(out) -> StudySummary    rebuild pareto.html, report.html, trials.csv, summary.json
+    StudySummary                         what a study holds, counted (summary.json is its to_json())
     SearchConfig                         every setting, frozen and nested; defaults = `kdnas search` defaults;
                                          SearchConfig.from_flags(final_steps=600) builds one in the flags' names
     ProxyRecipe, LatencySettings,        its groups: what defines the study (proxy, latency, reward) and
@@ -18,9 +19,9 @@ Public API:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from .config import FinalRecipe, LatencySettings, ProxyRecipe, RewardSettings, RunSettings, SearchConfig
+from .records import StudySummary
 from .reference import reference_shapes
 from .reward import kdnas_reward
 from .scored import Scored
@@ -29,7 +30,7 @@ from .space import SearchSpace, default_space, rule_params
 from .schema import stored
 
 
-def write_report(out: str | Path, *, storage: str | None = None, study_name: str | None = None) -> dict[str, Any]:
+def write_report(out: str | Path, *, storage: str | None = None, study_name: str | None = None) -> StudySummary:
     """Rebuild a search's four outputs in `out` from its storage (safe while the search runs)."""
     from kdnas.core.errors import InputError
 
@@ -54,4 +55,5 @@ def write_report(out: str | Path, *, storage: str | None = None, study_name: str
 
 
 __all__ = ["FinalRecipe", "LatencySettings", "ProxyRecipe", "RewardSettings", "RunSettings", "Scored", "SearchConfig",
-           "SearchSpace", "default_space", "kdnas_reward", "reference_shapes", "rule_params", "search", "write_report"]
+           "SearchSpace", "StudySummary", "default_space", "kdnas_reward", "reference_shapes", "rule_params", "search",
+           "write_report"]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import SearchConfig
+    from .records import StudySummary
     from .schema import FinalRecord, FinalTeacher, Refusal, TeacherInt8
 
 SEARCH_EPILOG = """\
@@ -265,7 +266,7 @@ def _search(args: argparse.Namespace) -> int:
         print(f"kdnas search: {notice}", file=sys.stderr)
     summary = search(config)
     if args.json:
-        print(json.dumps({k: v for k, v in summary.items() if k != "trials_table"}, indent=2, default=str))
+        print(json.dumps(summary.to_json(table=False), indent=2, default=str))
     else:
         _print_summary(summary, Path(args.out))
     return 0
@@ -367,41 +368,38 @@ def _refusal_line(s: Refusal) -> str:
             + (f"; moved to {s.dir}" if s.dir else ""))
 
 
-def _print_summary(summary: dict, out: Path) -> None:
-    from .schema import Candidate, FinalRecord, FinalTeacher, Refusal, TeacherInt8
-
-    best = summary.get("best_trial")
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
-    budgets = summary.get("budgets") or []
-    budget = ", ".join(b["label"] if b["label"].endswith("ms") else f"{b['label']} {b['budget_ms']:.2f} ms"
-                       for b in budgets) or f"{summary['budget_ms']:.2f} ms"
-    tolerance = summary.get("budget_tolerance") or 0.0
+def _print_summary(summary: StudySummary, out: Path) -> None:
+    facts, best, budgets = summary.facts, summary.best_trial, summary.budgets or ()
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
+    budget = ", ".join(b.label if b.label.endswith("ms") else f"{b.label} {b.budget_ms:.2f} ms"
+                       for b in budgets) or f"{facts.budget_ms:.2f} ms"
+    tolerance = facts.budget_tolerance or 0.0
     within = f" (a graph fits up to {tolerance:.0%} over: --budget-tolerance)" if tolerance else ""
-    print(f"trials: {summary['trials']} ({counts}); budget{'s' if budgets else ''} {budget}{within}, "
-          f"teacher {summary['teacher_latency']['median_ms']:.2f} ms")
+    print(f"trials: {summary.trials} ({counts}); budget{'s' if budgets else ''} {budget}{within}, "
+          f"teacher {facts.teacher_latency.median_ms:.2f} ms")
     if best:
-        print(f"best trial #{best['number']}: {best['arch']}  reward {best['reward']:.4f}  "
-              f"proxy loss {best['loss']:.4f}  {best['latency_median_ms']:.2f} ms")
-    for s in map(Refusal.from_attrs, summary.get("final_over_budget") or []):
+        print(f"best trial #{best.number}: {best.arch}  reward {best.reward:.4f}  "
+              f"proxy loss {best.loss:.4f}  {best.latency_median_ms:.2f} ms")
+    for s in facts.final_over_budget or ():
         print(_refusal_line(s))
-    for n in map(Candidate.from_attrs, summary.get("final_neighbours") or []):  # nas.neighbours
+    for n in facts.final_neighbours or ():  # nas.neighbours
         read = n.latency_read_ms or n.scored_latency
         scaled = (f" beside {n.parent_read_ms:.2f} ms for {n.neighbour_of}: {n.scored_latency:.2f} ms "
                   "on the trials' scale" if (n.latency_scaled_by or 1.0) != 1.0 else "")
         print(f"FFN neighbour {n.arch} of {n.neighbour_of}: {read:.2f} ms as shipped{scaled}, proxy reward {n.reward:.4f}")
-    int8 = TeacherInt8.from_attrs(summary.get("teacher_int8"))
-    for f in map(FinalRecord.from_attrs, summary.get("final") or []):
+    int8 = facts.teacher_int8
+    for f in facts.final or ():
         _print_final(f, int8)
-    for t in map(FinalTeacher.from_attrs, summary.get("final_teacher") or []):
+    for t in facts.final_teacher or ():
         _print_teacher(t)
     if int8 is not None:
         print(f"the teacher as INT8 (no training): {int8.latency.median_ms:.2f} ms, embedding fidelity rho "
               f"{int8.fidelity.spearman:.3f} on the same sentences")
     for b in budgets:
-        if not b["final"]:
-            print(f"budget {b['label']}: {len(b['trials_within'])} trained trials within it, nothing shipped yet")
-    if summary.get("final"):
-        print(f"probes (minutes on a CPU): kdnas evaluate {shlex.quote(summary['final'][0]['dir'])} --baselines --measures "
+        if not b.final:
+            print(f"budget {b.label}: {len(b.trials_within)} trained trials within it, nothing shipped yet")
+    if facts.final:
+        print(f"probes (minutes on a CPU): kdnas evaluate {shlex.quote(facts.final[0].dir)} --baselines --measures "
               "fidelity,probe --card adds their table, beside the untrained baselines, to its model card (without "
               "--measures, fine-tuning too: an hour or more on a CPU)")
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
@@ -477,7 +475,7 @@ def _report(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     summary = write_report(out, storage=args.storage, study_name=args.study_name)
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items()))
-    print(f"{summary['study_name']}: {summary['trials']} trials ({counts}); wrote {out / 'report.html'}, "
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
+    print(f"{summary.study_name}: {summary.trials} trials ({counts}); wrote {out / 'report.html'}, "
           f"{out / 'pareto.html'}, {out / 'trials.csv'}, {out / 'summary.json'}", file=sys.stdout)
     return 0

@@ -15,8 +15,9 @@ from optuna.trial import TrialState, create_trial
 
 from kdnas.core.errors import first_line
 
+from .budgets import study_budgets
 from .records import TrialRow, latency_model_facts, loss_of, model_checked, pareto_front
-from .schema import STUDENT, UNTRAINED_LOSS, FinalRecord, FinalTeacher, Quality, TeacherInt8, TrialStatus, recorded
+from .schema import STUDENT, UNTRAINED_LOSS, FinalRecord, Quality, StudyFacts, TrialStatus, recorded
 
 _STYLE = {  # status -> (legend name, marker)
     TrialStatus.FEASIBLE: ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
@@ -51,7 +52,7 @@ def _hover(r: TrialRow) -> str:
     ])
 
 
-def pareto_figure(rows: list[TrialRow], facts: dict[str, Any]) -> go.Figure:
+def pareto_figure(rows: list[TrialRow], facts: StudyFacts) -> go.Figure:
     fig = go.Figure()
     for status, (name, marker) in _STYLE.items():
         group = [r for r in rows if r.status == status and r.latency_median_ms is not None]
@@ -77,13 +78,13 @@ def pareto_figure(rows: list[TrialRow], facts: dict[str, Any]) -> go.Figure:
             marker=dict(symbol="circle-open", size=15, color="#2ca02c", line=dict(width=2)),
             hoverinfo="skip",
         ))
-    teacher = facts.get("teacher_latency") or {}
-    if teacher.get("median_ms"):
-        fig.add_vline(x=teacher["median_ms"], line=dict(color="#9467bd", dash="dot"))
+    teacher = facts.teacher_latency and facts.teacher_latency.median_ms
+    if teacher:
+        fig.add_vline(x=teacher, line=dict(color="#9467bd", dash="dot"))
         fig.add_trace(go.Scatter(
-            x=[teacher["median_ms"]], y=[0.0], mode="markers+text", name="teacher (loss 0 by definition)",
+            x=[teacher], y=[0.0], mode="markers+text", name="teacher (loss 0 by definition)",
             marker=dict(symbol="star", size=14, color="#9467bd"), text=["teacher"], textposition="top left",
-            hovertext=[f"teacher {facts['settings'].get('teacher')}: {teacher['median_ms']:.2f} ms"],
+            hovertext=[f"teacher {(facts.settings or {}).get('teacher')}: {teacher:.2f} ms"],
             hoverinfo="text",
         ))
     _add_budgets(fig, facts)
@@ -99,28 +100,27 @@ def pareto_figure(rows: list[TrialRow], facts: dict[str, Any]) -> go.Figure:
 
 
 
-def _add_budgets(fig: go.Figure, facts: dict[str, Any]) -> None:
+def _add_budgets(fig: go.Figure, facts: StudyFacts) -> None:
     """A dashed line at each budget: the study's one, or each of several (nas.budgets), labelled."""
-    budgets = [(b["budget_ms"], f"{b['label']} budget {b['budget_ms']:.2f} ms") for b in facts.get("budgets") or []]
-    if not budgets and facts.get("budget_ms"):
-        budgets = [(facts["budget_ms"], f"budget {facts['budget_ms']:.2f} ms")]
-    for ms, text in budgets:
-        fig.add_vline(x=ms, line=dict(color="#d62728", dash="dash", width=2), annotation_text=text,
-                      annotation_position="top")
+    if not facts.budgets and not facts.budget_ms:
+        return
+    for b in study_budgets(facts):
+        fig.add_vline(x=b.ms, line=dict(color="#d62728", dash="dash", width=2), annotation_position="top",
+                      annotation_text=(f"{b.label} " if b.label else "") + f"budget {b.ms:.2f} ms")
 
 
-def students_figure(facts: dict[str, Any]) -> go.Figure:
+def students_figure(facts: StudyFacts) -> go.Figure:
     """The models a user picks from, after the final stage: each shipped student as model.onnx (fp32),
     model.int8.onnx and its precision plan (model.mixed.onnx, where grown), its two untrained baselines, and the
     teacher — fp32, INT8 and its best plan within each budget — by latency and embedding fidelity ρ to the
     teacher on held-out sentences (the final stage's, not the proxy's)."""
     fig = go.Figure()
-    teacher = (facts.get("teacher_latency") or {}).get("median_ms")
+    teacher = facts.teacher_latency and facts.teacher_latency.median_ms
     if teacher:
         fig.add_trace(go.Scatter(x=[teacher], y=[1.0], mode="markers+text", name="teacher, fp32 (ρ 1 by definition)",
                                  marker=dict(symbol="star", size=14, color="#9467bd"), text=["teacher"],
                                  textposition="bottom left", hoverinfo="name"))
-    int8 = TeacherInt8.from_attrs(facts.get("teacher_int8"))
+    int8 = facts.teacher_int8
     if int8 is not None:
         ms, rho = int8.latency.median_ms, int8.fidelity.spearman
         fig.add_trace(go.Scatter(x=[ms], y=[rho], mode="markers+text", name="teacher, INT8 (free: no training)",
@@ -133,10 +133,10 @@ def students_figure(facts: dict[str, Any]) -> go.Figure:
               "teacher plan": dict(symbol="star-triangle-up", size=14, color="#9467bd"),
               "baseline": dict(symbol="circle-open", size=11, color="#7f7f7f", line=dict(width=2))}
     points: dict[str, list[tuple[float, float, str]]] = {kind: [] for kind in styles}
-    for f in map(FinalRecord.from_attrs, facts.get("final") or []):
+    for f in facts.final or ():
         for kind, x, y, text in _student_points(f):
             points[kind].append((x, y, text))
-    for t in map(FinalTeacher.from_attrs, facts.get("final_teacher") or []):  # its plan within each budget (nas.plans)
+    for t in facts.final_teacher or ():  # its plan within each budget (nas.plans)
         where = f"shipped in {t.dir}" if t.shipped else "not shipped: the student is closer"
         ms, label = t.plan["latency_ms"], t.plan["label"]
         points["teacher plan"].append((ms, t.fidelity.spearman, f"the teacher, {label}: {ms:.2f} ms, "
@@ -184,9 +184,9 @@ def _student_points(final: FinalRecord) -> list[tuple[str, float, float, str]]:
     return points
 
 
-def _add_references(fig: go.Figure, facts: dict[str, Any]) -> None:
+def _add_references(fig: go.Figure, facts: StudyFacts) -> None:
     """The paper's Table 1 shapes, proxy-distilled like every trial (`--reference`)."""
-    refs = [r for r in facts.get("reference") or [] if r.get("latency_ms") is not None and loss_of(r) is not None]
+    refs = [r for r in facts.reference or [] if r.get("latency_ms") is not None and loss_of(r) is not None]
     if refs:
         fig.add_trace(go.Scatter(
             x=[r["latency_ms"] for r in refs], y=[loss_of(r) for r in refs], mode="markers+text",
@@ -198,9 +198,9 @@ def _add_references(fig: go.Figure, facts: dict[str, Any]) -> None:
         ))
 
 
-def _add_finals(fig: go.Figure, facts: dict[str, Any]) -> None:
+def _add_finals(fig: go.Figure, facts: StudyFacts) -> None:
     """The finalists after the final stage: the shipped models' latency and loss."""
-    finals = [FinalRecord.from_attrs(f) for f in facts.get("final") or []]
+    finals = facts.final or ()
     if finals:
         fig.add_trace(go.Scatter(
             x=[f.latency_ms for f in finals], y=[f.reward_loss for f in finals], mode="markers",
@@ -211,8 +211,8 @@ def _add_finals(fig: go.Figure, facts: dict[str, Any]) -> None:
         ))
 
 
-def _loss_label(facts: dict[str, Any]) -> str:
-    if proxy_settings(facts.get("settings") or {}).get("kind") == "fidelity":
+def _loss_label(facts: StudyFacts) -> str:
+    if proxy_settings(facts.settings or {}).get("kind") == "fidelity":
         return "1 − embedding fidelity ρ on held-out sentences (0 = the teacher's similarities)"
     return "normalized held-out L_HS (1 = predicting the mean)"
 
@@ -233,8 +233,8 @@ def latency_setting(settings: dict[str, Any]) -> str:
     return f"batch {s.get('batch')}, seq {s.get('seq')}, {s.get('threads')} threads, {s.get('runtime')}"
 
 
-def _latency_setting(facts: dict[str, Any]) -> str:
-    return latency_setting(facts.get("settings") or {})
+def _latency_setting(facts: StudyFacts) -> str:
+    return latency_setting(facts.settings or {})
 
 
 def history_figure(rows: list[TrialRow]) -> go.Figure:

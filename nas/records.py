@@ -6,7 +6,7 @@ output without the teacher, the corpus or the search process.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import optuna
@@ -209,8 +209,77 @@ def best_row(rows: list[TrialRow]) -> TrialRow | None:
     return max(feasible, key=lambda r: r.reward) if feasible else None
 
 
-def study_facts(study: optuna.Study, rows: list[TrialRow]) -> dict[str, Any]:
-    """Study-level facts plus counts and the per-trial time split, for summary.json and the pages."""
+@dataclass(frozen=True)
+class BudgetRow:
+    """One budget of a study of several (nas.budgets): the trials it holds (every trial is scored for every budget
+    it fits), the best of them, and the students shipped for it."""
+
+    label: str
+    budget_ms: float
+    folder: str
+    trials_within: tuple[int, ...]
+    best_trial: int | None
+    final: tuple[FinalRecord, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "budget_ms": self.budget_ms, "folder": self.folder,
+                "trials_within": list(self.trials_within), "best_trial": self.best_trial,
+                "final": [f.to_attrs() for f in self.final]}
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    """A study as summary.json, the pages and the printed summary show it: its facts (`StudyFacts`), its trial rows,
+    and what is counted from them — the statuses, the trials rejected before training, the mean time split, the
+    best trial, the latency model's record, the Pareto front and each budget's row."""
+
+    study_name: str
+    facts: StudyFacts
+    rows: tuple[TrialRow, ...] = ()
+    counts: dict[str, int] = field(default_factory=dict)
+    rejected_before_training: int = 0
+    rejected_before_training_share: float | None = None
+    seconds_per_trial: dict[str, float | None] = field(default_factory=dict)
+    best_trial: TrialRow | None = None
+    latency_model: dict[str, Any] = field(default_factory=dict)
+    pareto_front: tuple[int, ...] = ()
+    budgets: tuple[BudgetRow, ...] | None = None  # a study of several budgets: one row each, largest first
+
+    @property
+    def trials(self) -> int:
+        return len(self.rows)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.facts.settings or {}
+
+    def to_json(self, table: bool = True) -> dict[str, Any]:
+        """summary.json (the storage edge of the pages): the facts' JSON and the counts, with the trials' table."""
+        f = self.facts
+        summary = {
+            "study_name": self.study_name, "settings": self.settings,
+            "teacher_latency": f.teacher_latency and f.teacher_latency.to_attrs(), "budget_ms": f.budget_ms,
+            "budget_tolerance": f.budget_tolerance, "fastest": f.fastest, "space_size": f.space_size, "rule": f.rule,
+            "trials": self.trials, "counts": self.counts, "rejected_before_training": self.rejected_before_training,
+            "rejected_before_training_share": self.rejected_before_training_share,
+            "seconds_per_trial": self.seconds_per_trial,
+            "best_trial": None if self.best_trial is None else self.best_trial.as_dict(),
+            "latency_model": self.latency_model, "pareto_front": list(self.pareto_front), "reference": f.reference,
+            "final": [r.to_attrs() for r in f.final] if f.final is not None else None,
+            **{name: _json_of(getattr(f, name)) for name in ("teacher_int8", "teacher_plans")},
+            **{name: [r.to_attrs() for r in getattr(f, name) or ()]
+               for name in ("final_teacher", "final_over_budget", "final_neighbours")},
+            **({"budgets": [b.to_json() for b in self.budgets]} if self.budgets else {}),
+        }
+        return {**summary, "trials_table": [r.as_dict() for r in self.rows]} if table else summary
+
+
+def _json_of(record: Any) -> Any:
+    return None if record is None else record.to_attrs()
+
+
+def study_summary(study: optuna.Study, rows: list[TrialRow]) -> StudySummary:
+    """The study's facts with its rows counted: what summary.json and the pages show."""
     facts = StudyFacts.from_study(study)
     counts: dict[str, int] = {}
     for r in rows:
@@ -224,49 +293,29 @@ def study_facts(study: optuna.Study, rows: list[TrialRow]) -> dict[str, Any]:
         values = [getattr(r, key) for r in timed if getattr(r, key) is not None]
         return round(sum(values) / len(values), 3) if values else None
 
-    best = best_row(rows)
-    return {
-        "study_name": study.study_name,
-        "settings": facts.settings or {},
-        "teacher_latency": facts.teacher_latency and facts.teacher_latency.to_attrs(),
-        "budget_ms": facts.budget_ms,
-        "budget_tolerance": facts.budget_tolerance,
-        "fastest": facts.fastest,
-        "space_size": facts.space_size,
-        "rule": facts.rule,
-        "trials": len(rows),
-        "counts": counts,
-        "rejected_before_training": len(before_training),
-        "rejected_before_training_share": round(len(before_training) / len(finished), 4) if finished else None,
-        "seconds_per_trial": {"latency": mean("seconds_latency"), "distill": mean("seconds_distill"),
-                              "total": mean("seconds_total")},
-        "best_trial": None if best is None else best.as_dict(),
-        "latency_model": latency_model_facts(rows),
-        "pareto_front": [r.number for r in pareto_front(rows)],
-        "reference": facts.reference,
-        "final": facts.final,
-        "teacher_int8": facts.teacher_int8 and facts.teacher_int8.to_attrs(),
-        "teacher_plans": facts.teacher_plans and facts.teacher_plans.to_attrs(),
-        "final_teacher": [t.to_attrs() for t in facts.final_teacher or ()],
-        "final_over_budget": [s.to_attrs() for s in facts.final_over_budget or ()],
-        "final_neighbours": [n.to_attrs() for n in facts.final_neighbours or ()],
-        **({"budgets": budget_table(facts, rows)} if facts.budgets else {}),
-    }
+    return StudySummary(
+        study_name=study.study_name, facts=facts, rows=tuple(rows), counts=counts,
+        rejected_before_training=len(before_training),
+        rejected_before_training_share=round(len(before_training) / len(finished), 4) if finished else None,
+        seconds_per_trial={"latency": mean("seconds_latency"), "distill": mean("seconds_distill"),
+                           "total": mean("seconds_total")},
+        best_trial=best_row(rows), latency_model=latency_model_facts(rows),
+        pareto_front=tuple(r.number for r in pareto_front(rows)),
+        budgets=tuple(budget_table(facts, rows)) if facts.budgets else None)
 
 
-def budget_table(facts: StudyFacts, rows: list[TrialRow]) -> list[dict[str, Any]]:
-    """A study of several budgets, one row each, largest first: the trials it holds (every trial is scored
-    for every budget it fits), the best of them, and the student shipped for it (nas.budgets)."""
+def budget_table(facts: StudyFacts, rows: list[TrialRow]) -> list[BudgetRow]:
+    """A study of several budgets, one row each, largest first (nas.budgets)."""
     from .budgets import study_budgets, within
 
     table = []
     for budget in study_budgets(facts):
         fits = [r for r in within(rows, budget, facts) if r.status == TrialStatus.FEASIBLE]
-        shipped = [f for f in facts.final or [] if FinalRecord.from_attrs(f).recipe_budget == budget.label]
         best = best_row(fits)
-        table.append({"label": budget.label, "budget_ms": budget.ms, "folder": budget.best,
-                      "trials_within": [r.number for r in fits], "best_trial": None if best is None else best.number,
-                      "final": shipped})
+        table.append(BudgetRow(label=budget.label, budget_ms=budget.ms, folder=budget.best,
+                               trials_within=tuple(r.number for r in fits),
+                               best_trial=None if best is None else best.number,
+                               final=tuple(f for f in facts.final or () if f.recipe_budget == budget.label)))
     return table
 
 

@@ -21,8 +21,7 @@ from kdnas.core.files import atomic_write_text
 from .neighbours import shape_label
 from .plots import (history_figure, importance_figure, importances, latency_model_figure, latency_setting, pareto_figure,
                     proxy_settings, students_figure)
-from .records import COLUMNS, TrialRow, steps_label, study_facts, trial_rows
-from .schema import FinalRecord
+from .records import COLUMNS, StudySummary, TrialRow, steps_label, study_summary, trial_rows
 
 _TABLE_COLUMNS = (
     ("number", "#"), ("status", "status"), ("arch", "L×A×H×F"), ("params", "params (M)"),
@@ -33,28 +32,27 @@ _TABLE_COLUMNS = (
 )
 
 
-def write_outputs(study: optuna.Study, out: str | Path) -> dict[str, Any]:
+def write_outputs(study: optuna.Study, out: str | Path) -> StudySummary:
     """Write all four outputs into `out`; returns the summary."""
     out = Path(out)
     rows = trial_rows(study)
-    facts = study_facts(study, rows)
-    summary = {**facts, "trials_table": [r.as_dict() for r in rows]}
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    summary = study_summary(study, rows)
+    atomic_write_text(out / "summary.json", json.dumps(summary.to_json(), indent=2, default=str) + "\n")
     atomic_write_text(out / "trials.csv", _csv(rows))
-    pareto, students = pareto_figure(rows, facts), students_figure(facts)
-    atomic_write_text(out / "pareto.html", _pareto_page(facts, pareto, students))
+    pareto, students = pareto_figure(rows, summary.facts), students_figure(summary.facts)
+    atomic_write_text(out / "pareto.html", _pareto_page(summary, pareto, students))
     values, why_not = importances(study, rows)
-    atomic_write_text(out / "report.html", _report_page(facts, rows, [
+    atomic_write_text(out / "report.html", _report_page(summary, [
         students, pareto, history_figure(rows), importance_figure(values, why_not), latency_model_figure(rows)]))
     return summary
 
 
-def _pareto_page(facts: dict[str, Any], pareto: Any, students: Any) -> str:
+def _pareto_page(summary: StudySummary, pareto: Any, students: Any) -> str:
     """pareto.html: the students the final stage shipped (the models to pick), then the trials by proxy score."""
     divs = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False})
             for i, fig in enumerate((students, pareto))]  # plotly.js comes with the first figure on the page
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>kdnas Pareto: {html.escape(facts['study_name'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>kdnas Pareto: {html.escape(summary.study_name)}</title>
 <style>body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}</style></head><body>
 <h2>Shipped students</h2>{divs[0]}
 <h2>Trials: latency against the proxy's loss</h2>{divs[1]}
@@ -92,36 +90,34 @@ def _proxy(settings: dict[str, Any]) -> str:
     return f"proxy: {proxy.get('method')} for {proxy.get('steps')} steps, scored by held-out L_HS"
 
 
-def _report_page(facts: dict[str, Any], rows: list[TrialRow], figures: list) -> str:
+def _report_page(summary: StudySummary, figures: list) -> str:
     divs = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False})
             for i, fig in enumerate(figures)]
-    s = facts.get("settings") or {}
-    teacher = facts.get("teacher_latency") or {}
-    best = facts.get("best_trial")
-    counts = ", ".join(f"{k} {v}" for k, v in sorted(facts["counts"].items()))
+    s, teacher, best = summary.settings, summary.facts.teacher_latency, summary.best_trial
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
     lines = [
         f"teacher <b>{html.escape(str(s.get('teacher')))}</b>, corpus {html.escape(str(s.get('corpus')))}, "
         f"objective {(s.get('reward') or s).get('objective')}, sampler {s.get('sampler')}, {html.escape(_proxy(s))}",
-        f"{_budgets_line(facts)}; teacher latency "
-        f"{_cell('latency', teacher.get('median_ms'))} ms ({html.escape(latency_setting(s))})",
-        f"trials {facts['trials']}: {html.escape(counts)}; rejected before training: "
-        f"{facts['rejected_before_training']}",
-        "best trial: " + (f"#{best['number']} {best['arch']}, reward {best['reward']:.4f}, "
-                          f"proxy loss {best['loss']:.4f}, {best['latency_median_ms']:.2f} ms" if best else "none yet"),
+        f"{_budgets_line(summary)}; teacher latency "
+        f"{_cell('latency', teacher and teacher.median_ms)} ms ({html.escape(latency_setting(s))})",
+        f"trials {summary.trials}: {html.escape(counts)}; rejected before training: "
+        f"{summary.rejected_before_training}",
+        "best trial: " + (f"#{best.number} {best.arch}, reward {best.reward:.4f}, "
+                          f"proxy loss {best.loss:.4f}, {best.latency_median_ms:.2f} ms" if best else "none yet"),
     ]
-    for f in map(FinalRecord.from_attrs, facts.get("final") or []):
+    for f in summary.facts.final or ():
         lines.append(f"final {html.escape(f.dir)}: {shape_label(f)} after {steps_label(f)}, loss {f.reward_loss:.4f}, "
                      f"{f.latency_ms:.2f} ms, reward {f.reward:.4f}")
-    split = facts["seconds_per_trial"]
-    lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}" for k, v in split.items()))
+    lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}"
+                                                        for k, v in summary.seconds_per_trial.items()))
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in _TABLE_COLUMNS)
     body = "".join(
         f"<tr class='{html.escape(r.status.split(' ')[0])}'>"
         + "".join(f"<td>{_cell(k, getattr(r, k))}</td>" for k, _ in _TABLE_COLUMNS) + "</tr>"
-        for r in rows
+        for r in summary.rows
     )
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>kdnas search report: {html.escape(facts['study_name'])}</title>
+<html lang="en"><head><meta charset="utf-8"><title>kdnas search report: {html.escape(summary.study_name)}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }}
 table {{ border-collapse: collapse; font-size: 13px; }} th, td {{ border: 1px solid #ddd; padding: 3px 6px; }}
@@ -129,7 +125,7 @@ th {{ background: #f3f3f3; position: sticky; top: 0; }} td {{ text-align: right;
 tr.infeasible, tr.rejected {{ color: #b22; }} tr.pruned {{ color: #c60; }} tr.failed {{ color: #777; }}
 ul.facts li {{ margin: 2px 0; }}
 </style></head><body>
-<h1>kdnas search: {html.escape(facts['study_name'])}</h1>
+<h1>kdnas search: {html.escape(summary.study_name)}</h1>
 <ul class="facts">{''.join(f'<li>{line}</li>' for line in lines)}</ul>
 <h2>Shipped students</h2>{divs[0]}
 <h2>Pareto plot</h2>{divs[1]}
@@ -142,10 +138,9 @@ ul.facts li {{ margin: 2px 0; }}
 """
 
 
-def _budgets_line(facts: dict[str, Any]) -> str:
-    several = facts.get("budgets") or []
-    if not several:
-        return f"budget <b>{_cell('latency', facts.get('budget_ms'))} ms</b>"
-    return "budgets " + ", ".join(f"<b>{html.escape(b['label'])} {_cell('latency', b['budget_ms'])} ms</b> "
-                                  f"({len(b['trials_within'])} trained trials within, shipped in "
-                                  f"{html.escape(b['folder'])}/)" for b in several)
+def _budgets_line(summary: StudySummary) -> str:
+    if not summary.budgets:
+        return f"budget <b>{_cell('latency', summary.facts.budget_ms)} ms</b>"
+    return "budgets " + ", ".join(f"<b>{html.escape(b.label)} {_cell('latency', b.budget_ms)} ms</b> "
+                                  f"({len(b.trials_within)} trained trials within, shipped in "
+                                  f"{html.escape(b.folder)}/)" for b in summary.budgets)

@@ -593,8 +593,8 @@ class StudyFacts:
     """What a study holds beside its trials. Made once with the study — the settings, the teacher's reading, the
     budgets and their rule shapes — then added to by the stages that follow (`record_fact`). The teacher's reading
     and plans, its INT8 graph, its plans set beside the students, the refused finalists and the FFN neighbours
-    scored are typed records (`LatencyRecord`, `TeacherPlans`, `TeacherInt8`, `FinalTeacher`, `Refusal`,
-    `Candidate`); other nested records stay the JSON they are stored as."""
+    scored and the finalists shipped are typed records (`LatencyRecord`, `TeacherPlans`, `TeacherInt8`,
+    `FinalTeacher`, `Refusal`, `Candidate`, `FinalRecord`); other nested records stay the JSON they are stored as."""
 
     settings: dict[str, Any] | None = None  # stored as SETTINGS_ATTR
     version: int = 1  # stored as VERSION_ATTR; absent: a study of before the version was stored
@@ -611,7 +611,7 @@ class StudyFacts:
     teacher_plans: TeacherPlans | None = None  # nas.plans
     reference: Any = None  # the reference shapes' scores (--reference)
     teacher_int8: TeacherInt8 | None = None
-    final: list[dict[str, Any]] | None = None  # the finalists, every budget's
+    final: tuple[FinalRecord, ...] | None = None  # the finalists, every budget's
     final_teacher: tuple[FinalTeacher, ...] | None = None  # the teacher's plan where it was a finalist, per budget
     final_over_budget: tuple[Refusal, ...] | None = None  # every budget's
     final_neighbours: tuple[Candidate, ...] | None = None  # the FFN neighbours scored, every budget's
@@ -620,7 +620,7 @@ class StudyFacts:
         object.__setattr__(self, "teacher_latency", LatencyRecord.from_attrs(self.teacher_latency))
         object.__setattr__(self, "teacher_plans", TeacherPlans.from_attrs(self.teacher_plans))
         object.__setattr__(self, "teacher_int8", TeacherInt8.from_attrs(self.teacher_int8))
-        for name, record in (("final_over_budget", Refusal), ("final_teacher", FinalTeacher),
+        for name, record in (("final", FinalRecord), ("final_over_budget", Refusal), ("final_teacher", FinalTeacher),
                              ("final_neighbours", Candidate)):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(map(record.from_attrs, getattr(self, name))))

@@ -37,7 +37,7 @@ from .plans import teacher_plan_for, teacher_plans
 from .schema import SCHEMA_VERSION, Candidate, LatencyRecord, StudyFacts, enqueue, record_fact, recorded
 from .proxy import probe_sentences
 from .pruning import TrainedMedianPruner
-from .records import best_row, trial_pace, trial_rows
+from .records import StudySummary, best_row, trial_pace, trial_rows
 from .reference import evaluate_references
 from .report import write_outputs
 from .resume import counted_trials, recover, repeated_failure, slots_taken
@@ -58,7 +58,7 @@ SAME_ERROR_STOPS = 3
 WAIT_S = 2.0  # how often a worker with nothing left to start looks at the others' last trials
 
 
-def search(config: SearchConfig) -> dict[str, Any]:
+def search(config: SearchConfig) -> StudySummary:
     """Run (or resume) a search and write its outputs into `config.run.out`; returns the summary."""
     optuna_logger = logging.getLogger("optuna")
     level = optuna_logger.level

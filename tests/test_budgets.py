@@ -24,7 +24,7 @@ from kdnas.nas.final._records import of_other_budgets
 from kdnas.nas.recipe import recipe_of
 from kdnas.nas.plots import students_figure
 from kdnas.nas.records import budget_table, trial_rows
-from kdnas.nas.schema import Fidelity, FinalRecord, Quality, StudyFacts
+from kdnas.nas.schema import Fidelity, FinalRecord, LatencyRecord, Quality, StudyFacts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,8 +98,8 @@ def test_every_trial_is_a_candidate_for_every_budget_it_fits():
     table = budget_table(StudyFacts(budget_ms=10.0, budgets=[{"label": "0.5x", "ms": 10.0}, {"label": "0.25x", "ms": 5.0}],
                                     final=[FinalRecord(trial=1, arch="2x12x384x1536", dir="best-0.25x", latency_ms=4.0,
                                                        recipe={"budget": "0.25x"}).to_attrs()]), trial_rows(study))
-    assert [(t["label"], t["trials_within"], t["best_trial"], len(t["final"])) for t in table] == [
-        ("0.5x", [0, 1, 2], 0, 0), ("0.25x", [1], 1, 1)]
+    assert [(t.label, t.trials_within, t.best_trial, [f.arch for f in t.final]) for t in table] == [
+        ("0.5x", (0, 1, 2), 0, []), ("0.25x", (1,), 1, ["2x12x384x1536"])]
 
 
 def test_each_budget_keeps_its_own_records_and_a_single_budget_replaces_an_old_recipes():
@@ -116,9 +116,10 @@ def test_the_students_figure_draws_each_shipped_student_its_int8_graph_its_basel
                         latency_fp32_onnx={"median_ms": 4.1}, latency_int8_onnx={"median_ms": 2.2},
                         quality=Quality(fidelity={"student": Fidelity(0.85), "first 2 layers (untrained)": Fidelity(0.4),
                                                   "inherited, untrained": Fidelity(0.5)}, int8=Fidelity(0.84)))
-    facts = {"teacher_latency": {"median_ms": 16.0}, "final": [final.to_attrs()], "settings": {},
-             "teacher_int8": {"latency": {"median_ms": 11.0}, "fidelity": {"spearman": 0.99}, "sentences": 1000},
-             "budgets": [{"label": "0.5x", "budget_ms": 8.0}, {"label": "0.25x", "budget_ms": 4.0}]}
+    facts = StudyFacts.from_attrs({  # as the study stores them
+        "teacher_latency": {"median_ms": 16.0}, "final": [final.to_attrs()], "settings": {}, "budget_ms": 8.0,
+        "teacher_int8": {"latency": {"median_ms": 11.0}, "fidelity": {"spearman": 0.99}, "sentences": 1000},
+        "budgets": [{"label": "0.5x", "ms": 8.0}, {"label": "0.25x", "ms": 4.0}]})
     fig = students_figure(facts)
     points = {trace.name.split(" (")[0]: list(zip(trace.x, trace.y)) for trace in fig.data}
     assert points["teacher, fp32"] == [(16.0, 1.0)] and points["teacher, INT8"] == [(11.0, 0.99)]
@@ -126,7 +127,7 @@ def test_the_students_figure_draws_each_shipped_student_its_int8_graph_its_basel
     assert points["shipped student, model.int8.onnx"] == [(2.2, 0.84)]
     assert sorted(points["its untrained baselines"]) == [(4.1, 0.4), (4.1, 0.5)]
     assert len(fig.layout.shapes) == 2  # a line at each budget
-    empty = students_figure({"teacher_latency": {"median_ms": 16.0}, "settings": {}, "budget_ms": 8.0})
+    empty = students_figure(StudyFacts(teacher_latency=LatencyRecord(median_ms=16.0), settings={}, budget_ms=8.0))
     assert "no student shipped yet" in empty.layout.annotations[-1].text
 
 

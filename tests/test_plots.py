@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kdnas.nas.plots import pareto_figure
 from kdnas.nas.records import TrialRow
+from kdnas.nas.schema import StudyFacts
 
 
 def _row(number: int, latency: float, loss: float, se: float | None) -> TrialRow:
@@ -14,12 +15,13 @@ def _row(number: int, latency: float, loss: float, se: float | None) -> TrialRow
 
 
 def test_trials_are_drawn_with_two_standard_errors_and_the_hover_says_so():
-    facts = {"teacher_latency": {"median_ms": 10.0}, "settings": {"teacher": "t", "proxy": "fidelity"}, "budget_ms": 5.0,
-             "reference": [{"name": "3L", "arch": "3x12x192x512", "latency_ms": 2.0, "loss": 0.3, "l_hs_norm": 0.6,
-                            "reward": 0.4}],
-             # a finalist recorded before the loss was stored: drawn at its L_HS
-             "final": [{"latency_ms": 1.0, "l_hs_norm": 0.4, "arch": "2x4x64x128", "trial": 0, "steps": 5, "reward": 0.6,
-                        "dir": "runs/x/best"}]}
+    facts = StudyFacts.from_attrs({  # as the study stores them
+        "teacher_latency": {"median_ms": 10.0}, "settings": {"teacher": "t", "proxy": "fidelity"}, "budget_ms": 5.0,
+        "reference": [{"name": "3L", "arch": "3x12x192x512", "latency_ms": 2.0, "loss": 0.3, "l_hs_norm": 0.6,
+                       "reward": 0.4}],
+        # a finalist recorded before the loss was stored: drawn at its L_HS
+        "final": [{"latency_ms": 1.0, "l_hs_norm": 0.4, "arch": "2x4x64x128", "trial": 0, "steps": 5, "reward": 0.6,
+                   "dir": "runs/x/best"}]})
     fig = pareto_figure([_row(0, 1.0, 0.5, 0.01), _row(1, 2.0, 0.45, None)], facts)
     trials = fig.data[0]
     assert list(trials.y) == [0.5, 0.45] and list(trials.error_y.array) == [0.02, 0]  # no estimate, no bar

@@ -7,8 +7,8 @@ import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from kdnas.nas.schema import (SETTINGS_ATTR, LatencyRecord, StudyFacts, TrialRecord, TrialStatus, record_fact,
-                              recorded, store, stored)
+from kdnas.nas.schema import (SETTINGS_ATTR, FinalRecord, LatencyRecord, StudyFacts, TrialRecord, TrialStatus,
+                              record_fact, recorded, store, stored)
 
 
 def test_a_trials_record_reads_by_field_and_a_field_it_lacks_is_refused_when_written():
@@ -44,8 +44,10 @@ def test_the_studys_facts_are_written_by_field_with_the_settings_last_and_read_b
     assert study.user_attrs["teacher_latency"] == {"median_ms": 16.0, "noisy": False, "int8_ms": 7.5}  # as before
     with pytest.raises(KeyError, match="StudyFacts has no field 'finals'"):
         record_fact(study, "finals", [])
-    record_fact(study, "final", [{"arch": "3x12x384x1536"}])
-    assert StudyFacts.from_study(study).final == [{"arch": "3x12x384x1536"}]
+    shipped = FinalRecord(trial=2, arch="3x12x384x1536", dir="best", latency_ms=7.9, latency={"median_ms": 7.9})
+    record_fact(study, "final", [shipped])
+    assert study.user_attrs["final"][0]["latency"] == {"median_ms": 7.9}  # stored as its JSON
+    assert StudyFacts.from_study(study).final == (shipped,)
 
 
 def test_a_refused_finalist_is_a_typed_record_stored_as_the_json_earlier_versions_wrote():

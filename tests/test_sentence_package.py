@@ -21,6 +21,7 @@ from kdnas.core.errors import KdnasError  # noqa: E402
 from kdnas.core.spec import StudentSpec, build_student  # noqa: E402
 from kdnas.export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
 from kdnas.nas._progress import Progress  # noqa: E402
+from kdnas.nas.records import StudySummary  # noqa: E402
 from kdnas.nas.schema import Candidate, Fidelity, FinalRecord, LatencyRecord, Quality, StudyFacts  # noqa: E402
 
 SENTENCES = [
@@ -187,7 +188,7 @@ def test_model_card_names_shape_scores_and_a_command_that_reproduces_the_config(
                        "--budget-ms 8.0 --layers 2-4 --no-prune --final-steps 50 --trials 20")
     # The command, run through the real CLI, builds exactly this config.
     seen = []
-    monkeypatch.setattr(nas, "search", lambda cfg: seen.append(cfg) or {})
+    monkeypatch.setattr(nas, "search", lambda cfg: seen.append(cfg) or StudySummary("s", StudyFacts()))
     assert main(shlex.split(command)[1:] + ["--json"]) == 0
     assert seen == [config]
     quality = Quality(sentences=1000, beats_baselines=True,
@@ -556,21 +557,23 @@ def test_a_finalist_under_an_absolute_budget_is_read_alone():
 
 def test_the_summary_says_when_a_refused_finalist_was_judged_beside_a_fresh_teacher_reading(capsys, tmp_path):
     from kdnas.nas._cli import _print_summary
+    from kdnas.nas.records import TrialRow
+    from kdnas.nas.schema import Refusal
 
-    over = {"trial": 2, "arch": "3x12x384x1536", "stage": "before training", "dir": None, "latency_ms": 10.03,
-            "budget_ms": 9.87, "latency_readings_ms": [10.15, 10.13], "teacher_latency_now_ms": 19.93,
-            "latency_scaled_by": 0.99}
-    summary = {"trials": 8, "counts": {"feasible": 8}, "budget_ms": 9.87, "teacher_latency": {"median_ms": 19.73},
-               "final_over_budget": [over, {**over, "trial": 3, "latency_scaled_by": 1.0},
-                                     {**over, "trial": 4, "latency_ms": 10.12, "latency_readings_ms": [],
-                                      "ratio_to_teacher": 0.5127, "teacher_latency_now_ms": 21.4, "read_ms": 10.97,
-                                      "latency_scaled_by": 0.922}]}
+    over = Refusal(trial=2, arch="3x12x384x1536", recipe={}, stage="before training", latency_ms=10.03, budget_ms=9.87,
+                   latency_readings_ms=[10.15, 10.13], teacher_latency_now_ms=19.93, latency_scaled_by=0.99)
     neighbour = Candidate(number=2, arch="3x12x384x1280", layers=3, heads=12, hidden=384, ffn=1280, reward=0.7291,
                           neighbour_of="3x12x384x1536", proxy={"latency_ms": 9.21}, latency_read_ms=9.93,
                           parent_read_ms=8.9, latency_scaled_by=0.9275)
-    summary["final_neighbours"] = [neighbour.to_attrs()]  # as summary.json holds it
-    summary["final"] = [{"dir": "best", "arch": "3x12x384x1280", "trial": 2, "neighbour_of": "3x12x384x1536",
-                         "steps": 1200, "latency_ms": 9.2, "fidelity": 0.9, "l_hs_norm": 0.3, "reward": 0.89}]
+    final = FinalRecord(dir="best", arch="3x12x384x1280", trial=2, neighbour_of="3x12x384x1536", steps=1200,
+                        latency_ms=9.2, fidelity=0.9, l_hs_norm=0.3, reward=0.89)
+    facts = StudyFacts(budget_ms=9.87, teacher_latency=LatencyRecord(median_ms=19.73), final=[final],
+                       final_neighbours=[neighbour],
+                       final_over_budget=[over, replace(over, trial=3, latency_scaled_by=1.0),
+                                          replace(over, trial=4, latency_ms=10.12, latency_readings_ms=[],
+                                                  ratio_to_teacher=0.5127, teacher_latency_now_ms=21.4, read_ms=10.97,
+                                                  latency_scaled_by=0.922)])
+    summary = StudySummary("s", facts, rows=tuple(TrialRow(number=n) for n in range(8)), counts={"feasible": 8})
     _print_summary(summary, tmp_path)
     out = capsys.readouterr().out.splitlines()
     lines = [line for line in out if line.startswith("not shipped")]

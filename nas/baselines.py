@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,19 +42,38 @@ if TYPE_CHECKING:
 PAIRS = 4000
 
 
-def baseline_fidelity(ctx: "SearchContext", spec: StudentSpec, cache: Any) -> dict[str, Any] | None:
-    """What `fidelity_table` needs besides the student: the held-out sentences, the teacher's
-    embeddings of them and both untrained baselines' rows (None when not asked for). The final
-    stage computes it before training: nothing in it depends on the training, and its time tells
-    what a `--timeout` must leave for after the run."""
+@dataclass(frozen=True)
+class HeldOut:
+    """Sentences and the teacher's embeddings of them (`reference`); where the corpus holds too few to hold any
+    out, none and why (`skipped`)."""
+
+    sentences: list[str] = field(default_factory=list)
+    reference: Any = None
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What `fidelity_table` needs besides the student (`baseline_fidelity`): the held-out sentences, both untrained
+    baselines' rows on them, and as many rows of the student's own transfer set (`trained_on`)."""
+
+    held: HeldOut
+    rows: dict[str, Fidelity] = field(default_factory=dict)
+    trained_on: HeldOut | None = None
+
+
+def baseline_fidelity(ctx: "SearchContext", spec: StudentSpec, cache: Any) -> Prepared | None:
+    """What `fidelity_table` needs besides the student (None when fidelity is not asked for). The final stage
+    computes it before training: nothing in it depends on the training, and its time tells what a `--timeout`
+    must leave for after the run."""
     cfg = ctx.config
     held = _held_out(ctx)
-    if held is None or "skipped" in held:
-        return held
-    sentences, reference = held["sentences"], held["reference"]
+    if held is None or held.skipped:
+        return None if held is None else Prepared(held)
     baselines, _ = untrained_baselines(ctx.teacher, spec, cache.importance(), cfg.layer_rule, cfg.latency.seq)
-    rows = {f"{name} (untrained)": _fidelity(ctx, model, sentences, reference) for name, model in baselines.items()}
-    return {"sentences": sentences, "reference": reference, "rows": rows, "trained_on": _training_rows(ctx, cache)}
+    rows = {f"{name} (untrained)": _fidelity(ctx, model, held.sentences, held.reference)
+            for name, model in baselines.items()}
+    return Prepared(held, rows, _training_rows(ctx, cache))
 
 
 def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path | None = None,
@@ -72,9 +91,9 @@ def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path 
 
     cfg = ctx.config
     held = _held_out(ctx)
-    if held is None or "skipped" in held:
+    if held is None or held.skipped:
         return None  # the students' table says why (baseline_fidelity)
-    sentences, reference = held["sentences"], held["reference"]
+    sentences, reference = held.sentences, held.reference
     read = read or ctx.judge.alone
     with tempfile.TemporaryDirectory(prefix="kdnas-teacher-int8-") as tmp:
         graph = exported
@@ -89,9 +108,9 @@ def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path 
     return TeacherInt8(latency=latency, fidelity=Fidelity.from_attrs(fidelity), sentences=len(sentences))
 
 
-def _held_out(ctx: "SearchContext") -> dict[str, Any] | None:
+def _held_out(ctx: "SearchContext") -> HeldOut | None:
     """The `final.quality_sentences` held-out corpus sentences every shipped model is scored on, with the teacher's
-    embeddings of them; None when fidelity is not asked for, {"skipped": why} when the corpus holds too few.
+    embeddings of them; None when fidelity is not asked for, none and why when the corpus holds too few.
     Once per search: the teacher's INT8 graph and every budget's finalists are scored on the same ones, and the
     teacher's pass over them takes about 30 s for MPNet on two cores (`SearchContext.shared` keeps them)."""
     from kdnas.distill.data import heldout_sentences
@@ -106,54 +125,54 @@ def _held_out(ctx: "SearchContext") -> dict[str, Any] | None:
     try:
         sentences = heldout_sentences(ctx.texts, cfg.final.quality_sentences, seed=cfg.seed)
     except KdnasError as err:
-        return {"skipped": str(err)}
-    held = {"sentences": sentences, "reference": sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency.seq)}
+        return HeldOut(skipped=str(err))
+    held = HeldOut(sentences, sentence_embeddings(ctx.teacher, sentences, max_len=cfg.latency.seq))
     if shared is not None:
         shared["held_out"] = held
     return held
 
 
-def _training_rows(ctx: "SearchContext", cache: Any) -> dict[str, Any]:
+def _training_rows(ctx: "SearchContext", cache: Any) -> HeldOut:
     """As many rows of the transfer set as held-out sentences, decoded to text, with the teacher's embeddings."""
     from kdnas.distill.data import training_texts
     from kdnas.evaluation import sentence_embeddings
 
     cfg = ctx.config
     texts = training_texts(ctx.teacher.tokenizer, cache.data, cfg.final.quality_sentences, seed=cfg.seed)
-    return {"sentences": texts, "reference": sentence_embeddings(ctx.teacher, texts, max_len=cfg.latency.seq)}
+    return HeldOut(texts, sentence_embeddings(ctx.teacher, texts, max_len=cfg.latency.seq))
 
 
 def fidelity_table(ctx: "SearchContext", spec: StudentSpec, student: nn.Module, cache: Any,
-                   prepared: dict[str, Any] | None = None, passes: float | None = None) -> Quality | None:
+                   prepared: Prepared | None = None, passes: float | None = None) -> Quality | None:
     """Fidelity of the student and both baselines on `quality_sentences` held-out sentences, and the
     student's on as many rows of its transfer set (`trained_on`, with the `passes` its run made over
     them); None when not asked for (0) or the corpus is too small to hold any out. `prepared` is
     `baseline_fidelity`'s result when it was computed before."""
     prepared = baseline_fidelity(ctx, spec, cache) if prepared is None else prepared
-    if prepared is None or "skipped" in prepared:
-        return None if prepared is None else Quality(skipped=prepared["skipped"])
-    sentences = prepared["sentences"]
-    student_row = _fidelity(ctx, student, sentences, prepared["reference"])
-    rows = {STUDENT: student_row, **prepared["rows"]}  # the baselines' rows: `Fidelity`s (baseline_fidelity)
+    if prepared is None or prepared.held.skipped:
+        return None if prepared is None else Quality(skipped=prepared.held.skipped)
+    held = prepared.held
+    student_row = _fidelity(ctx, student, held.sentences, held.reference)
+    rows = {STUDENT: student_row, **prepared.rows}
     beaten = all(student_row.spearman > r.spearman for name, r in rows.items() if name != STUDENT)
-    own, trained = prepared["trained_on"], None
-    if len(own["sentences"]) >= MIN_SENTENCES:
-        trained = replace(_fidelity(ctx, student, own["sentences"], own["reference"]), passes=passes)
-    return Quality(fidelity=rows, sentences=len(sentences), max_len=ctx.config.latency.seq, beats_baselines=beaten,
+    own, trained = prepared.trained_on, None
+    if own is not None and len(own.sentences) >= MIN_SENTENCES:
+        trained = replace(_fidelity(ctx, student, own.sentences, own.reference), passes=passes)
+    return Quality(fidelity=rows, sentences=len(held.sentences), max_len=ctx.config.latency.seq, beats_baselines=beaten,
                    trained_on=trained)
 
 
-def int8_fidelity(ctx: "SearchContext", prepared: dict[str, Any] | None, graph: Path) -> Fidelity | None:
+def int8_fidelity(ctx: "SearchContext", held: HeldOut | None, graph: Path) -> Fidelity | None:
     """The shipped INT8 graph's fidelity on the held-out sentences the student is scored on: what a user
     who deploys model.int8.onnx gets, beside the fp32 student's row. None where fidelity was not measured."""
-    if not prepared or "skipped" in prepared:
+    if held is None or held.skipped:
         return None
     from kdnas.evaluation import embedding_fidelity
     from kdnas.export import onnx_sentence_embeddings
 
     cfg = ctx.config
-    emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, prepared["sentences"], max_len=cfg.latency.seq)
-    return Fidelity.from_attrs(embedding_fidelity(prepared["reference"], torch.from_numpy(emb), pairs=PAIRS,
+    emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, held.sentences, max_len=cfg.latency.seq)
+    return Fidelity.from_attrs(embedding_fidelity(held.reference, torch.from_numpy(emb), pairs=PAIRS,
                                                   seed=cfg.seed))
 
 

@@ -58,8 +58,8 @@ def test_int8_fidelity_scores_the_shipped_graph_on_the_same_sentences(teacher, n
     export_model("minilm-l6", tmp_path / "graphs", int8=True)
     # The teacher's own fp32 graph orders the pairs as the teacher does: the graph is fed and pooled as
     # the reference was (tokenizer, length cut, mean pooling). Its INT8 graph loses a little.
-    fp32 = int8_fidelity(ctx, prepared, tmp_path / "graphs" / "model.onnx")
-    int8 = int8_fidelity(ctx, prepared, tmp_path / "graphs" / "model.int8.onnx")
+    fp32 = int8_fidelity(ctx, prepared.held, tmp_path / "graphs" / "model.onnx")
+    int8 = int8_fidelity(ctx, prepared.held, tmp_path / "graphs" / "model.int8.onnx")
     assert fp32.spearman > 0.9999 and fp32.mean_cosine > 0.9999
     assert 0.95 < int8.spearman < fp32.spearman and int8.sentences == 60
     assert int8_fidelity(ctx, None, tmp_path / "graphs" / "model.int8.onnx") is None  # fidelity not asked for
@@ -160,4 +160,4 @@ def test_the_held_out_sentences_are_embedded_once_for_every_budget_of_a_search(t
                         budget_ms=2.0, progress=None)
     first = _held_out(ctx.for_budget(Budget(2.0, "2ms")))
     again = _held_out(ctx.for_budget(Budget(1.0, "1ms")))
-    assert again is first and len(first["sentences"]) == 60 and len(passes) == 1
+    assert again is first and len(first.sentences) == 60 and len(passes) == 1

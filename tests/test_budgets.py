@@ -8,6 +8,7 @@ import argparse
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -156,12 +157,15 @@ def test_a_finalist_record_is_the_json_search_json_the_card_and_the_summary_read
                         "ratio_to_teacher": 0.12}, quality=None, shipped={"export": {}}, proxy_reward=0.6,
                         origin={"neighbour_of": "2x12x768x1024"}, seconds={"distill": 1.0})
     record = finalist.record()
-    assert finalist.within_budget and finalist.latency_ms == 7.5 == record["latency_ms"]
-    assert (record["trial"], record["arch"], record["steps"], record["budget"], record["ratio_to_teacher"],
-            record["neighbour_of"], record["reward"]) == (3, "2x12x768x1536", 100, "0.25x", 0.12, "2x12x768x1024", 0.7)
+    assert finalist.within_budget and finalist.latency_ms == 7.5 == record.latency_ms
+    assert (record.trial, record.arch, record.steps, record.budget, record.ratio_to_teacher, record.neighbour_of,
+            record.reward) == (3, "2x12x768x1536", 100, "0.25x", 0.12, "2x12x768x1024", 0.7)
     import json
 
-    assert json.loads(json.dumps(record)) == record  # plain JSON, as the study stores it
+    stored = json.loads(json.dumps(record.to_attrs()))  # plain JSON, as the study stores it
+    assert FinalRecord.from_attrs(stored) == record
+    with pytest.raises(TypeError, match="unexpected keyword argument 'latency_p95_ms'"):  # no fact goes unread
+        replace(finalist, latency={"latency_p95_ms": 7.9}).record()
 
 
 def test_a_rule_shape_over_its_budget_queues_the_next_shallower_full_width_one():

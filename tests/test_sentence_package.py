@@ -22,7 +22,7 @@ from kdnas.core.spec import StudentSpec, build_student  # noqa: E402
 from kdnas.export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
 from kdnas.nas._progress import Progress  # noqa: E402
 from kdnas.nas.records import StudySummary  # noqa: E402
-from kdnas.nas.schema import Candidate, Fidelity, FinalRecord, LatencyRecord, Quality, StudyFacts  # noqa: E402
+from kdnas.nas.schema import Candidate, Fidelity, FinalRecord, LatencyRecord, Quality, StudyFacts, stored  # noqa: E402
 
 SENTENCES = [
     "Stocks fell.",
@@ -232,9 +232,11 @@ def test_run_final_ships_a_sentence_transformers_folder_with_a_card(teacher, new
                         progress=Progress(1, 0, enabled=False))
     row = Candidate(number=0, arch="1x4x64x128", layers=1, heads=4, hidden=64, ffn=128, reward=0.5)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    [stored] = run_final(optuna.create_study(), ctx, out, [row])
-    assert set(stored) <= {f.name for f in fields(FinalRecord)}  # every fact a finalist stores is a field of its record
-    entry = FinalRecord.from_attrs(stored)
+    study = optuna.create_study()
+    [entry] = run_final(study, ctx, out, [row])
+    [kept] = stored(study)["final"]  # the study's JSON: every fact a finalist stores is a field of its record
+    assert set(kept) <= {f.name for f in fields(FinalRecord)} and FinalRecord.from_attrs(kept) == entry
+    assert json.loads((out / "best" / "search.json").read_text())["trial"] == 0
     assert entry.latency.median_ms > 0 and entry.within_budget and entry.rank == 1
     assert entry.latency_fp32_onnx.median_ms > 0 and entry.budget_graph == "model.onnx"
     best = out / "best"
@@ -362,14 +364,14 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     facts = StudyFacts.from_study(study)
     [over], [neighbour] = facts.final_over_budget, facts.final_neighbours
     assert (over.arch, neighbour.arch, neighbour.neighbour_of) == ("1x4x64x256", "1x4x64x128", "1x4x64x256")
-    assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 4, "1x4x64x256")
-    assert entry["proxy_reward"] == neighbour.reward and "loss" in neighbour.proxy
-    assert "FFN neighbour of trial #4's 1x4x64x256" in (Path(entry["dir"]) / "README.md").read_text()
+    assert (entry.arch, entry.trial, entry.neighbour_of) == ("1x4x64x128", 4, "1x4x64x256")
+    assert entry.proxy_reward == neighbour.reward and "loss" in neighbour.proxy
+    assert "FFN neighbour of trial #4's 1x4x64x256" in (Path(entry.dir) / "README.md").read_text()
     assert final._records.shippable(study, pool, config) == [neighbour]  # a rerun replays the same choice
     # When the proxy ranks the neighbour below the next trial, the trial ships.
     entry, study, _ = run("ranked-below", [(4, 256, 9.0), (7, 64, 5.0)])
     assert StudyFacts.from_study(study).final_neighbours[0].arch == "1x4x64x128"
-    assert (entry["arch"], entry["trial"]) == ("1x4x64x64", 7) and "neighbour_of" not in entry
+    assert (entry.arch, entry.trial, entry.neighbour_of) == ("1x4x64x64", 7, None)
     # Wider: before the winner 1x4x64x64 is trained, 1x4x64x128 is tried, ranks above it and ships;
     # its own wider neighbour 1x4x64x256 is over the budget (two neighbours at most).
     entry, study, _ = run("wider", [(3, 64, -5.0)], latency_median_ms=0.5)
@@ -379,7 +381,7 @@ def test_the_final_stage_tries_the_ffn_neighbours_of_a_finalist_and_ranks_them_b
     assert (neighbour.arch, neighbour.latency_read_ms, neighbour.parent_read_ms) == ("1x4x64x128", 1.0, 1.0)
     assert neighbour.latency_scaled_by == 0.5 and neighbour.scored_latency == 0.5
     assert [(s.arch, s.neighbour_of) for s in facts.final_over_budget] == [("1x4x64x256", "1x4x64x128")]
-    assert (entry["arch"], entry["trial"], entry["neighbour_of"]) == ("1x4x64x128", 3, "1x4x64x64")
+    assert (entry.arch, entry.trial, entry.neighbour_of) == ("1x4x64x128", 3, "1x4x64x64")
 
 
 # The default run keeps the common path (the run continues); shipping as narrowed is in -m slow.
@@ -424,10 +426,10 @@ def test_a_finalist_refused_as_shipped_hands_its_training_to_its_narrower_neighb
     [over] = StudyFacts.from_study(study).final_over_budget
     assert (over.arch, over.stage, over.steps) == ("1x4x64x256", "as shipped", 2)
     assert Path(over.dir).is_dir() and narrowed_to == [(256, "1x4x64x128")]
-    assert (entry["arch"], entry["neighbour_of"], entry["steps"]) == ("1x4x64x128", "1x4x64x256", steps)
-    assert entry["init"] == {"init": "continued", "from": "1x4x64x256", "after_steps": 2,
+    assert (entry.arch, entry.neighbour_of, entry.steps) == ("1x4x64x128", "1x4x64x256", steps)
+    assert entry.init == {"init": "continued", "from": "1x4x64x256", "after_steps": 2,
                              "narrowed_by": "activation importance (distill.narrowed)"}
-    assert entry["l_hs_norm"] > 0  # held-out L_HS of what ships, trained or not
+    assert entry.l_hs_norm > 0  # held-out L_HS of what ships, trained or not
     card = (out / "best" / "README.md").read_text()
     said = "2 steps" if steps else "0 of 2 steps"
     assert f"{said} on top of 2 as 1x4x64x256 (refused over the budget as shipped, then narrowed)" in card

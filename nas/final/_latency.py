@@ -107,8 +107,9 @@ def final_latency(ctx: "SearchContext", graph: Path, label: str) -> tuple[Any, l
 SIDE_BY_SIDE = ("ratio_to_teacher", "ratio_quartiles", "teacher_latency_now_ms", "read_ms", "latency_scaled_by")
 
 
-def drift_of(entry: dict[str, Any]) -> dict[str, Any]:
-    return {key: entry[key] for key in SIDE_BY_SIDE if key in entry}
+def drift_of(entry: Any) -> dict[str, Any]:
+    """The side-by-side facts a record (`nas.schema.SideBySide`) holds, by name."""
+    return {key: value for key in SIDE_BY_SIDE if (value := getattr(entry, key)) is not None}
 
 
 def _say_readings(ctx: "SearchContext", label: str, readings: list[float]) -> None:

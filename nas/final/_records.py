@@ -58,12 +58,13 @@ class Finalist:
     def latency_ms(self) -> float:
         return self.scored.latency_ms
 
-    def record(self) -> dict[str, Any]:
-        return {"trial": self.trial, **self.scored.record(), "dir": self.dir, "recipe": self.recipe, **self.run,
-                "budget_ms": self.budget_ms, "budget_limit_ms": self.budget_limit_ms, "budget": self.budget,
-                **self.latency, "proxy_reward": self.proxy_reward,
-                **self.origin, "quality": self.quality and self.quality.to_attrs(), **self.shipped,
-                "seconds": self.seconds}
+    def record(self) -> FinalRecord:
+        """The finalist as stored: a fact `FinalRecord` has no field for is an error here, not a key no reader
+        finds."""
+        return FinalRecord(**{"trial": self.trial, **self.scored.record(), "dir": self.dir, "recipe": self.recipe,
+                              **self.run, "budget_ms": self.budget_ms, "budget_limit_ms": self.budget_limit_ms,
+                              "budget": self.budget, **self.latency, "proxy_reward": self.proxy_reward,
+                              **self.origin, "quality": self.quality, **self.shipped, "seconds": self.seconds})
 
 
 def finalists(study: optuna.Study, objective: str, budget: Budget | None = None) -> list[Candidate]:

@@ -13,7 +13,7 @@ from kdnas.core.files import atomic_write_text, make_shared
 
 from ..measure import DRIFT_BAND
 from ..recipe import recipe_of
-from ..schema import Candidate, FinalRecord, LatencyRecord, Quality, Refusal
+from ..schema import Candidate, LatencyRecord, Quality, Refusal
 from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
@@ -93,8 +93,8 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: 
                  "export": round(t3 - t2, 3), "latency": round(time.perf_counter() - t3, 3),
                  "set_aside_after_distill": round(after_s, 3)})
     entry = finalist.record()
-    atomic_write_text(dest / "search.json", json.dumps(entry, indent=2, default=str) + "\n")
-    write_model_card(dest, FinalRecord.from_attrs(entry), cfg)
+    atomic_write_text(dest / "search.json", json.dumps(jsonable(entry.to_attrs()), indent=2, default=str) + "\n")
+    write_model_card(dest, entry, cfg)
     state_file(dest).unlink(missing_ok=True)  # the finalist is written: nothing left to go on from
     return finalist
 
@@ -116,8 +116,9 @@ def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: Quality
     from ..baselines import int8_fidelity
 
     if quality is not None and quality.fidelity:  # the INT8 graph (and a plan's) as shipped, on the same sentences
-        mixed = int8_fidelity(ctx, prepared, dest / MIXED_GRAPH) if judged == MIXED_GRAPH else None
-        quality = replace(quality, int8=int8_fidelity(ctx, prepared, dest / INT8_GRAPH), mixed=mixed)
+        held = None if prepared is None else prepared.held
+        mixed = int8_fidelity(ctx, held, dest / MIXED_GRAPH) if judged == MIXED_GRAPH else None
+        quality = replace(quality, int8=int8_fidelity(ctx, held, dest / INT8_GRAPH), mixed=mixed)
     metrics = ctx.measured(res)
     shipped["export"] = jsonable(json.loads((dest / "export.json").read_text()))  # as its precision left it
     if choice is None:

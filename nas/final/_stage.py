@@ -20,7 +20,7 @@ from ..neighbours import MAX_NEIGHBOURS, NARROWER, WIDER, candidates, ffn_neighb
 from ..records import trial_pace, trial_rows
 from ..time_limit import final_run_s, marginal
 from ..recipe import final_transfer_set, recipe_of
-from ..schema import AS_SHIPPED, Candidate, LatencyRecord, Refusal, StudyFacts, record_fact
+from ..schema import AS_SHIPPED, Candidate, FinalRecord, LatencyRecord, Refusal, StudyFacts, record_fact
 from ..variant import VariantChoice
 from ._latency import INT8_GRAPH, drift_of, shipped_graph_latency
 from ._records import final_dir, jsonable, neighbour_records, of_other_budgets, over_record, refused_records, spec_of
@@ -38,7 +38,7 @@ MAX_OVER_BUDGET = 2
 
 
 def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[Candidate], later: int = 0,
-              trailing: int = 0) -> list[dict[str, Any]]:
+              trailing: int = 0) -> list[FinalRecord]:
     """Distill, ship and profile the best `final.top_k` candidates whose shipped model.onnx is within
     `ctx`'s budget: the trials of `pool`, best reward first, and their FFN neighbours (nas.neighbours).
     A finalist over the budget is moved to `over-budget/` and the next candidate is tried. `later`:
@@ -60,7 +60,7 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[C
                                           or [0.0]) for key in ("seconds_distill", "seconds_total"))
     _teacher_at_the_end(study, ctx, pipeline, out, final_run_s(0, 0.0, trial_s))
     stage = Stage(study, ctx, pool)
-    results: list[dict[str, Any]] = []
+    results: list[FinalRecord] = []
     while stage.queue and len(results) < cfg.final.top_k and stage.refused_trials() <= MAX_OVER_BUDGET:
         rank = len(results) + 1
         label = f"final {rank}/{cfg.final.top_k} {stage.queue[0].arch}" + (
@@ -78,17 +78,17 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[C
         finalist = finish(ctx, cache, final_dir(out, rank, arch, ctx.budget_label), row, label, teacher_dir,
                           pipeline, timing, stage.trained_wider(row))
         if finalist.within_budget:
-            results.append(finalist.record() | {"rank": rank})
+            results.append(replace(finalist.record(), rank=rank))
             continue
         entry = finalist.record()
         stage.refuse(over_record(row, ctx, set_aside(out, entry, ctx.budget_label), finalist.latency_ms,
-                                 entry["latency_readings_ms"], **drift_of(entry), steps=entry["steps"],
+                                 entry.latency_readings_ms, **drift_of(entry), steps=entry.steps,
                                  distill_s=finalist.seconds["distill"]))
         stage.propose(row, NARROWER)
     if cfg.latency.plans:  # the teacher's own plan within the budget, beside the student
         results = teacher_or_student(study, ctx, out, results, pipeline, teacher_dir)
     record_fact(study, "final", of_other_budgets(StudyFacts.from_study(study).final or [], ctx.budget_label)
-                        + jsonable(results))
+                        + [jsonable(r.to_attrs()) for r in results])
     if not results:
         tried = ", ".join(f"{s.arch} {s.latency_ms:.2f} ms" for s in stage.over)
         raise InputError(f"no finalist fits {ctx.budget_named} as shipped ({tried}); "
@@ -241,11 +241,11 @@ def _score_neighbour(ctx: "SearchContext", row: Candidate, read_ms: float, paren
                    latency_scaled_by=round(factor, 4))
 
 
-def set_aside(out: Path, entry: dict[str, Any], label: str | None = None) -> Path:
+def set_aside(out: Path, entry: FinalRecord, label: str | None = None) -> Path:
     """Move an over-budget finalist out of `best/` (kept for inspection); returns where it went."""
-    dest = out / "over-budget" / ("" if label is None else label) / f"{entry['trial']}-{entry['arch']}"
+    dest = out / "over-budget" / ("" if label is None else label) / f"{entry.trial}-{entry.arch}"
     if dest.exists():
         shutil.rmtree(dest)  # an earlier run's copy of the same finalist
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(entry["dir"], dest)
+    shutil.move(entry.dir, dest)
     return dest

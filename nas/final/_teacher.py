@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
 
 
-def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[dict[str, Any]],
-                       pipeline: dict[str, Any], teacher_dir: str) -> list[dict[str, Any]]:
+def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[FinalRecord],
+                       pipeline: dict[str, Any], teacher_dir: str) -> list[FinalRecord]:
     """`results` (the budget's shipped students, best first), or with the teacher's graph in the first one's
     place where the teacher's plan within the budget is closer to the teacher than that student's shipped graph."""
     from ..baselines import _held_out, int8_fidelity
@@ -36,7 +36,7 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     facts = StudyFacts.from_study(study)
     row = teacher_plan_for(facts, ctx.budget_label)  # the plan: its groups, label, latency, probe ρ
     held = _held_out(ctx)
-    if row is None or not results or held is None or "skipped" in held:
+    if row is None or not results or held is None or held.skipped:
         return results
     label = "the teacher" + ("" if ctx.budget_label is None else f" ({ctx.budget_label})")
     ctx.progress.phase(f"{label}: its plan within {ctx.budget_named} on the held-out sentences")
@@ -45,10 +45,10 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     graph = planner.graph(plan)
     fidelity = int8_fidelity(ctx, held, graph)
     student = results[0]
-    student_rho = FinalRecord.from_attrs(student).shipped_rho
+    student_rho = student.shipped_rho
     record = FinalTeacher(budget=ctx.budget_label, budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms,
                           plan=jsonable(row), fidelity=fidelity,
-                          student=Rival(arch=student["arch"], rho=student_rho, graph=student.get("budget_graph")),
+                          student=Rival(arch=student.arch, rho=student_rho, graph=student.budget_graph),
                           shipped=student_rho is not None and fidelity.spearman > student_rho)
     if record.shipped:
         results, record = _ship_teacher(study, ctx, out, results, record, planner, plan, graph, pipeline, teacher_dir)
@@ -63,16 +63,16 @@ def _planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], order: l
     return teacher_planner(ctx, out, pipeline, order=order)
 
 
-def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[dict[str, Any]],
+def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[FinalRecord],
                   record: FinalTeacher, planner: Any, plan: Any, graph: Path, pipeline: dict[str, Any],
-                  teacher_dir: str) -> tuple[list[dict[str, Any]], FinalTeacher]:
+                  teacher_dir: str) -> tuple[list[FinalRecord], FinalTeacher]:
     """Move the student aside, write the teacher's folder in its place, time its graphs as shipped; the results
     with the student moved, and the record with where each went and the teacher's readings."""
     from kdnas.core.sentence import write_sentence_transformers
 
     student = results[0]
-    dest = Path(student["dir"])
-    aside = out / "finalists" / (ctx.budget_label or "") / f"student-{student['arch']}"
+    dest = Path(student.dir)
+    aside = out / "finalists" / (ctx.budget_label or "") / f"student-{student.arch}"
     if aside.exists():
         shutil.rmtree(aside)
     aside.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results:
                      params=sum(p.numel() for p in ctx.teacher.model.parameters()))
     atomic_write_text(dest / "search.json", json.dumps(jsonable(record.to_attrs()), indent=2) + "\n")
     atomic_write_text(dest / "README.md", teacher_card(record, ctx.config))
-    moved = {**student, "dir": str(aside), "shipped_as": str(dest), "displaced_by": "teacher"}
+    moved = replace(student, dir=str(aside), shipped_as=str(dest), displaced_by="teacher")
     return [moved, *results[1:]], record
 
 

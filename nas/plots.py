@@ -17,7 +17,7 @@ from kdnas.core.errors import first_line
 
 from .budgets import study_budgets
 from .records import TrialRow, latency_model_facts, loss_of, model_checked, pareto_front
-from .schema import STUDENT, UNTRAINED_LOSS, FinalRecord, Quality, StudyFacts, TrialStatus, recorded
+from .schema import STUDENT, UNTRAINED_LOSS, FinalRecord, Quality, StudyFacts, TrialStatus, migrate_settings, recorded
 
 _STYLE = {  # status -> (legend name, marker)
     TrialStatus.FEASIBLE: ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
@@ -212,24 +212,19 @@ def _add_finals(fig: go.Figure, facts: StudyFacts) -> None:
 
 
 def _loss_label(facts: StudyFacts) -> str:
-    if proxy_settings(facts.settings or {}).get("kind") == "fidelity":
+    if proxy_settings(facts.settings or {})["kind"] == "fidelity":
         return "1 − embedding fidelity ρ on held-out sentences (0 = the teacher's similarities)"
     return "normalized held-out L_HS (1 = predicting the mean)"
 
 
 def proxy_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """A study's stored proxy recipe (studies of earlier versions stored its fields flat, and hs had no name)."""
-    proxy = settings.get("proxy")
-    if isinstance(proxy, dict):
-        return proxy
-    return {"kind": proxy or "hs", "steps": settings.get("proxy_steps"), "sentences": settings.get("proxy_sentences"),
-            "method": settings.get("proxy_method")}
+    """A study's proxy recipe, as `StudyFacts.settings` holds it (nas.schema.migrate_settings)."""
+    return migrate_settings(settings)["proxy"]
 
 
 def latency_setting(settings: dict[str, Any]) -> str:
-    """How a study reads latency, in words (studies of earlier versions stored its fields flat)."""
-    s = settings.get("latency") or {"batch": settings.get("latency_batch"), "seq": settings.get("latency_seq"),
-                                    "threads": settings.get("threads"), "runtime": settings.get("runtime")}
+    """How a study reads latency, in words."""
+    s = migrate_settings(settings)["latency"]
     return f"batch {s.get('batch')}, seq {s.get('seq')}, {s.get('threads')} threads, {s.get('runtime')}"
 
 
@@ -308,9 +303,9 @@ def latency_model_figure(rows: list[TrialRow]) -> go.Figure:
         fig.add_trace(go.Scatter(x=edge, y=edge, mode="lines", name="predicted = measured",
                                  line=dict(color="#999", dash="dot")))
     facts = latency_model_facts(rows)
-    words = (f"{facts['predicted']} trials predicted instead of measured; {facts['checked']} measured near the "
-             f"budget with a prediction" + (f", MAPE {facts['mape']:.3f}" if "mape" in facts else "")
-             + (f", Kendall's τ {facts['kendall_tau']:.2f}" if "kendall_tau" in facts else ""))
+    words = (f"{facts.predicted} trials predicted instead of measured; {facts.checked} measured near the "
+             f"budget with a prediction" + (f", MAPE {facts.mape:.3f}" if facts.mape is not None else "")
+             + (f", Kendall's τ {facts.kendall_tau:.2f}" if facts.kendall_tau is not None else ""))
     if not checked:
         words += " (the model needs six measured shapes; a prediction clear of the budget is not measured)"
     fig.update_layout(title=f"Latency model: {words}", xaxis_title="measured ms", yaxis_title="predicted ms",

@@ -6,7 +6,7 @@ output without the teacher, the corpus or the search process.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import optuna
@@ -210,6 +210,21 @@ def best_row(rows: list[TrialRow]) -> TrialRow | None:
 
 
 @dataclass(frozen=True)
+class LatencyModelFacts:
+    """How often the latency model stood in for a measurement (`predicted`), and its error where a trial was
+    measured anyway (`checked`: those near the budget, so not a random sample; benchmarks/latency_model.py holds
+    one): its MAPE, and Kendall's tau from two checks on."""
+
+    predicted: int = 0
+    checked: int = 0
+    mape: float | None = None
+    kendall_tau: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+
+
+@dataclass(frozen=True)
 class BudgetRow:
     """One budget of a study of several (nas.budgets): the trials it holds (every trial is scored for every budget
     it fits), the best of them, and the students shipped for it."""
@@ -241,7 +256,7 @@ class StudySummary:
     rejected_before_training_share: float | None = None
     seconds_per_trial: dict[str, float | None] = field(default_factory=dict)
     best_trial: TrialRow | None = None
-    latency_model: dict[str, Any] = field(default_factory=dict)
+    latency_model: LatencyModelFacts = LatencyModelFacts()
     pareto_front: tuple[int, ...] = ()
     budgets: tuple[BudgetRow, ...] | None = None  # a study of several budgets: one row each, largest first
 
@@ -264,7 +279,7 @@ class StudySummary:
             "rejected_before_training_share": self.rejected_before_training_share,
             "seconds_per_trial": self.seconds_per_trial,
             "best_trial": None if self.best_trial is None else self.best_trial.as_dict(),
-            "latency_model": self.latency_model, "pareto_front": list(self.pareto_front), "reference": f.reference,
+            "latency_model": self.latency_model.to_json(), "pareto_front": list(self.pareto_front), "reference": f.reference,
             "final": [r.to_attrs() for r in f.final] if f.final is not None else None,
             **{name: _json_of(getattr(f, name)) for name in ("teacher_int8", "teacher_plans")},
             **{name: [r.to_attrs() for r in getattr(f, name) or ()]
@@ -327,19 +342,16 @@ def model_checked(rows: list[TrialRow]) -> list[TrialRow]:
             and r.latency_median_ms is not None]
 
 
-def latency_model_facts(rows: list[TrialRow]) -> dict[str, Any]:
-    """How often the latency model stood in for a measurement, and its error where a trial was measured
-    anyway (those near the budget, so not a random sample: benchmarks/latency_model.py holds one)."""
+def latency_model_facts(rows: list[TrialRow]) -> LatencyModelFacts:
     from kdnas.latency import kendall_tau, mape
 
     checked = model_checked(rows)
-    facts: dict[str, Any] = {"predicted": sum(r.latency_predicted for r in rows), "checked": len(checked)}
-    if checked:
-        predicted, measured = [r.latency_model_ms for r in checked], [r.latency_median_ms for r in checked]
-        facts["mape"] = round(mape(predicted, measured), 4)
-        if len(checked) >= 2:
-            facts["kendall_tau"] = round(kendall_tau(predicted, measured), 4)
-    return facts
+    facts = LatencyModelFacts(predicted=sum(r.latency_predicted for r in rows), checked=len(checked))
+    if not checked:
+        return facts
+    predicted, measured = [r.latency_model_ms for r in checked], [r.latency_median_ms for r in checked]
+    return replace(facts, mape=round(mape(predicted, measured), 4),
+                   kendall_tau=round(kendall_tau(predicted, measured), 4) if len(checked) >= 2 else None)
 
 
 def _reason(trial: optuna.trial.FrozenTrial, retried_by: int | None) -> str:

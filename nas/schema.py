@@ -323,6 +323,24 @@ def migrate(attrs: dict[str, Any], system: Mapping[str, Any]) -> Mapping[str, An
     return attrs
 
 
+# Settings that studies of earlier versions stored flat, by group: the flat key and its name in the group.
+_FLAT_SETTINGS = {"proxy": {"proxy": "kind", "proxy_steps": "steps", "proxy_sentences": "sentences",
+                            "proxy_method": "method"},
+                  "latency": {"latency_batch": "batch", "latency_seq": "seq", "threads": "threads",
+                              "runtime": "runtime"}}
+
+
+def migrate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A study's settings with the proxy's and the latency's as this version nests them: studies of earlier
+    versions stored their fields flat, and a study from before the fidelity proxy named none (`hs`)."""
+    found = dict(settings)
+    for group, flat in _FLAT_SETTINGS.items():
+        if not isinstance(found.get(group), dict):
+            found[group] = {name: settings.get(key) for key, name in flat.items()}
+    found["proxy"] = {**found["proxy"], "kind": found["proxy"].get("kind") or "hs"}
+    return found
+
+
 @dataclass(frozen=True)
 class TeacherPlanRow(_Stored):
     """The teacher's best plan within one budget (nas.plans): whether one fits, the plan (`export.PlanPoint.to_dict`:
@@ -617,6 +635,8 @@ class StudyFacts:
     final_neighbours: tuple[Candidate, ...] | None = None  # the FFN neighbours scored, every budget's
 
     def __post_init__(self) -> None:
+        if self.settings is not None:
+            object.__setattr__(self, "settings", migrate_settings(self.settings))
         object.__setattr__(self, "teacher_latency", LatencyRecord.from_attrs(self.teacher_latency))
         object.__setattr__(self, "teacher_plans", TeacherPlans.from_attrs(self.teacher_plans))
         object.__setattr__(self, "teacher_int8", TeacherInt8.from_attrs(self.teacher_int8))

@@ -38,7 +38,7 @@ from kdnas.core.errors import KdnasError, InputError, StorageError, first_line
 from kdnas.core.files import atomic_write_text
 
 from .resume import claim_retry
-from .schema import StudyFacts, check_version, stored
+from .schema import StudyFacts, check_version, migrate_settings, stored
 
 HEARTBEAT_S = 30  # a running trial writes its heartbeat this often ...
 GRACE_S = 120  # ... and is presumed dead after this long without one (a long evaluation stays well inside)
@@ -186,7 +186,8 @@ def check_settings(study: optuna.Study, wanted: dict[str, Any], url: str) -> Non
     check_version(stored(study), f"study {study.study_name!r} in {url}")
     # The same normalisation the storage applies; a group (`proxy`, `latency`, ...) compared field by field, so
     # the line names the one that differs (`proxy.method`), not the whole group.
-    had, wanted = _dotted(settings), _dotted(json.loads(json.dumps(wanted)))
+    # Both in this version's form (nas.schema.migrate_settings), as the study's facts are read.
+    had, wanted = _dotted(settings), _dotted(migrate_settings(json.loads(json.dumps(wanted))))
     for key in sorted(set(had) | set(wanted)):
         if key == "latency_machine" and had.get(key) != wanted.get(key):
             raise InputError(

@@ -119,8 +119,9 @@ def test_the_report_sets_the_models_predictions_beside_the_measurements():
             row(4, 30.0, 30.0, predicted=True),  # predicted, not measured: no check
             row(5, 12.0, None, cached=True)]  # a copy of trial 1's reading carries no check
     facts = latency_model_facts(rows)
-    assert facts == {"predicted": 1, "checked": 3, "mape": pytest.approx((1 / 12 + 0.1 + 0.05) / 3, abs=1e-4),
-                     "kendall_tau": 1.0}
+    assert (facts.predicted, facts.checked, facts.kendall_tau) == (1, 3, 1.0)
+    assert facts.mape == pytest.approx((1 / 12 + 0.1 + 0.05) / 3, abs=1e-4)
+    assert facts.to_json() == {"predicted": 1, "checked": 3, "mape": facts.mape, "kendall_tau": 1.0}  # summary.json's
     fig = latency_model_figure(rows)
     assert list(fig.data[0].x) == [12.0, 8.0, 20.0] and list(fig.data[0].y) == [11.0, 8.8, 19.0]
     assert "MAPE 0.078" in fig.layout.title.text and "3 measured near the budget" in fig.layout.title.text

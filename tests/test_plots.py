@@ -35,6 +35,7 @@ def test_trials_are_drawn_with_two_standard_errors_and_the_hover_says_so():
 
 def test_a_study_s_settings_are_read_as_stored_now_and_as_earlier_versions_stored_them():
     from kdnas.nas.plots import latency_setting, proxy_settings
+    from kdnas.nas.schema import StudyFacts
 
     nested = {"proxy": {"kind": "fidelity", "steps": 30}, "latency": {"batch": 1, "seq": 128, "threads": 2,
                                                                        "runtime": "onnxruntime"}}
@@ -43,3 +44,7 @@ def test_a_study_s_settings_are_read_as_stored_now_and_as_earlier_versions_store
     assert latency_setting(nested) == latency_setting(flat) == "batch 1, seq 128, 2 threads, onnxruntime"
     assert proxy_settings(nested)["kind"] == proxy_settings(flat)["kind"] == "fidelity"
     assert proxy_settings(flat)["steps"] == 30 and proxy_settings({})["kind"] == "hs"  # before `proxy` existed
+    # read once, where a study's facts are read: the flat fields of an earlier version are nested there
+    old = StudyFacts(settings=flat).settings
+    assert old["proxy"]["kind"] == "fidelity" and old["latency"] == nested["latency"]
+    assert StudyFacts(settings=nested).settings == nested  # this version's: as stored

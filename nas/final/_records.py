@@ -148,7 +148,7 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
 def is_done(study: optuna.Study, out: Path, pool: list[Candidate], ctx: "SearchContext") -> bool:
     """Whether the final stage of `ctx`'s budget has shipped `pool`'s candidates with this recipe already."""
     cfg, label = ctx.config, ctx.budget_label
-    done = [f for f in map(FinalRecord.from_attrs, StudyFacts.from_study(study).final or []) if f.recipe_budget == label]
+    done = [f for f in StudyFacts.from_study(study).final or () if f.recipe_budget == label]
     want = [(r.number, recipe_of(cfg, label), str(final_dir(out, i, r.arch, label)))
             for i, r in enumerate(shippable(study, pool, cfg, label), 1)]
     # a student the teacher displaced from best/ (nas.final._teacher) is kept under the folder it shipped as

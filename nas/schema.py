@@ -413,6 +413,7 @@ class Refusal(SideBySide):
     budget_limit_ms: float | None = None
     dir: str | None = None
     latency_readings_ms: list[float] | None = None  # where it was read again (the first over)
+    settled_from_ms: list[float] | None = None  # a reading near an absolute budget, read again (nas.time_limit.settled)
     neighbour_of: str | None = None  # an FFN neighbour's parent (nas.neighbours)
     graph: str | None = None
     steps: int | None = None

@@ -199,11 +199,12 @@ def _grow_deferred(ctx: "SearchContext", plans: TeacherPlans, row: TeacherPlanRo
 
 
 def _decided(plans: TeacherPlans, row: TeacherPlanRow, decided: TeacherPlanRow, planner: Any) -> TeacherPlans:
-    """`plans` with `row` replaced by `decided`, and the group order and sensitivity pass `planner` measured."""
+    """`plans` with `row` replaced by `decided`, and the group order and sensitivity pass `planner` measured (none
+    where no planner was built)."""
+    plans = replace(plans, budgets=tuple(decided if r is row else r for r in plans.budgets))
     if planner is None:
-        return replace(plans, budgets=tuple(decided if r is row else r for r in plans.budgets))
-    return replace(plans, budgets=tuple(decided if r is row else r for r in plans.budgets),
-                   order=tuple(e.to_dict() for e in planner.order or []),
+        return plans
+    return replace(plans, order=tuple(e.to_dict() for e in planner.order or []),
                    sensitivity_s=plans.sensitivity_s if planner.sensitivity_s is None
                    else round(planner.sensitivity_s, 1))
 

@@ -165,10 +165,10 @@ class Runner:
         ctx = self.contexts[kind]
         ctx.config = ctx.config.with_flags(proxy_steps=steps)
         started = time.perf_counter()
-        metrics = ctx.proxy(parse_arch(arch, **self.teacher.student_sizes())).metrics
+        _, metrics = ctx.proxy(parse_arch(arch, **self.teacher.student_sizes()))
         loss, se = proxy_loss(ctx.config, metrics)
         terms = {"terms": self.terms} if kind == "fidelity" else {}  # the fidelity proxy trains `embed`
-        return {"loss": round(loss, 4), "loss_se": round(se, 4), "l_hs_norm": round(metrics["l_hs_norm"], 4),
+        return {"loss": round(loss, 4), "loss_se": round(se, 4), "l_hs_norm": round(metrics.l_hs_norm, 4),
                 **terms, "seconds": round(time.perf_counter() - started, 1)}
 
     def final(self, arch: str) -> dict:

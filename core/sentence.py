@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from .errors import InputError
@@ -41,43 +42,59 @@ _LEGACY_MODES = {
 _OFFSET_POSITIONS = tuple(name for name, f in FAMILIES.items() if f.offset_positions)
 
 
+@dataclass(frozen=True)
+class SentencePipeline:
+    """How a (teacher) folder turns token states into a sentence embedding (`read_sentence_pipeline`): its pooling,
+    whether it normalizes, its max_seq_length (None when the folder does not say) and do_lower_case, the module
+    types a student cannot copy (`dropped`, e.g. Dense: it has no weights for them) and where the facts came from.
+    The defaults are sentence-transformers' own for a folder without modules.json."""
+
+    pooling: str = "mean"
+    normalize: bool = False
+    max_seq_length: int | None = None
+    do_lower_case: bool = False
+    dropped: tuple[str, ...] = ()
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "dropped": list(self.dropped)}
+
+    @classmethod
+    def from_dict(cls, facts: dict) -> SentencePipeline:
+        """The pipeline as a manifest stores it (`to_dict`, or what `write_sentence_transformers` returned)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: tuple(value) if key == "dropped" else value for key, value in facts.items() if key in known})
+
+
 def has_sentence_modules(model_dir: str | os.PathLike | None) -> bool:
     """Whether `model_dir` is a sentence-transformers model (it has a modules.json)."""
     return _find(model_dir, MODULES) is not None
 
 
-def read_sentence_pipeline(model_dir: str | os.PathLike | None) -> dict:
-    """How a (teacher) folder turns token states into a sentence embedding, from its module files.
-
-    Returns pooling, normalize, max_seq_length (None when the folder does not say), do_lower_case,
-    source (where the facts came from) and dropped (module types a student cannot copy, e.g. Dense:
-    it has no weights for them). A folder without modules.json gets sentence-transformers' own
-    default for such a folder: mean pooling, no normalization.
+def read_sentence_pipeline(model_dir: str | os.PathLike | None) -> SentencePipeline:
+    """How a (teacher) folder turns token states into a sentence embedding, from its module files. A folder
+    without modules.json gets sentence-transformers' own default for such a folder: mean pooling, no normalization.
     """
     modules_file = _find(model_dir, MODULES)
-    facts = {"pooling": "mean", "normalize": False, "max_seq_length": None, "do_lower_case": False,
-             "dropped": []}
     if modules_file is None:
-        facts["source"] = f"default (no {MODULES} for {model_dir}): mean pooling, not normalized"
-        return facts
+        return SentencePipeline(source=f"default (no {MODULES} for {model_dir}): mean pooling, not normalized")
     modules = _read_json(modules_file)
     if not isinstance(modules, list) or not all(isinstance(module, dict) for module in modules):
         raise InputError(f"{modules_file} is not a list of modules; expected sentence-transformers' {MODULES}")
+    pooling, normalize, dropped = "mean", False, []
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1]
         if kind == "Pooling":
-            facts["pooling"] = _pooling_mode(_find(model_dir, f"{module.get('path') or POOLING_DIR}/config.json"))
+            pooling = _pooling_mode(_find(model_dir, f"{module.get('path') or POOLING_DIR}/config.json"))
         elif kind == "Normalize":
-            facts["normalize"] = True
+            normalize = True
         elif kind != "Transformer":
-            facts["dropped"].append(kind)
+            dropped.append(kind)
     settings = _find(model_dir, ST_CONFIG)
-    if settings is not None:
-        config = _read_json(settings)
-        facts["max_seq_length"] = config.get("max_seq_length")
-        facts["do_lower_case"] = bool(config.get("do_lower_case", False))
-    facts["source"] = f"{modules_file}"
-    return facts
+    config = _read_json(settings) if settings is not None else {}
+    return SentencePipeline(pooling=pooling, normalize=normalize, max_seq_length=config.get("max_seq_length"),
+                            do_lower_case=bool(config.get("do_lower_case", False)), dropped=tuple(dropped),
+                            source=f"{modules_file}")
 
 
 def write_sentence_transformers(dest: str | os.PathLike, teacher_dir: str | os.PathLike | None,
@@ -90,25 +107,25 @@ def write_sentence_transformers(dest: str | os.PathLike, teacher_dir: str | os.P
     """
     dest = Path(dest)
     config = _student_config(dest, hidden_size)
-    facts = read_sentence_pipeline(teacher_dir)
+    pipeline = read_sentence_pipeline(teacher_dir)
     positions = usable_positions(config)
-    teacher_len = facts["max_seq_length"]
-    facts["max_seq_length"] = min(int(teacher_len), positions) if teacher_len else positions
+    teacher_len = pipeline.max_seq_length
+    max_len = min(int(teacher_len), positions) if teacher_len else positions
     modules = [{"idx": 0, "name": "0", "path": "", "type": _TYPE + "Transformer"},
                {"idx": 1, "name": "1", "path": POOLING_DIR, "type": _TYPE + "Pooling"}]
     # The legacy keys, as the teachers write them: every sentence-transformers release reads them.
     pooling = {"word_embedding_dimension": int(hidden_size),
-               **{key: mode == facts["pooling"] for key, mode in _LEGACY_MODES.items()}}
+               **{key: mode == pipeline.pooling for key, mode in _LEGACY_MODES.items()}}
     _write_json(dest / POOLING_DIR / "config.json", pooling)
-    if facts["normalize"]:
+    files = [MODULES, f"{POOLING_DIR}/config.json", ST_CONFIG, ST_MODEL_CONFIG]
+    if pipeline.normalize:
         modules.append({"idx": 2, "name": "2", "path": NORMALIZE_DIR, "type": _TYPE + "Normalize"})
         _write_json(dest / NORMALIZE_DIR / "config.json", {})  # a folder git and hubs keep; no settings
-    _write_json(dest / ST_CONFIG, {"max_seq_length": facts["max_seq_length"], "do_lower_case": facts["do_lower_case"]})
+        files.append(f"{NORMALIZE_DIR}/config.json")
+    _write_json(dest / ST_CONFIG, {"max_seq_length": max_len, "do_lower_case": pipeline.do_lower_case})
     _write_json(dest / ST_MODEL_CONFIG, _model_config(teacher_dir))
     _write_json(dest / MODULES, modules)  # last: a folder with modules.json has all the files it names
-    facts["files"] = [MODULES, f"{POOLING_DIR}/config.json", ST_CONFIG, ST_MODEL_CONFIG] + (
-        [f"{NORMALIZE_DIR}/config.json"] if facts["normalize"] else [])
-    return facts
+    return {**pipeline.to_dict(), "max_seq_length": max_len, "files": files}
 
 
 def _pooling_mode(config_file: Path | None) -> str:

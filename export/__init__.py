@@ -13,7 +13,7 @@
     Planner(fp32, workdir, score, latency).within_budget(8.0)         # grown along measured sensitivity
 """
 
-from kdnas.core.sentence import read_sentence_pipeline, write_sentence_transformers  # a basic, named here as before
+from kdnas.core.sentence import SentencePipeline, read_sentence_pipeline, write_sentence_transformers  # a basic
 
 from ._export import ExportReport, export_model
 from ._graph import GraphInfo, check_pooling, export_onnx, int8_range, int8_recipe, quantize_int8
@@ -23,7 +23,7 @@ from ._plans import CONFIRM_STEPS, Effect, Planner, PlanPoint, check_goal, growt
 from ._precision import EMBEDDINGS, ROLES, Group, Plan, plan_graph, restore_nodes, weight_groups
 
 __all__ = ["export_model", "ExportReport", "Parity", "export_onnx", "quantize_int8", "int8_recipe", "int8_range",
-           "GraphInfo", "check_pooling", "read_sentence_pipeline", "write_sentence_transformers",
-           "onnx_sentence_embeddings", "LastLayerGraph",
+           "GraphInfo", "check_pooling", "read_sentence_pipeline", "SentencePipeline",
+           "write_sentence_transformers", "onnx_sentence_embeddings", "LastLayerGraph",
            "Group", "Plan", "EMBEDDINGS", "ROLES", "weight_groups", "plan_graph", "restore_nodes",
            "Effect", "PlanPoint", "Planner", "check_goal", "growth_order", "CONFIRM_STEPS"]

@@ -222,9 +222,9 @@ def _embedding_pipeline(model_home, pooling: str | None, normalize: bool | None)
     if pooling is None or normalize is None:
         home = Path(model_home).expanduser() if model_home else None
         local = home is not None and (home / _sentence.MODULES).is_file()
-        found = _sentence.read_sentence_pipeline(home) if local else {"pooling": "mean", "normalize": False}
-        pooling = found["pooling"] if pooling is None else pooling
-        normalize = found["normalize"] if normalize is None else normalize
+        found = _sentence.read_sentence_pipeline(home) if local else _sentence.SentencePipeline()
+        pooling = found.pooling if pooling is None else pooling
+        normalize = found.normalize if normalize is None else normalize
     return _graph.check_pooling(pooling), bool(normalize)
 
 

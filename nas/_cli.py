@@ -460,8 +460,8 @@ def _print_teacher(t: FinalTeacher) -> None:
     budget = f"the {t.budget} budget" if t.budget else "the budget"
     plan, student = t.plan, t.student
     rho = "not measured" if student.rho is None else f"{student.rho:.3f}"
-    line = (f"the teacher within {budget} ({t.budget_ms:.2f} ms), no training: {plan['label']} at "
-            f"{plan['latency_ms']:.2f} ms, rho {t.fidelity.spearman:.3f} on the held-out sentences; the student "
+    line = (f"the teacher within {budget} ({t.budget_ms:.2f} ms), no training: {plan.label} at "
+            f"{plan.latency_ms:.2f} ms, rho {t.fidelity.spearman:.3f} on the held-out sentences; the student "
             f"{student.arch}'s shipped graph: rho {rho}")
     if t.shipped:
         line += f" -> the TEACHER ships in {t.dir} ({t.graph}, {t.latency_ms:.2f} ms as shipped); the student is in {student.dir}"

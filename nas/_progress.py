@@ -5,11 +5,22 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
 # A long phase's counter is redrawn at most this often (seconds): a step takes milliseconds.
 TICK_S = 1.0
+
+
+@dataclass
+class _Pass:
+    """A counter's pass: when and at which count it started, and its last tick and redraw."""
+
+    t0: float = 0.0
+    d0: int = 0
+    last_t: float = 0.0
+    last_done: int = -1
 
 
 class Progress:
@@ -28,17 +39,17 @@ class Progress:
         """`tick(done, total)` for a long phase (a final run's steps, a teacher pass's rows): the phase reads
         `label: done/total unit, rate, time left`, the rate measured from the first tick of the pass (a count
         that goes back starts a new pass), redrawn at most every TICK_S."""
-        state = {"t0": 0.0, "d0": 0, "last_t": 0.0, "last_done": -1}
+        state = _Pass()
 
         def tick(done: int, total: int) -> None:
             now = time.monotonic()
-            if done < state["last_done"] or state["last_done"] < 0:
-                state.update(t0=now, d0=done, last_t=0.0)
-            state["last_done"] = done
-            if now - state["last_t"] < TICK_S and done < total:
+            if done < state.last_done or state.last_done < 0:
+                state.t0, state.d0, state.last_t = now, done, 0.0
+            state.last_done = done
+            if now - state.last_t < TICK_S and done < total:
                 return
-            state["last_t"] = now
-            pace = _rate_and_left(done - state["d0"], now - state["t0"], total - done)
+            state.last_t = now
+            pace = _rate_and_left(done - state.d0, now - state.t0, total - done)
             self.phase(f"{label}: {done}/{total} {unit}{pace}")
 
         return tick

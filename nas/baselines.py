@@ -37,6 +37,8 @@ from kdnas.evaluation.fidelity import MIN_SENTENCES
 from .schema import STUDENT, FinalRecord, Fidelity, Quality, TeacherInt8
 
 if TYPE_CHECKING:
+    from kdnas.core.sentence import SentencePipeline
+
     from .context import SearchContext
 
 PAIRS = 4000
@@ -76,7 +78,7 @@ def baseline_fidelity(ctx: "SearchContext", spec: StudentSpec, cache: Any) -> Pr
     return Prepared(held, rows, _training_rows(ctx, cache))
 
 
-def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path | None = None,
+def teacher_int8(ctx: "SearchContext", pipeline: SentencePipeline, exported: Path | None = None,
                  read: Callable[[Path], Any] | None = None) -> TeacherInt8 | None:
     """The alternative a user has for free, beside the students: the teacher itself as INT8 (the recipe of
     `kdnas export --int8`; `exported`, where that graph exists already), its latency read by `read` (by default
@@ -100,7 +102,7 @@ def teacher_int8(ctx: "SearchContext", pipeline: dict[str, Any], exported: Path 
         if graph is None:
             folder = Path(tmp) / "teacher"
             export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
-                         pooling=pipeline["pooling"], normalize=pipeline["normalize"])
+                         pooling=pipeline.pooling, normalize=pipeline.normalize)
             graph = folder / "model.int8.onnx"
         latency = latency_record(read(graph))
         emb = onnx_sentence_embeddings(graph, ctx.teacher.tokenizer, sentences, max_len=cfg.latency.seq)

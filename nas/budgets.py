@@ -93,10 +93,11 @@ def _int8_fits(row: TrialRow, budget: Budget) -> bool:
 
 def as_int8(row: TrialRow, facts: StudyFacts) -> TrialRow:
     """A trained trial's row as its all-INT8 graph: the latency, fidelity, loss and reward of that graph."""
+    from .config import StoredSettings
     from .reward import kdnas_reward
 
-    reward = (facts.settings or {}).get("reward") or {}
+    reward = StoredSettings.of(facts.settings).reward
     loss, ms = 1.0 - float(row.fidelity_int8), float(row.latency_int8_ms)
     teacher_ms = float(facts.teacher_latency.median_ms)
     return replace(row, precision="int8", latency_median_ms=ms, fidelity=row.fidelity_int8, loss=loss,
-                   reward=kdnas_reward(loss, ms, teacher_ms, reward.get("target_ratio", 0.6), reward.get("exponent", -0.06)))
+                   reward=kdnas_reward(loss, ms, teacher_ms, reward.target_ratio, reward.exponent))

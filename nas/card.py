@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kdnas.core.files import atomic_write_text
+from kdnas.core.sentence import SentencePipeline
 from kdnas.evaluation.precision import FP32_GRAPH
 
 from .neighbours import shape_label
@@ -33,7 +34,6 @@ def write_model_card(dest: str | Path, entry: FinalRecord, config: Any) -> Path:
 
 def model_card(entry: FinalRecord, config: Any) -> str:
     """The card's text (see `write_model_card`)."""
-    pipe = entry.sentence_transformers or {}
     facts = [
         ("shape (layers x heads x hidden x ffn)", shape_label(entry)),
         ("parameters", f"{int(entry.params):,}"),
@@ -41,7 +41,7 @@ def model_card(entry: FinalRecord, config: Any) -> str:
         ("held-out normalized L_HS (0 = the teacher's hidden states)", _number(entry.l_hs_norm)),
         ("quality", _quality(entry.quality, entry.train_rows)),
         ("teacher", _teacher(config.teacher)),
-        ("sentence embedding", _pipeline(pipe)),
+        ("sentence embedding", _pipeline(entry.sentence_transformers)),
         ("distillation", _distillation(entry)),
     ]
     rows = "\n".join(f"| {name} | {value} |" for name, value in facts)
@@ -214,12 +214,14 @@ def _graph_fidelity(rho: Fidelity | None, quality: Quality) -> str:
     return f"; embedding fidelity ρ {rho.spearman:.3f} on the same held-out sentences (fp32: {fp32.spearman:.3f})"
 
 
-def _pipeline(pipe: dict[str, Any]) -> str:
-    if not pipe:
+def _pipeline(written: dict[str, Any] | None) -> str:
+    """The sentence-transformers pipeline its folder was written with (`write_sentence_transformers`' facts)."""
+    if not written:
         return "see modules.json"
-    norm = "L2-normalized" if pipe.get("normalize") else "not normalized"
-    dropped = f" (the teacher's {', '.join(pipe['dropped'])} not copied)" if pipe.get("dropped") else ""
-    return f"{pipe.get('pooling')} pooling, {norm}, max_seq_length {pipe.get('max_seq_length')}{dropped}"
+    pipe = SentencePipeline.from_dict(written)
+    norm = "L2-normalized" if pipe.normalize else "not normalized"
+    dropped = f" (the teacher's {', '.join(pipe.dropped)} not copied)" if pipe.dropped else ""
+    return f"{pipe.pooling} pooling, {norm}, max_seq_length {pipe.max_seq_length}{dropped}"
 
 
 def _number(value: Any) -> str:

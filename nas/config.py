@@ -37,6 +37,7 @@ from kdnas.distill.trainer import INITS
 from kdnas.latency import check_settings
 
 from .proxy import MIN_PROXY_SENTENCES
+from .schema import migrate_settings
 from .space import SearchSpace, default_space, override_space
 
 OBJECTIVES = ("reward", "pareto")
@@ -540,6 +541,43 @@ class SearchConfig:
         if latency_machine is not None:
             settings["latency_machine"] = latency_machine
         return settings
+
+
+@dataclass(frozen=True)
+class ProxyScored:
+    """The proxy a study's trials were scored with, as its settings record it (`SearchConfig.resolved_proxy`;
+    a study from before the fidelity proxy named none: `hs`)."""
+
+    kind: str = "hs"
+    steps: int | None = None
+    sentences: int | None = None
+    method: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredSettings:
+    """What the pages say of a study's settings (`SearchConfig.study_settings`, in this version's form:
+    nas.schema.migrate_settings): the teacher, corpus and sampler, the proxy, how latency is read, the reward."""
+
+    teacher: str | None = None
+    corpus: str | None = None
+    sampler: str | None = None
+    proxy: ProxyScored = field(default_factory=ProxyScored)
+    latency: LatencySettings = field(default_factory=LatencySettings)
+    reward: RewardSettings = field(default_factory=RewardSettings)
+
+    @classmethod
+    def of(cls, settings: Mapping[str, Any] | None) -> StoredSettings:
+        """A study's settings as stored; a field an earlier version did not store keeps its default."""
+        found = migrate_settings(settings or {})
+
+        def group(kind: type, name: str) -> Any:
+            names = {f.name for f in dataclasses.fields(kind)}
+            return kind(**{k: v for k, v in (found.get(name) or {}).items() if k in names and v is not None})
+
+        top = {name: found.get(name) for name in ("teacher", "corpus", "sampler")}
+        return cls(**top, proxy=group(ProxyScored, "proxy"), latency=group(LatencySettings, "latency"),
+                   reward=group(RewardSettings, "reward"))
 
 
 GROUPS = ("proxy", "latency", "reward", "final", "run")

@@ -18,10 +18,10 @@ from ._progress import Progress
 from .budgets import Budget
 from .config import SearchConfig
 from .measure import LatencyJudge
-from .proxy import FidelityProbe, fidelity_probe, proxy_loss
+from .proxy import FidelityProbe, ProxyMetrics, fidelity_probe, proxy_loss
 from .recipe import final_config, final_recipe, proxy_config
 from .reward import kdnas_reward
-from .schema import LatencyRecord
+from .schema import Fidelity, LatencyRecord
 from .scored import Scored
 from .space import SearchSpace
 from .time_limit import TimeLimit
@@ -76,7 +76,7 @@ class SearchContext:
     def smallest_budget_ms(self) -> float:
         return self.budget_ms if self.smallest_ms is None else min(self.smallest_ms, self.budget_ms)
 
-    def int8_fidelity(self, student: Any) -> dict[str, float]:
+    def int8_fidelity(self, student: Any) -> Fidelity:
         """A trained student's all-INT8 graph scored on the fidelity probe, as the fp32 student is (`measured`)."""
         import tempfile
 
@@ -102,31 +102,30 @@ class SearchContext:
     def final_recipe(self, steps: int, eval_every: int, *, lr: float) -> DistillConfig:
         return final_recipe(self.config, steps, eval_every, lr=lr)
 
-    def proxy(self, spec: StudentSpec, on_eval: Any = None) -> Any:
+    def proxy(self, spec: StudentSpec, on_eval: Any = None) -> tuple[Any, ProxyMetrics]:
         """The search's proxy distillation of one shape: what every trial, the reference shapes and
-        the proxy benchmarks run, so a benchmark figure is a statement about the search."""
+        the proxy benchmarks run, so a benchmark figure is a statement about the search. Returns the
+        distillation's result (its student, steps, seconds) and what it is scored by."""
         result = run_distill(spec, self.teacher, self.data, self.distill_config(self.config.proxy.steps),
                              cache=self.cache, on_eval=on_eval)
-        result.metrics = self.measured(result)
-        return result
+        return result, self.measured(result)
 
-    def measured(self, result: Any) -> dict[str, Any]:
+    def measured(self, result: Any) -> ProxyMetrics:
         """A distillation's metrics, with the fidelity proxy's ρ of its student when that is the proxy."""
+        metrics = ProxyMetrics.of_distill(result.metrics)
         if self.config.proxy.kind != "fidelity":
-            return result.metrics
-        return {**result.metrics, **self.probe.score(result.student, self.teacher.tokenizer)}
+            return metrics
+        return metrics.with_fidelity(self.probe.score(result.student, self.teacher.tokenizer))
 
-    def score(self, spec: StudentSpec, metrics: dict[str, Any], latency: LatencyRecord,
+    def score(self, spec: StudentSpec, metrics: ProxyMetrics, latency: LatencyRecord,
               within: bool | None = None) -> Scored:
         """A distilled shape's record: the proxy's loss (with standard error), its held-out L_HS and
         fidelity, latency and reward; `within`: the budget's verdict where another reading made it (a
         finalist's, before its training), else its latency against the budget."""
         (loss, loss_se), median = proxy_loss(self.config, metrics), float(latency.median_ms)
-        fidelity = metrics.get("fidelity")
         return Scored(arch=spec.arch, params=spec.num_parameters(), latency=latency, loss=loss, loss_se=loss_se,
-                      fidelity=None if fidelity is None else float(fidelity), l_hs_norm=float(metrics["l_hs_norm"]),
-                      l_hs_raw=float(metrics["l_hs_raw"]), l_hs_se=float(metrics["l_hs_se"]),
-                      reward=self.reward(loss, median),
+                      fidelity=metrics.fidelity, l_hs_norm=metrics.l_hs_norm, l_hs_raw=metrics.l_hs_raw,
+                      l_hs_se=metrics.l_hs_se, reward=self.reward(loss, median),
                       within_budget=median <= self.budget_ms if within is None else within)
 
     def reward(self, loss: float, latency_ms: float) -> float:

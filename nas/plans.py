@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .budgets import study_budgets
-from .schema import StudyFacts, TeacherPlanRow, TeacherPlans
+from .schema import PlanRecord, StudyFacts, TeacherPlanRow, TeacherPlans
 
 if TYPE_CHECKING:
+    from kdnas.core.sentence import SentencePipeline
+
     from .context import SearchContext
 
 TEACHER_FOLDER = ".teacher"  # in --out: the teacher's exported graphs, which its plans are built from
@@ -59,7 +61,7 @@ def plan_student(ctx: "SearchContext", dest: Path, label: str) -> Any:
     return choose_precision(dest, probe_scorer(ctx, dest / "model.onnx"), judged_ms(ctx, label), budget_ms=ctx.budget_ms)
 
 
-def teacher_export(ctx: "SearchContext", out: Path, pipeline: dict[str, Any]) -> Path:
+def teacher_export(ctx: "SearchContext", out: Path, pipeline: SentencePipeline) -> Path:
     """The teacher's fp32 and all-INT8 graphs in `out/.teacher` (exported once per --out)."""
     from kdnas.export import export_model
 
@@ -69,11 +71,11 @@ def teacher_export(ctx: "SearchContext", out: Path, pipeline: dict[str, Any]) ->
         with warnings.catch_warnings():  # an all-INT8 graph far from fp32 is what its plans are for (export.json)
             warnings.simplefilter("ignore")
             export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
-                         pooling=pipeline["pooling"], normalize=pipeline["normalize"])
+                         pooling=pipeline.pooling, normalize=pipeline.normalize)
     return folder
 
 
-def teacher_planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]] | None = None) -> Any:
+def teacher_planner(ctx: "SearchContext", out: Path, pipeline: SentencePipeline, order: list[dict[str, Any]] | None = None) -> Any:
     """The planner of the teacher's graph (with the group order measured before, where given)."""
     import json
 
@@ -86,7 +88,7 @@ def teacher_planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], o
                    order=[Effect(**e) for e in order] if order else None)
 
 
-def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any]) -> TeacherPlans:
+def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: SentencePipeline) -> TeacherPlans:
     """The teacher's best plan within each budget of the study (`facts`): fitting or not, its probe
     fidelity and latency, and the group order measured (the sensitivity pass runs only where the all-INT8
     graph fits the largest budget). Under a --timeout, a plan whose growth would end past its share of the time
@@ -139,7 +141,7 @@ def plan_again(row: TeacherPlanRow | None, now_ms: float | None, limit_ms: float
             and (row.deferred is not None or (not row.fits and bool(row.int8_readings))))
 
 
-def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: dict[str, Any],
+def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: SentencePipeline,
                         final_least_s: float = 0.0) -> TeacherPlans | None:
     """Readings at both ends of the run: the study's `teacher_plans` with the row of `ctx`'s budget decided again
     where `plan_again` says so (the evidence in its `again`), before the final run takes the time left; None
@@ -176,7 +178,7 @@ def teacher_plans_again(ctx: "SearchContext", facts: StudyFacts, out: Path, pipe
 
 
 def _grow_deferred(ctx: "SearchContext", plans: TeacherPlans, row: TeacherPlanRow, now: float, out: Path,
-                   pipeline: dict[str, Any], final_least_s: float) -> TeacherPlans:
+                   pipeline: SentencePipeline, final_least_s: float) -> TeacherPlans:
     """`plans` with a plan deferred before the trials grown now, where the forecast made then (`row.deferred`) leaves
     the final run `final_least_s`; else the row keeps its all-INT8 graph. No reading is taken to decide: that graph
     read within the budget before the trials and at the final stage (`now`), and one noisy host spent two minutes
@@ -228,6 +230,6 @@ def replan_s(groups: int, read_s: float, plan_s: float, order_known: bool) -> fl
     return (0.0 if order_known else groups * plan_s) + steps * (plan_s + read_s)
 
 
-def teacher_plan_for(facts: StudyFacts, label: str | None) -> dict[str, Any] | None:
-    """The teacher's plan within one budget (`export.PlanPoint.to_dict`), where the study measured one that fits."""
+def teacher_plan_for(facts: StudyFacts, label: str | None) -> PlanRecord | None:
+    """The teacher's plan within one budget, where the study measured one that fits."""
     return None if facts.teacher_plans is None else facts.teacher_plans.fitting(label)

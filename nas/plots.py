@@ -7,6 +7,7 @@ headless ones included.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
@@ -16,8 +17,9 @@ from optuna.trial import TrialState, create_trial
 from kdnas.core.errors import first_line
 
 from .budgets import study_budgets
+from .config import StoredSettings
 from .records import TrialRow, latency_model_facts, loss_of, model_checked, pareto_front
-from .schema import STUDENT, UNTRAINED_LOSS, FinalRecord, Quality, StudyFacts, TrialStatus, migrate_settings, recorded
+from .schema import STUDENT, UNTRAINED_LOSS, FinalRecord, Quality, StudyFacts, TrialStatus, recorded
 
 _STYLE = {  # status -> (legend name, marker)
     TrialStatus.FEASIBLE: ("feasible (trained)", dict(symbol="circle", size=9, color="#1f77b4")),
@@ -84,7 +86,7 @@ def pareto_figure(rows: list[TrialRow], facts: StudyFacts) -> go.Figure:
         fig.add_trace(go.Scatter(
             x=[teacher], y=[0.0], mode="markers+text", name="teacher (loss 0 by definition)",
             marker=dict(symbol="star", size=14, color="#9467bd"), text=["teacher"], textposition="top left",
-            hovertext=[f"teacher {(facts.settings or {}).get('teacher')}: {teacher:.2f} ms"],
+            hovertext=[f"teacher {StoredSettings.of(facts.settings).teacher}: {teacher:.2f} ms"],
             hoverinfo="text",
         ))
     _add_budgets(fig, facts)
@@ -138,7 +140,7 @@ def students_figure(facts: StudyFacts) -> go.Figure:
             points[kind].append((x, y, text))
     for t in facts.final_teacher or ():  # its plan within each budget (nas.plans)
         where = f"shipped in {t.dir}" if t.shipped else "not shipped: the student is closer"
-        ms, label = t.plan["latency_ms"], t.plan["label"]
+        ms, label = t.plan.latency_ms, t.plan.label
         points["teacher plan"].append((ms, t.fidelity.spearman, f"the teacher, {label}: {ms:.2f} ms, "
                                        f"ρ {t.fidelity.spearman:.3f} ({where})"))
     names = {"fp32": "shipped student, model.onnx", "int8": "shipped student, model.int8.onnx",
@@ -212,24 +214,19 @@ def _add_finals(fig: go.Figure, facts: StudyFacts) -> None:
 
 
 def _loss_label(facts: StudyFacts) -> str:
-    if proxy_settings(facts.settings or {})["kind"] == "fidelity":
+    if StoredSettings.of(facts.settings).proxy.kind == "fidelity":
         return "1 − embedding fidelity ρ on held-out sentences (0 = the teacher's similarities)"
     return "normalized held-out L_HS (1 = predicting the mean)"
 
 
-def proxy_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """A study's proxy recipe, as `StudyFacts.settings` holds it (nas.schema.migrate_settings)."""
-    return migrate_settings(settings)["proxy"]
-
-
-def latency_setting(settings: dict[str, Any]) -> str:
+def latency_setting(settings: Mapping[str, Any] | None) -> str:
     """How a study reads latency, in words."""
-    s = migrate_settings(settings)["latency"]
-    return f"batch {s.get('batch')}, seq {s.get('seq')}, {s.get('threads')} threads, {s.get('runtime')}"
+    s = StoredSettings.of(settings).latency
+    return f"batch {s.batch}, seq {s.seq}, {s.threads} threads, {s.runtime}"
 
 
 def _latency_setting(facts: StudyFacts) -> str:
-    return latency_setting(facts.settings or {})
+    return latency_setting(facts.settings)
 
 
 def history_figure(rows: list[TrialRow]) -> go.Figure:

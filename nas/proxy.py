@@ -13,12 +13,15 @@ Kendall's τ +0.91, the paper's hs/L_HS proxy with +0.67 (docs/benchmarks/proxy-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kdnas.core.errors import InputError
+
+from .schema import Fidelity
 
 if TYPE_CHECKING:
     from .config import SearchConfig
@@ -26,6 +29,30 @@ if TYPE_CHECKING:
 # Random sentence pairs for the proxy's ρ; fewer than the shipped student's 4,000, since every trial pays for them.
 PROXY_PAIRS = 2000
 MIN_PROXY_SENTENCES = 50
+
+
+@dataclass(frozen=True)
+class ProxyMetrics:
+    """What a proxy distillation (or a final run) is scored by: its held-out L_HS (normalized, raw, standard
+    error), its last running training loss and, with the fidelity proxy, the probe ρ of the graph judged."""
+
+    l_hs_norm: float
+    l_hs_raw: float
+    l_hs_se: float
+    train_loss: float = float("nan")
+    fidelity: float | None = None
+    fidelity_se: float | None = None
+
+    @classmethod
+    def of_distill(cls, metrics: Mapping[str, Any]) -> ProxyMetrics:
+        """The distill package's metrics (a run's last evaluation, or one passed to `on_eval`), read here once."""
+        return cls(l_hs_norm=float(metrics["l_hs_norm"]), l_hs_raw=float(metrics["l_hs_raw"]),
+                   l_hs_se=float(metrics["l_hs_se"]), train_loss=float(metrics.get("train_loss", float("nan"))))
+
+    def with_fidelity(self, fidelity: Fidelity) -> ProxyMetrics:
+        """These metrics with the probe ρ (and its standard error) of the graph that is judged."""
+        se = fidelity.spearman_se
+        return replace(self, fidelity=float(fidelity.spearman), fidelity_se=None if se is None else float(se))
 
 
 @dataclass(frozen=True)
@@ -37,25 +64,22 @@ class FidelityProbe:
     max_len: int
     seed: int
 
-    def score(self, student: Any, tokenizer: Any) -> dict[str, float]:
+    def score(self, student: Any, tokenizer: Any) -> Fidelity:
         """The student's fidelity ρ (with its jackknife standard error) on the probe's sentences."""
         from kdnas.evaluation import embedding_fidelity, sentence_embeddings
 
         was_training = student.training
         emb = sentence_embeddings((student.eval(), tokenizer), self.sentences, max_len=self.max_len)
         student.train(was_training)
-        fidelity = embedding_fidelity(self.reference, emb, pairs=PROXY_PAIRS, seed=self.seed)
-        return {"fidelity": float(fidelity["spearman"]), "fidelity_se": float(fidelity["spearman_se"])}
+        return Fidelity.from_attrs(embedding_fidelity(self.reference, emb, pairs=PROXY_PAIRS, seed=self.seed))
 
-
-    def score_graph(self, graph: Any, tokenizer: Any) -> dict[str, float]:
+    def score_graph(self, graph: Any, tokenizer: Any) -> Fidelity:
         """An exported graph's fidelity ρ on the probe's sentences (its `sentence_embedding`, as deployed)."""
         from kdnas.evaluation import embedding_fidelity
         from kdnas.export import onnx_sentence_embeddings
 
         emb = torch.from_numpy(onnx_sentence_embeddings(graph, tokenizer, self.sentences, max_len=self.max_len))
-        fidelity = embedding_fidelity(self.reference, emb, pairs=PROXY_PAIRS, seed=self.seed)
-        return {"fidelity": float(fidelity["spearman"]), "fidelity_se": float(fidelity["spearman_se"])}
+        return Fidelity.from_attrs(embedding_fidelity(self.reference, emb, pairs=PROXY_PAIRS, seed=self.seed))
 
 
 def probe_sentences(config: SearchConfig, texts: list[str]) -> list[str]:
@@ -90,8 +114,10 @@ def fidelity_probe(config: SearchConfig, teacher: Any, texts: list[str]) -> Fide
     return FidelityProbe(sentences=sentences, reference=reference, max_len=config.latency.seq, seed=config.seed)
 
 
-def proxy_loss(config: SearchConfig, metrics: dict[str, Any]) -> tuple[float, float]:
+def proxy_loss(config: SearchConfig, metrics: ProxyMetrics) -> tuple[float, float]:
     """The loss the reward uses, with its standard error: 1 − ρ (fidelity) or normalized L_HS (hs)."""
     if config.proxy.kind == "fidelity":
-        return 1.0 - float(metrics["fidelity"]), float(metrics["fidelity_se"])
-    return float(metrics["l_hs_norm"]), float(metrics["l_hs_se"])
+        if metrics.fidelity is None:
+            raise ValueError("the fidelity proxy's loss needs the probe's rho: score the student on the probe first")
+        return 1.0 - metrics.fidelity, float(metrics.fidelity_se or 0.0)
+    return metrics.l_hs_norm, metrics.l_hs_se

@@ -13,7 +13,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .resume import heartbeat_retries
-from .schema import BEFORE_TRAINING, FinalRecord, StudyFacts, TrialRecord, TrialStatus, recorded
+from .schema import BEFORE_TRAINING, FinalRecord, StudyFacts, TrialRecord, TrialSeconds, TrialStatus, recorded
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> Tria
     shape = [int(v) for v in arch.split("x")] if arch else [trial.params.get(k) for k in ("layers", "heads", "hidden", "ffn")]
     if arch is None and all(v is not None for v in shape):
         arch = "x".join(str(v) for v in shape)
-    seconds = rec.seconds or {}
+    seconds = rec.seconds or TrialSeconds()
     loss_norm, loss_raw, loss_se = rec.l_hs_norm, rec.l_hs_raw, rec.l_hs_se
     last = rec.last_eval
     if loss_norm is None and trial.state == TrialState.PRUNED and last:
@@ -124,10 +124,10 @@ def _row(trial: optuna.trial.FrozenTrial, retried_by: int | None = None) -> Tria
         reward=rec.reward,
         reason=_reason(trial, retried_by),
         retry_of=rec.retry_of,  # Optuna's heartbeat retries too (schema.migrate)
-        seconds_latency=seconds.get("latency"),
-        seconds_distill=seconds.get("distill"),
-        seconds_teacher=seconds.get("teacher"),
-        seconds_total=seconds.get("total"),
+        seconds_latency=seconds.latency,
+        seconds_distill=seconds.distill,
+        seconds_teacher=seconds.teacher,
+        seconds_total=seconds.total,
         datetime_start=trial.datetime_start.isoformat(timespec="seconds") if trial.datetime_start else None,
     )
 

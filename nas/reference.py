@@ -49,8 +49,8 @@ def evaluate_references(ctx: "SearchContext") -> list[dict[str, Any]]:
         latency = latency_record(ctx.judge.alone(spec))
         t1 = time.perf_counter()
         ctx.progress.phase(f"reference {name} {spec.arch}: distill")
-        res = ctx.proxy(spec)
+        _, metrics = ctx.proxy(spec)
         t2 = time.perf_counter()
-        results.append({"name": name, **ctx.score(spec, res.metrics, latency).record(),
+        results.append({"name": name, **ctx.score(spec, metrics, latency).record(),
                         "seconds": {"latency": round(t1 - t0, 3), "distill": round(t2 - t1, 3)}})
     return results

@@ -19,8 +19,9 @@ import plotly.io as pio
 from kdnas.core.files import atomic_write_text
 
 from .neighbours import shape_label
+from .config import StoredSettings
 from .plots import (history_figure, importance_figure, importances, latency_model_figure, latency_setting, pareto_figure,
-                    proxy_settings, students_figure)
+                    students_figure)
 from .records import COLUMNS, StudySummary, TrialRow, steps_label, study_summary, trial_rows
 
 _TABLE_COLUMNS = (
@@ -81,25 +82,25 @@ def _cell(key: str, value: Any) -> str:
     return html.escape(str(value))
 
 
-def _proxy(settings: dict[str, Any]) -> str:
+def _proxy(settings: StoredSettings) -> str:
     """How trials were scored, in words."""
-    proxy = proxy_settings(settings)
-    if proxy.get("kind") == "fidelity":
-        return (f"proxy: the final recipe for {proxy.get('steps')} steps, scored by embedding fidelity on "
-                f"{proxy.get('sentences')} held-out sentences (loss = 1 − ρ)")
-    return f"proxy: {proxy.get('method')} for {proxy.get('steps')} steps, scored by held-out L_HS"
+    proxy = settings.proxy
+    if proxy.kind == "fidelity":
+        return (f"proxy: the final recipe for {proxy.steps} steps, scored by embedding fidelity on "
+                f"{proxy.sentences} held-out sentences (loss = 1 − ρ)")
+    return f"proxy: {proxy.method} for {proxy.steps} steps, scored by held-out L_HS"
 
 
 def _report_page(summary: StudySummary, figures: list) -> str:
     divs = [pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False})
             for i, fig in enumerate(figures)]
-    s, teacher, best = summary.settings, summary.facts.teacher_latency, summary.best_trial
+    s, teacher, best = StoredSettings.of(summary.settings), summary.facts.teacher_latency, summary.best_trial
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
     lines = [
-        f"teacher <b>{html.escape(str(s.get('teacher')))}</b>, corpus {html.escape(str(s.get('corpus')))}, "
-        f"objective {(s.get('reward') or s).get('objective')}, sampler {s.get('sampler')}, {html.escape(_proxy(s))}",
+        f"teacher <b>{html.escape(str(s.teacher))}</b>, corpus {html.escape(str(s.corpus))}, "
+        f"objective {s.reward.objective}, sampler {s.sampler}, {html.escape(_proxy(s))}",
         f"{_budgets_line(summary)}; teacher latency "
-        f"{_cell('latency', teacher and teacher.median_ms)} ms ({html.escape(latency_setting(s))})",
+        f"{_cell('latency', teacher and teacher.median_ms)} ms ({html.escape(latency_setting(summary.settings))})",
         f"trials {summary.trials}: {html.escape(counts)}; rejected before training: "
         f"{summary.rejected_before_training}",
         "best trial: " + (f"#{best.number} {best.arch}, reward {best.reward:.4f}, "

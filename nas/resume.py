@@ -17,13 +17,12 @@ import os
 import socket
 import time
 import warnings
-from typing import Any
 
 import optuna
 import psutil
 from optuna.trial import TrialState
 
-from .schema import UNCOUNTED, TrialStatus, enqueue, recorded, store_of_another, stored_system
+from .schema import UNCOUNTED, TrialStatus, Worker, enqueue, recorded, store_of_another, stored_system
 
 RETRYABLE = ("stale", "interrupted", "error")
 # At most this many proposals per `--trials` are proposed again, uncounted, when the latency model puts
@@ -32,20 +31,19 @@ RETRYABLE = ("stale", "interrupted", "error")
 RESAMPLES = 5
 
 
-def worker_identity() -> dict[str, Any]:
-    me = psutil.Process()
-    return {"host": socket.gethostname(), "pid": os.getpid(), "started": me.create_time()}
+def worker_identity() -> Worker:
+    return Worker(host=socket.gethostname(), pid=os.getpid(), started=psutil.Process().create_time())
 
 
-def worker_alive(worker: dict[str, Any] | None, alive_at: float | None, stale_after_s: float) -> bool:
-    if not worker:
+def worker_alive(worker: Worker | None, alive_at: float | None, stale_after_s: float) -> bool:
+    if worker is None:
         return alive_at is not None and time.time() - alive_at < stale_after_s
-    if worker.get("host") == socket.gethostname():
+    if worker.host == socket.gethostname():
         try:
-            proc = psutil.Process(int(worker["pid"]))
+            proc = psutil.Process(int(worker.pid))
             # A reused pid belongs to a process started at another time.
-            return abs(proc.create_time() - float(worker["started"])) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-        except (psutil.Error, KeyError, ValueError):
+            return abs(proc.create_time() - float(worker.started)) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+        except (psutil.Error, TypeError, ValueError):  # TypeError: a record without its pid or start
             return False
     return alive_at is not None and time.time() - alive_at < stale_after_s
 

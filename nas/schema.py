@@ -238,6 +238,45 @@ class Quality(_Stored):
 
 
 @dataclass(frozen=True)
+class Worker(_Stored):
+    """The process that runs a trial, or holds the final stage's claim (`claimed_at`: when it took it): its host,
+    its pid and when it started (a pid the system reused belongs to a process started at another time)."""
+
+    host: str | None = None
+    pid: int | None = None
+    started: float | None = None
+    claimed_at: float | None = None
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | Worker | None) -> Worker | None:
+        if not attrs or isinstance(attrs, Worker):
+            return attrs or None
+        return cls(**cls._known(attrs))
+
+
+@dataclass(frozen=True)
+class TrialSeconds(_Stored):
+    """Where a trial's time went: reading its latency, its proxy distillation (with, of that, the one-time teacher
+    work it happened to do first: the teacher's targets, the probe's embeddings) and in all."""
+
+    latency: float | None = None
+    distill: float | None = None
+    teacher: float | None = None
+    total: float | None = None
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | TrialSeconds | None) -> TrialSeconds | None:
+        if attrs is None or isinstance(attrs, TrialSeconds):
+            return attrs
+        return cls(**cls._known(attrs))
+
+    @property
+    def own(self) -> float | None:
+        """Its time less the one-time teacher work: the pace of a trial (nas.search.final_estimates)."""
+        return None if self.total is None else self.total - (self.teacher or 0.0)
+
+
+@dataclass(frozen=True)
 class TrialRecord:
     """What a trial stores, as this version reads it (`recorded`): where it came from, who runs it, its shape,
     its readings, its scores and how it ended. Every field is optional: a trial writes them as its phases go."""
@@ -247,7 +286,7 @@ class TrialRecord:
     rule_budget_ms: float | None = None
     retry_of: int | None = None
     # the worker that runs it, its heartbeat and the phase it is in (nas.resume)
-    worker: dict[str, Any] | None = None
+    worker: Worker | None = None
     alive_at: float | None = None
     phase: str | None = None
     arch: str | None = None
@@ -274,11 +313,13 @@ class TrialRecord:
     reward: float | None = None
     train_loss: float | None = None
     step_s: float | None = None  # the proxy's seconds per step: the final run's pace forecast
-    seconds: dict[str, float] | None = None  # latency, distill, teacher, total
+    seconds: TrialSeconds | None = None
 
     def __post_init__(self) -> None:
         for name in ("latency", "latency_int8"):
             object.__setattr__(self, name, LatencyRecord.from_attrs(getattr(self, name)))
+        object.__setattr__(self, "seconds", TrialSeconds.from_attrs(self.seconds))
+        object.__setattr__(self, "worker", Worker.from_attrs(self.worker))
         if isinstance(self.status, str) and not isinstance(self.status, TrialStatus):
             try:
                 object.__setattr__(self, "status", TrialStatus(self.status))
@@ -327,11 +368,12 @@ def migrate(attrs: dict[str, Any], system: Mapping[str, Any]) -> Mapping[str, An
 _FLAT_SETTINGS = {"proxy": {"proxy": "kind", "proxy_steps": "steps", "proxy_sentences": "sentences",
                             "proxy_method": "method"},
                   "latency": {"latency_batch": "batch", "latency_seq": "seq", "threads": "threads",
-                              "runtime": "runtime"}}
+                              "runtime": "runtime"},
+                  "reward": {"objective": "objective", "target_ratio": "target_ratio", "exponent": "exponent"}}
 
 
 def migrate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A study's settings with the proxy's and the latency's as this version nests them: studies of earlier
+    """A study's settings with the proxy's, the latency's and the reward's as this version nests them: studies of earlier
     versions stored their fields flat, and a study from before the fidelity proxy named none (`hs`)."""
     found = dict(settings)
     for group, flat in _FLAT_SETTINGS.items():
@@ -339,6 +381,26 @@ def migrate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
             found[group] = {name: settings.get(key) for key, name in flat.items()}
     found["proxy"] = {**found["proxy"], "kind": found["proxy"].get("kind") or "hs"}
     return found
+
+
+@dataclass(frozen=True)
+class PlanRecord(_Stored):
+    """A precision plan as measured (`export.PlanPoint.to_dict`): the first `kept` groups of its order kept in fp32
+    (`fp32_groups`, in the weight range `full_range`), its label, and its probe fidelity and latency where read."""
+
+    label: str | None = None
+    fp32_groups: tuple[str, ...] = ()
+    kept: int | None = None
+    full_range: bool | None = None
+    fidelity: float | None = None
+    latency_ms: float | None = None
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | PlanRecord | None) -> PlanRecord | None:
+        if attrs is None or isinstance(attrs, PlanRecord):
+            return attrs
+        known = cls._known(attrs)
+        return cls(**known | {"fp32_groups": tuple(known.get("fp32_groups") or ())})
 
 
 @dataclass(frozen=True)
@@ -352,10 +414,13 @@ class TeacherPlanRow(_Stored):
     label: str | None
     budget_ms: float
     fits: bool
-    plan: dict[str, Any] | None = None
+    plan: PlanRecord | None = None
     int8_readings: list[float] | None = None
     again: dict[str, Any] | None = None
     deferred: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plan", PlanRecord.from_attrs(self.plan))
 
 
 @dataclass(frozen=True)
@@ -375,13 +440,13 @@ class TeacherPlans(_Stored):
     def row(self, label: str | None) -> TeacherPlanRow | None:
         return next((r for r in self.budgets if r.label == label), None)
 
-    def fitting(self, label: str | None) -> dict[str, Any] | None:
+    def fitting(self, label: str | None) -> PlanRecord | None:
         """The plan within one budget, where one fits."""
         row = self.row(label)
         return row.plan if row is not None and row.fits else None
 
     def to_attrs(self) -> dict[str, Any]:
-        rows = [{f.name: v for f in fields(r) if (v := getattr(r, f.name)) is not None or f.name == "label"}
+        rows = [{f.name: _as_stored(v) for f in fields(r) if (v := getattr(r, f.name)) is not None or f.name == "label"}
                 for r in self.budgets]  # a search of one budget: label None
         return {f.name: getattr(self, f.name) for f in fields(self)} | {"budgets": rows, "order": list(self.order)}
 
@@ -500,7 +565,7 @@ class FinalTeacher(SideBySide):
     graph and readings as shipped (the judged graph's, side by side with the teacher, and every graph's)."""
 
     budget_ms: float
-    plan: dict[str, Any]
+    plan: PlanRecord
     fidelity: Fidelity
     student: Rival
     shipped: bool
@@ -513,6 +578,9 @@ class FinalTeacher(SideBySide):
     latencies: dict[str, dict[str, Any]] | None = None  # every shipped graph's LatencyRecord, by file
     within_budget: bool | None = None
     params: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plan", PlanRecord.from_attrs(self.plan))
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any] | FinalTeacher) -> FinalTeacher:
@@ -570,7 +638,7 @@ class FinalRecord(SideBySide):
     quality: Quality | None = None
     export: dict[str, Any] | None = None
     sentence_transformers: dict[str, Any] | None = None
-    precision_plan: dict[str, Any] | None = None  # grown on its trained weights (export.PlanPoint.to_dict)
+    precision_plan: dict[str, Any] | None = None  # grown on its trained weights (evaluation.PrecisionChoice.to_dict)
     seconds: dict[str, float] | None = None
     rank: int | None = None
     shipped_as: str | None = None  # where it was written before the teacher's plan took its place

@@ -24,7 +24,7 @@ from kdnas.distill.activations import ModelDims
 from kdnas.distill.loop import resolve_precision
 from kdnas.distill.methods import build_method
 from kdnas.distill.trainer import resolve_device
-from kdnas.export import LastLayerGraph
+from kdnas.export import LastLayerGraph, SentencePipeline
 from kdnas.core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
@@ -260,8 +260,8 @@ def _final_forecast(study: optuna.Study, cfg: SearchConfig, space: SearchSpace) 
     # trial of an MPNet search spent 8 of its 10 minutes on the teacher's targets, and its 592 s as the
     # "typical trial" stopped the trials after six, so a 0.30-fidelity shape shipped).
     records = [recorded(t) for t in study.get_trials(deepcopy=False)]
-    trained = [r.seconds["total"] - r.seconds.get("teacher", 0.0) for r in records
-               if r.step_s is not None and r.duplicate_of is None and r.seconds is not None]
+    trained = [r.seconds.own for r in records
+               if r.step_s is not None and r.duplicate_of is None and r.seconds is not None and r.seconds.total is not None]
     if step_s is None or not trained:
         return None
     wider = ffn_neighbour(space, Candidate.from_attrs(best.as_dict()), WIDER, taken=set())
@@ -420,13 +420,13 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress
     return teacher_latency, fastest, budgets_ms
 
 
-def teacher_pipeline(cfg: SearchConfig) -> dict[str, Any]:
+def teacher_pipeline(cfg: SearchConfig) -> SentencePipeline:
     """The teacher's sentence-transformers pooling and normalization, which every graph shipped computes."""
     from kdnas.core.assets import teacher_path
     from kdnas.export import check_pooling, read_sentence_pipeline
 
     pipeline = read_sentence_pipeline(teacher_path(cfg.teacher))
-    check_pooling(pipeline["pooling"])
+    check_pooling(pipeline.pooling)
     return pipeline
 
 

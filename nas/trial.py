@@ -12,7 +12,7 @@ the storage alone (`kdnas report`).
 from __future__ import annotations
 
 import time
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import optuna
@@ -22,8 +22,9 @@ from kdnas.core.errors import first_line
 
 from .measure import latency_prediction, model_check, predicted_latency, reused, study_readings, trial_latency
 from .context import SearchContext
+from .proxy import ProxyMetrics
 from .resume import RESAMPLES, failed_shapes, is_surplus, resampled_trials, worker_identity
-from .schema import UNTRAINED_LOSS, LatencyRecord, TrialStatus, enqueue, recorded, store
+from .schema import UNTRAINED_LOSS, LatencyRecord, TrialSeconds, TrialStatus, enqueue, recorded, store
 from .scored import Scored
 
 # The scores a trained trial stores: Scored's fields but the shape, size, latency and budget
@@ -55,6 +56,21 @@ def _stored_latency(trial: optuna.Trial, arch: str, attr: str = "latency") -> La
     return None
 
 
+@dataclass
+class _Clock:
+    """A trial's seconds as its phases go, stored as its `TrialSeconds` however it ends."""
+
+    start: float = field(default_factory=time.perf_counter)
+    latency: float = 0.0
+    distill: float = 0.0
+    teacher: float | None = None  # set once it has trained: the one-time teacher work it did first
+
+    def record(self) -> TrialSeconds:
+        teacher = None if self.teacher is None else round(self.teacher, 3)
+        return TrialSeconds(latency=round(self.latency, 3), distill=round(self.distill, 3), teacher=teacher,
+                            total=round(time.perf_counter() - self.start, 3))
+
+
 class Objective:
     """The callable handed to `study.optimize`."""
 
@@ -63,8 +79,7 @@ class Objective:
         self.last_number: int | None = None  # the trial last started (nas.search.failed_meanwhile)
 
     def __call__(self, trial: optuna.Trial) -> float | tuple[float, float]:
-        seconds = {"latency": 0.0, "distill": 0.0}
-        start = time.perf_counter()
+        clock = _Clock()
         self.last_number = trial.number
         store(trial, "worker", worker_identity())
         if is_surplus(trial.study, trial.number, self.ctx.config.trial_count):
@@ -72,7 +87,7 @@ class Objective:
             store(trial, "reason", "surplus: another worker started the last trial at the same moment; not run")
             raise optuna.TrialPruned()
         try:
-            return self._run(trial, seconds)
+            return self._run(trial, clock)
         except optuna.TrialPruned:
             store(trial, "status", TrialStatus.PRUNED)
             raise
@@ -88,8 +103,7 @@ class Objective:
             store(trial, "reason", f"{type(err).__name__}: {message}"[:500])
             raise
         finally:
-            seconds["total"] = time.perf_counter() - start
-            store(trial, "seconds", {k: round(v, 3) for k, v in seconds.items()})
+            store(trial, "seconds", clock.record())
 
     def _phase(self, trial: optuna.Trial, phase: str, shown: str | None = None) -> None:
         # `alive_at` lets a later run tell a slow trial from one whose worker died (nas/resume.py).
@@ -97,7 +111,7 @@ class Objective:
         store(trial, "alive_at", time.time())
         self.ctx.progress.phase(f"trial {trial.number}: {shown or phase}")
 
-    def _run(self, trial: optuna.Trial, seconds: dict[str, float]) -> float | tuple[float, float]:
+    def _run(self, trial: optuna.Trial, clock: _Clock) -> float | tuple[float, float]:
         ctx, cfg = self.ctx, self.ctx.config
         self._phase(trial, "propose")
         layers, heads, hidden, ffn = ctx.space.suggest(trial)
@@ -127,14 +141,14 @@ class Objective:
         if median > ctx.budget_ms and cfg.latency.plans:
             judged = self._latency(trial, spec, INT8_LATENCY)
             store(trial, "precision", "int8")
-        seconds["latency"] = time.perf_counter() - t0
+        clock.latency = time.perf_counter() - t0
         trial.set_constraint("shape", 0.0)
         trial.set_constraint("latency", judged.median_ms - ctx.budget_ms)
         if recorded(trial).origin == "rule":
             self._rule_fallback(trial, median)
         if judged.median_ms > ctx.budget_ms:
             return self._over_budget(trial, judged)
-        return self._train(trial, spec, judged, seconds)
+        return self._train(trial, spec, judged, clock)
 
     def _latency(self, trial: optuna.Trial, spec: StudentSpec, attr: str) -> LatencyRecord:
         """The trial's latency record of one graph (`attr`: "latency", its fp32 graph; INT8_LATENCY, its all-INT8
@@ -166,7 +180,7 @@ class Objective:
                 skip_if_exists=True)
 
     def _train(self, trial: optuna.Trial, spec: StudentSpec, latency: LatencyRecord,
-               seconds: dict[str, float]) -> float | tuple[float, float]:
+               clock: _Clock) -> float | tuple[float, float]:
         """Proxy-distil a shape within the budget, reporting interim rewards to the pruner; its score."""
         ctx, cfg = self.ctx, self.ctx.config
         self._phase(trial, "distill")
@@ -177,54 +191,54 @@ class Objective:
             probe_s = time.perf_counter() - t0
 
         def on_eval(step: int, metrics: dict) -> None:
-            loss = float(metrics["l_hs_norm"])
+            held = ProxyMetrics.of_distill(metrics)
+            loss = held.l_hs_norm
             self._phase(trial, "distill", f"distill {step}/{cfg.proxy.steps} L_HS {loss:.3f}")
-            store(trial, "last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": float(metrics["l_hs_raw"]),
-                                               "l_hs_se": float(metrics["l_hs_se"])})
+            store(trial, "last_eval", {"step": step, "l_hs_norm": loss, "l_hs_raw": held.l_hs_raw,
+                                       "l_hs_se": held.l_hs_se})
             if cfg.reward.objective != "reward" or cfg.proxy.kind != "hs":
                 return  # Optuna reports/pruning are single-objective only; the fidelity proxy is scored at its end
             interim = ctx.reward(loss, median)
             trial.report(interim, step)
             if cfg.pruning and step < cfg.proxy.steps and trial.should_prune():
-                seconds["distill"] = time.perf_counter() - t0
+                clock.distill = time.perf_counter() - t0
                 store(trial, "reason", f"pruned at step {step}/{cfg.proxy.steps}: reward {interim:.4f} "
                                               "below the median of earlier trials at this step")
                 raise optuna.TrialPruned(f"step {step}")
 
-        result = ctx.proxy(spec, on_eval=on_eval)
-        seconds["distill"] = time.perf_counter() - t0
+        result, metrics = ctx.proxy(spec, on_eval=on_eval)
+        clock.distill = time.perf_counter() - t0
         # The one-time teacher work this trial happened to do first: not the pace of a trial (nas.search).
-        seconds["teacher"] = ctx.cache.pass_seconds - passes + probe_s
+        clock.teacher = ctx.cache.pass_seconds - passes + probe_s
         # The shape's pace under the proxy's recipe: with the fidelity proxy, the final run's (nas.time_limit).
         store(trial, "step_s", round(result.train_seconds / max(1, result.steps), 4))
-        metrics = self._int8_scores(trial, spec, result)
+        metrics = self._int8_scores(trial, spec, result.student, metrics)
         scored = ctx.score(spec, metrics, latency)
         for key in SCORE_ATTRS:  # shape and latency are stored already
             store(trial, key, getattr(scored, key))
-        store(trial, "train_loss", float(result.metrics.get("train_loss", float("nan"))))
+        store(trial, "train_loss", metrics.train_loss)
         store(trial, "status", TrialStatus.FEASIBLE)
         self._phase(trial, "done")
         return scored.reward if cfg.reward.objective == "reward" else (scored.loss, median)
 
-    def _int8_scores(self, trial: optuna.Trial, spec: StudentSpec, result: Any) -> dict:
+    def _int8_scores(self, trial: optuna.Trial, spec: StudentSpec, student: Any, metrics: ProxyMetrics) -> ProxyMetrics:
         """The proxy's metrics of the graph the trial is judged by. Under --runtime onnxruntime-auto with the
         fidelity proxy, the trained student's all-INT8 graph is scored on the probe too wherever a budget of the
         search needs it (its fp32 graph over the smallest budget; its INT8 latency is read then, if not yet):
         where the INT8 graph is the one judged, its ρ is the trial's fidelity. The fp32 ρ is kept beside it."""
         ctx, cfg = self.ctx, self.ctx.config
-        metrics = result.metrics
         if not (cfg.latency.plans and cfg.proxy.kind == "fidelity"):
             return metrics
         fp32_ms = recorded(trial).latency.median_ms
-        store(trial, "fidelity_fp32", float(metrics["fidelity"]))
+        store(trial, "fidelity_fp32", metrics.fidelity)
         if fp32_ms <= ctx.smallest_budget_ms:
             return metrics
         if recorded(trial).latency_int8 is None:
             self._latency(trial, spec, INT8_LATENCY)
         self._phase(trial, "int8", "its INT8 graph on the probe")
-        int8 = ctx.int8_fidelity(result.student)
-        store(trial, "fidelity_int8", int8["fidelity"])
-        return {**metrics, **int8} if recorded(trial).precision == "int8" else metrics
+        int8 = ctx.int8_fidelity(student)
+        store(trial, "fidelity_int8", float(int8.spearman))
+        return metrics.with_fidelity(int8) if recorded(trial).precision == "int8" else metrics
 
     def _repeat(self, trial: optuna.Trial, earlier: optuna.trial.FrozenTrial) -> float | tuple[float, float]:
         # Same shape, same data, same seed: training again would give the same numbers (and cost

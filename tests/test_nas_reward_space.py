@@ -174,7 +174,8 @@ def test_a_scored_candidate_is_one_record_for_every_stage():
     from kdnas.core.spec import StudentSpec
     from kdnas.nas import SearchConfig
     from kdnas.nas.context import SearchContext
-    from kdnas.nas.schema import LatencyRecord
+    from kdnas.nas.proxy import ProxyMetrics
+    from kdnas.nas.schema import Fidelity, LatencyRecord
 
     def context(**changes):
         return SearchContext(config=SearchConfig.from_flags(**changes), space=None, sizes={}, teacher=None, texts=None, data=None,
@@ -182,7 +183,7 @@ def test_a_scored_candidate_is_one_record_for_every_stage():
 
     spec = StudentSpec(layers=3, heads=12, hidden=384, ffn=1024)
     latency = LatencyRecord(median_ms=4.0, p90_ms=4.2, noisy=False)
-    l_hs = {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "step": 60}
+    l_hs = ProxyMetrics.of_distill({"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "step": 60})
     # The paper's proxy: the reward's loss is L_HS.
     scored = context(proxy="hs").score(spec, l_hs, latency)
     assert scored.reward == kdnas_reward(0.4, 4.0, 10.0, 0.6, -0.06) and scored.within_budget
@@ -192,10 +193,12 @@ def test_a_scored_candidate_is_one_record_for_every_stage():
                                "l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.003, "reward": scored.reward,
                                "within_budget": True, "latency_ms": 4.0}
     # The fidelity proxy (default): the loss is 1 - rho; L_HS is kept beside it.
-    scored = context().score(spec, {**l_hs, "fidelity": 0.75, "fidelity_se": 0.01}, latency)
+    scored = context().score(spec, l_hs.with_fidelity(Fidelity(spearman=0.75, spearman_se=0.01)), latency)
     assert (scored.loss, scored.loss_se, scored.fidelity, scored.l_hs_norm) == (0.25, 0.01, 0.75, 0.4)
     assert scored.reward == kdnas_reward(0.25, 4.0, 10.0, 0.6, -0.06)
-    assert not context(proxy="hs").score(spec, {"l_hs_norm": 0.4, "l_hs_raw": 0.1, "l_hs_se": 0.0},
+    with pytest.raises(ValueError, match="needs the probe's rho"):  # the fidelity proxy, its student not scored
+        context().score(spec, l_hs, latency)
+    assert not context(proxy="hs").score(spec, ProxyMetrics(l_hs_norm=0.4, l_hs_raw=0.1, l_hs_se=0.0),
                                          LatencyRecord(median_ms=6.0)).within_budget
 
 

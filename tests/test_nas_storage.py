@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -78,7 +80,7 @@ def test_unopenable_storages_are_user_errors(tmp_path):
 def _dead_worker() -> dict:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    return {**worker_identity(), "pid": proc.pid}
+    return {**worker_identity().to_attrs(), "pid": proc.pid}  # as the storage holds it
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])
@@ -92,7 +94,7 @@ def test_trials_of_dead_workers_are_failed_and_retried_once(tmp_path, kind):
     dead.set_user_attr("alive_at", time.time())
     dead.set_user_attr("phase", "distill")
     live = study.ask({"layers": optuna.distributions.IntDistribution(1, 6)})
-    live.set_user_attr("worker", worker_identity())  # this very process: alive
+    live.set_user_attr("worker", worker_identity().to_attrs())  # this very process: alive
     live.set_user_attr("alive_at", time.time())
 
     assert fail_stale_trials(study, stale_after_s=3600) == [dead.number]
@@ -209,3 +211,21 @@ def test_a_study_of_a_newer_record_version_is_refused_in_one_line():
     with pytest.raises(StorageError, match=rf"record version {SCHEMA_VERSION + 1}; this kdnas reads versions up to "
                                            rf"{SCHEMA_VERSION}: upgrade kdnas"):
         check_settings(study, {"teacher": "minilm-l6"}, "sqlite:///x.db")
+
+
+def test_the_final_stage_is_claimed_once_and_a_dead_workers_claim_is_taken_over(tmp_path):
+    """The claim names the live worker that holds it (a typed Worker, stored as JSON); a dead one's is taken."""
+    from kdnas.nas.final import claim_final
+    from kdnas.nas.schema import recorded
+
+    storage = open_storage(f"journal:{tmp_path}/journal.log")
+    study = optuna.create_study(storage=storage, study_name="s")
+    assert claim_final(study, stale_after_s=3600) is None
+    claim = optuna.load_study(study_name="s:final", storage=storage)
+    assert set(claim.user_attrs["worker"]) == {"host", "pid", "started", "claimed_at"}
+    assert recorded(claim).worker.pid == os.getpid()
+    held = claim_final(study, stale_after_s=3600)  # a second worker (here: this process, alive) is refused
+    assert held.startswith(f"the final stage is run by another worker (host {socket.gethostname()}, pid {os.getpid()})")
+    claim.set_user_attr("worker", {**_dead_worker(), "claimed_at": time.time()})
+    assert claim_final(study, stale_after_s=3600) is None  # the dead worker's claim is taken over
+    assert recorded(optuna.load_study(study_name="s:final", storage=storage)).worker.pid == os.getpid()

@@ -34,16 +34,21 @@ def test_trials_are_drawn_with_two_standard_errors_and_the_hover_says_so():
 
 
 def test_a_study_s_settings_are_read_as_stored_now_and_as_earlier_versions_stored_them():
-    from kdnas.nas.plots import latency_setting, proxy_settings
+    from kdnas.nas.config import StoredSettings
+    from kdnas.nas.plots import latency_setting
     from kdnas.nas.schema import StudyFacts
 
-    nested = {"proxy": {"kind": "fidelity", "steps": 30}, "latency": {"batch": 1, "seq": 128, "threads": 2,
-                                                                       "runtime": "onnxruntime"}}
-    flat = {"proxy": "fidelity", "proxy_steps": 30, "latency_batch": 1, "latency_seq": 128, "threads": 2,
-            "runtime": "onnxruntime"}
+    nested = {"teacher": "minilm-l6", "proxy": {"kind": "fidelity", "steps": 30},
+              "latency": {"batch": 1, "seq": 128, "threads": 2, "runtime": "onnxruntime"},
+              "reward": {"objective": "pareto", "target_ratio": 0.5, "exponent": -0.06}}
+    flat = {"teacher": "minilm-l6", "proxy": "fidelity", "proxy_steps": 30, "latency_batch": 1, "latency_seq": 128,
+            "threads": 2, "runtime": "onnxruntime", "objective": "pareto", "target_ratio": 0.5}
     assert latency_setting(nested) == latency_setting(flat) == "batch 1, seq 128, 2 threads, onnxruntime"
-    assert proxy_settings(nested)["kind"] == proxy_settings(flat)["kind"] == "fidelity"
-    assert proxy_settings(flat)["steps"] == 30 and proxy_settings({})["kind"] == "hs"  # before `proxy` existed
+    now, before = StoredSettings.of(nested), StoredSettings.of(flat)
+    assert now == before and now.teacher == "minilm-l6" and now.proxy.kind == "fidelity" and now.proxy.steps == 30
+    assert (now.reward.objective, now.reward.target_ratio, now.reward.exponent) == ("pareto", 0.5, -0.06)
+    unknown = StoredSettings.of({})  # before `proxy` existed: the paper's proxy; defaults where nothing was stored
+    assert unknown.proxy.kind == "hs" and unknown.reward.target_ratio == 0.6 and unknown.teacher is None
     # read once, where a study's facts are read: the flat fields of an earlier version are nested there
     old = StudyFacts(settings=flat).settings
     assert old["proxy"]["kind"] == "fidelity" and old["latency"] == nested["latency"]

@@ -232,7 +232,7 @@ def test_the_teachers_plan_decided_again_replaces_its_budgets_row_and_keeps_the_
     from types import SimpleNamespace
 
     from kdnas.nas import plans
-    from kdnas.nas.schema import Fidelity, LatencyRecord, StudyFacts, TeacherInt8, TeacherPlanRow, TeacherPlans
+    from kdnas.nas.schema import Fidelity, LatencyRecord, PlanRecord, StudyFacts, TeacherInt8, TeacherPlanRow, TeacherPlans
 
     fake = FakeGraphs(exported)
     planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency,
@@ -247,8 +247,8 @@ def test_the_teachers_plan_decided_again_replaces_its_budgets_row_and_keeps_the_
     assert decided.row("0.6x") == other
     new = decided.row("0.5x")
     assert new.fits and new.int8_readings == [2.7, 2.72] and new.again["final_ms"] == 2.55 and new.again["grown"]
-    assert new.plan == planner.within_budget(2.6).to_dict() == decided.fitting("0.5x")
-    assert new.plan["latency_ms"] <= 2.6
+    assert new.plan == PlanRecord.from_attrs(planner.within_budget(2.6).to_dict()) == decided.fitting("0.5x")
+    assert new.plan.latency_ms <= 2.6 and new.plan.fp32_groups == planner.within_budget(2.6).plan.fp32
     assert [e["group"] for e in decided.order] == [e.group for e in planner.effects()]
     assert plans.teacher_plans_again(ctx, replace(facts, teacher_plans=decided), tmp_path, {}) is None  # once
     assert TeacherPlans.from_attrs(decided.to_attrs()) == decided
@@ -320,7 +320,7 @@ def test_a_timeout_the_teachers_plan_would_eat_into_defers_it_to_the_final_stage
     deferred = seconds == 1e-3
     assert all(r.fits for r in before.budgets) and bool(before.order) is not deferred
     assert all((r.deferred is not None) is deferred for r in before.budgets)
-    assert all((r.plan["kept"] == 0) is deferred for r in before.budgets)  # 2 ms all-INT8: a group more fits either
+    assert all((r.plan.kept == 0) is deferred for r in before.budgets)  # 2 ms all-INT8: a group more fits either
     assert len(notes) == (2 if deferred else 0) and all("grown at the final stage" in n for n in notes)
     if deferred:
         assert before.budgets[0].deferred["forecast_s"] > 0 and before.sensitivity_s is None
@@ -329,7 +329,7 @@ def test_a_timeout_the_teachers_plan_would_eat_into_defers_it_to_the_final_stage
     assert (again is not None) is deferred  # only a deferred row is decided again
     if deferred:
         row = again.row("0.5x")
-        assert row.again["grown"] and row.plan["kept"] > 0 and row.plan["latency_ms"] <= 2.6 and row.deferred
+        assert row.again["grown"] and row.plan.kept > 0 and row.plan.latency_ms <= 2.6 and row.deferred
         assert again.row("0.6x") == before.row("0.6x") and again.order  # its own stage decides the other
         assert TeacherPlans.from_attrs(again.to_attrs()) == again
 

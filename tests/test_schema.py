@@ -7,8 +7,8 @@ import pytest
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from kdnas.nas.schema import (SETTINGS_ATTR, FinalRecord, LatencyRecord, StudyFacts, TrialRecord, TrialStatus,
-                              record_fact, recorded, store, stored)
+from kdnas.nas.schema import (SETTINGS_ATTR, FinalRecord, LatencyRecord, StudyFacts, TrialRecord, TrialSeconds,
+                              TrialStatus, record_fact, recorded, store, stored)
 
 
 def test_a_trials_record_reads_by_field_and_a_field_it_lacks_is_refused_when_written():
@@ -83,6 +83,17 @@ def test_a_latency_record_is_a_field_of_the_trials_record_and_json_only_in_stora
     assert recorded(trial).latency == latency and recorded(trial).latency_int8 is None
     later = TrialRecord.from_attrs({"latency": {"median_ms": 3.0, "a_later_field": 1}, "latency_int8": {}})
     assert later.latency == LatencyRecord(median_ms=3.0) and later.latency_int8 is None
+
+
+def test_a_trials_seconds_are_typed_stored_as_the_json_earlier_versions_wrote_and_its_own_time_excludes_the_teacher():
+    study = optuna.create_study()
+    trial = study.ask()
+    store(trial, "seconds", TrialSeconds(latency=1.5, distill=60.0, teacher=40.0, total=62.0))
+    assert trial.user_attrs["seconds"] == {"latency": 1.5, "distill": 60.0, "teacher": 40.0, "total": 62.0}
+    seconds = recorded(trial).seconds
+    assert seconds == TrialSeconds(latency=1.5, distill=60.0, teacher=40.0, total=62.0) and seconds.own == 22.0
+    untrained = TrialRecord.from_attrs({"seconds": {"latency": 0.5, "distill": 0.0, "total": 0.7}}).seconds
+    assert untrained.teacher is None and untrained.own == 0.7 and TrialSeconds().own is None
 
 
 def test_a_finalists_quality_is_typed_and_stored_as_the_json_earlier_versions_wrote():

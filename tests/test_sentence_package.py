@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from kdnas.core.assets import teacher_path  # noqa: E402
 from kdnas.core.errors import KdnasError  # noqa: E402
 from kdnas.core.spec import StudentSpec, build_student  # noqa: E402
-from kdnas.export import export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
+from kdnas.export import SentencePipeline, export_model, read_sentence_pipeline, write_sentence_transformers  # noqa: E402
 from kdnas.nas._progress import Progress  # noqa: E402
 from kdnas.nas.records import StudySummary  # noqa: E402
 from kdnas.nas.schema import Candidate, Fidelity, FinalRecord, LatencyRecord, Quality, StudyFacts, stored  # noqa: E402
@@ -38,7 +38,7 @@ TINY = StudentSpec(layers=2, heads=4, hidden=64, ffn=128, max_position=128)
 def _ship(model, tokenizer, dest: Path, teacher_dir) -> dict:
     """What run_final does: export with the teacher's pipeline, save weights, write the module files."""
     pipe = read_sentence_pipeline(teacher_dir)
-    export_model(model, dest, tokenizer=tokenizer, pooling=pipe["pooling"], normalize=pipe["normalize"])
+    export_model(model, dest, tokenizer=tokenizer, pooling=pipe.pooling, normalize=pipe.normalize)
     model.save_pretrained(dest)
     return write_sentence_transformers(dest, teacher_dir, hidden_size=int(model.config.hidden_size))
 
@@ -105,6 +105,8 @@ def test_module_files_follow_the_teacher_and_the_students_size(minilm_student):
     modules = json.loads((dest / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
     assert (dest / "2_Normalize").is_dir() and facts["normalize"] is True
+    # the facts written read back as the teacher's pipeline (its 256 tokens fit the student's positions)
+    assert SentencePipeline.from_dict(facts) == read_sentence_pipeline(teacher_path("minilm-l6"))
     pooling = json.loads((dest / "1_Pooling" / "config.json").read_text())
     assert pooling["word_embedding_dimension"] == 384 and pooling["pooling_mode_mean_tokens"] is True
     assert json.loads((dest / "sentence_bert_config.json").read_text())["max_seq_length"] == 256
@@ -132,10 +134,10 @@ def test_teacher_without_normalize_cls_pooling_and_a_short_student(tmp_path):
 
 def test_teacher_without_modules_gets_mean_and_no_normalize_said_plainly(tmp_path):
     facts = read_sentence_pipeline(tmp_path)  # a folder with no sentence-transformers files
-    assert (facts["pooling"], facts["normalize"]) == ("mean", False) and "default" in facts["source"]
+    assert (facts.pooling, facts.normalize) == ("mean", False) and "default" in facts.source
     bad = _fake_teacher(tmp_path / "weighted", pooling_key="pooling_mode_weightedmean_tokens", normalize=True,
                         max_seq_length=64)
-    assert read_sentence_pipeline(bad)["pooling"] == "weightedmean"  # written as is; the ONNX graph refuses it
+    assert read_sentence_pipeline(bad).pooling == "weightedmean"  # written as is; the ONNX graph refuses it
     with pytest.raises(KdnasError, match="pooling mode 'weightedmean' is not supported by the ONNX export"):
         export_model(TINY, tmp_path / "out", tokenizer="minilm-l6", pooling="weightedmean")
     with pytest.raises(KdnasError, match="has no config.json"):

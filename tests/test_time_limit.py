@@ -414,10 +414,11 @@ def test_what_a_finalists_run_leaves_for_after_it_adds_each_step_its_timing_says
     """The export and readings always; the teacher's plan scored beside it where one fits; the next candidate's
     work where its reading was marginal (each part read off a field of `RunTiming`)."""
     from kdnas.nas.final._shipping import TEACHER_STEPS, RunTiming, _after_run_s
+    from kdnas.nas.schema import PlanRecord
 
     plain = RunTiming(step_s=4.0, finalists_left=1, before_ms=3.0)
     assert _after_run_s(plain, layers=3, baselines_s=12.0) == after_training_s(4.0, 12.0)
-    teacher = RunTiming(step_s=4.0, finalists_left=1, before_ms=3.0, teacher_plan={"kept": 2})
+    teacher = RunTiming(step_s=4.0, finalists_left=1, before_ms=3.0, teacher_plan=PlanRecord(kept=2))
     assert _after_run_s(teacher, 3, 12.0) == after_training_s(4.0, 12.0) + TEACHER_STEPS * 4.0
     marginal = RunTiming(step_s=4.0, finalists_left=1, before_ms=3.0, marginal=True, proxy_s=20.0, train_step_s=0.5)
     after = after_training_s(4.0, 12.0)

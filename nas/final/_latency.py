@@ -18,6 +18,8 @@ from ..time_limit import MARGIN, settled
 from ..variant import PLAIN, VariantChoice, choose_variant
 
 if TYPE_CHECKING:
+    from kdnas.core.sentence import SentencePipeline
+
     from ..context import SearchContext
 
 
@@ -44,7 +46,7 @@ class Gate(NamedTuple):
     graph: str
 
 
-def shipped_graph_latency(ctx: "SearchContext", spec: StudentSpec, pipeline: dict[str, Any], label: str) -> Gate:
+def shipped_graph_latency(ctx: "SearchContext", spec: StudentSpec, pipeline: SentencePipeline, label: str) -> Gate:
     """The latency of the graph `best/` will ship, built with random weights, as the budget judges it
     (`final_latency`) — read twice and averaged when within the margin of the budget
     (`nas.time_limit.settled`); on onnxruntime fp32 (and auto) the fp32 graph is the faster of fused and
@@ -57,8 +59,8 @@ def shipped_graph_latency(ctx: "SearchContext", spec: StudentSpec, pipeline: dic
     judged, _ = shipped_graphs(lat.runtime)
     with tempfile.TemporaryDirectory(prefix="kdnas-final-") as tmp:
         def exported(name: str, **options: Any) -> Path:
-            export_model(spec, Path(tmp) / name, tokenizer=ctx.teacher.tokenizer, pooling=pipeline["pooling"],
-                         normalize=pipeline["normalize"], **options)
+            export_model(spec, Path(tmp) / name, tokenizer=ctx.teacher.tokenizer, pooling=pipeline.pooling,
+                         normalize=pipeline.normalize, **options)
             return Path(tmp) / name / judged
 
         graph, choice = exported(spec.arch, int8=judged == INT8_GRAPH or lat.plans), None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -127,16 +127,16 @@ def claim_final(study: optuna.Study, stale_after_s: float) -> str | None:
     is taken over, so a rerun after a crash still ships.
     """
     name = f"{study.study_name}:final"
-    me = {**worker_identity(), "claimed_at": time.time()}
+    me = replace(worker_identity(), claimed_at=time.time())
     for _ in range(2):
         try:
             claim = optuna.create_study(storage=study._storage, study_name=name)
             store(claim, "worker", me)
             return None
         except optuna.exceptions.DuplicatedStudyError:
-            holder = recorded(optuna.load_study(study_name=name, storage=study._storage)).worker or {}
-            if holder and worker_alive(holder, holder.get("claimed_at"), stale_after_s):
-                return (f"the final stage is run by another worker (host {holder.get('host')}, pid {holder.get('pid')}); "
+            holder = recorded(optuna.load_study(study_name=name, storage=study._storage)).worker
+            if holder is not None and worker_alive(holder, holder.claimed_at, stale_after_s):
+                return (f"the final stage is run by another worker (host {holder.host}, pid {holder.pid}); "
                         "its best/ is in that worker's --out")
             try:
                 optuna.delete_study(study_name=name, storage=study._storage)  # a dead worker's claim

@@ -13,7 +13,7 @@ from kdnas.core.files import atomic_write_text, make_shared
 
 from ..measure import DRIFT_BAND
 from ..recipe import recipe_of
-from ..schema import Candidate, LatencyRecord, Quality, Refusal
+from ..schema import Candidate, LatencyRecord, PlanRecord, Quality, Refusal
 from ..time_limit import after_training_s, fallback_s
 from ..variant import PLAIN, VariantChoice, ship_plain
 from . import _train
@@ -21,7 +21,10 @@ from ._latency import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH, shipped_graphs, shipp
 from ._records import Finalist, jsonable, origin_of, spec_of, state_file
 
 if TYPE_CHECKING:
+    from kdnas.core.sentence import SentencePipeline
+
     from ..context import SearchContext
+    from ..proxy import ProxyMetrics
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,11 @@ class RunTiming:
     trailing: int = 0  # finalists after it that take no share of the training time (nas.search.final_order)
     variant: VariantChoice | None = None  # which fp32 graph it ships (nas.variant), where chosen
     gate: str | None = None  # the graph the budget judged before training (INT8_GRAPH: a plan is grown)
-    teacher_plan: dict[str, Any] | None = None  # the teacher's plan within the budget (nas.plans), where one fits
+    teacher_plan: PlanRecord | None = None  # the teacher's plan within the budget (nas.plans), where one fits
 
 
 def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: str, teacher_dir: str,
-           pipeline: dict[str, Any], timing: RunTiming, start: Refusal | None) -> Finalist:
+           pipeline: SentencePipeline, timing: RunTiming, start: Refusal | None) -> Finalist:
     """Distill one finalist with the final recipe, measure it against the baselines, ship it. `timing`: what the
     stage knows of its run (`RunTiming`); `start`: the refused wider finalist whose training it continues
     (`Stage.trained_wider`), if any."""
@@ -110,7 +113,7 @@ def _verdict(ctx: "SearchContext", before_ms: float, choice: Any, shipped: Laten
 
 
 def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: Quality | None, prepared: Any,
-                    shipped: dict, choice: Any, judged: str) -> tuple[Quality | None, dict[str, Any]]:
+                    shipped: dict, choice: Any, judged: str) -> tuple[Quality | None, ProxyMetrics]:
     """`quality` with the INT8 graph's (and a plan's) held-out fidelity, export.json as the plan left it into
     `shipped`, and the proxy's metrics of the graph that ships (the plan's probe ρ where it is not fp32)."""
     from ..baselines import int8_fidelity
@@ -123,7 +126,7 @@ def _shipped_scores(ctx: "SearchContext", res: Any, dest: Path, quality: Quality
     shipped["export"] = jsonable(json.loads((dest / "export.json").read_text()))  # as its precision left it
     if choice is None:
         return quality, metrics
-    return quality, {**metrics, "fidelity": choice.fidelity["teacher"]} if judged != FP32_GRAPH else metrics
+    return quality, replace(metrics, fidelity=choice.fidelity["teacher"]) if judged != FP32_GRAPH else metrics
 
 
 def _after_run_s(timing: RunTiming, layers: int, baselines_s: float) -> float:
@@ -177,19 +180,19 @@ NO_PLAN_NOW = ("no plan of the trained weights read within the budget after trai
 CLOSER_BY_SE = 2.0
 
 
-def _teacher_closer(plan: dict[str, Any] | None, quality: Quality | None) -> str | None:
+def _teacher_closer(plan: PlanRecord | None, quality: Quality | None) -> str | None:
     """Why no precision plan of a student is worth growing at this budget, or None: the teacher's own plan within
     it (its probe ρ) is closer to the teacher than the student's fp32 graph (held-out ρ) by more than
     CLOSER_BY_SE standard errors, and a plan of the student's graph keeps at most its fp32 fidelity. (On MPNet,
     growing an 11-layer student's plan took 16 minutes of a one-hour search, for a student the teacher's plan
     beat by 0.09.)"""
     student = None if quality is None else quality.student
-    if not plan or plan.get("fidelity") is None or student is None or student.spearman_se is None:
+    if plan is None or plan.fidelity is None or student is None or student.spearman_se is None:
         return None
-    rho, se, teacher = float(student.spearman), float(student.spearman_se), float(plan["fidelity"])
+    rho, se, teacher = float(student.spearman), float(student.spearman_se), plan.fidelity
     if rho + CLOSER_BY_SE * se >= teacher:
         return None
-    return (f"no plan grown: the teacher's plan within the budget ({plan.get('label')}, ρ {teacher:.3f} on the probe) "
+    return (f"no plan grown: the teacher's plan within the budget ({plan.label}, ρ {teacher:.3f} on the probe) "
             f"is closer than this student's fp32 graph (ρ {rho:.3f} ± {se:.3f} held out), which bounds every plan "
             f"of it; its all-INT8 graph, which fitted before training, stands beside the teacher's")
 
@@ -212,7 +215,7 @@ def plan_s(layers: int, step_s: float) -> float:
     return (0.5 * (4 * layers + 1) + 6) * step_s
 
 
-def ship(ctx: "SearchContext", student: Any, dest: Path, teacher_dir: str, pipeline: dict[str, Any],
+def ship(ctx: "SearchContext", student: Any, dest: Path, teacher_dir: str, pipeline: SentencePipeline,
          variant: VariantChoice | None, summary: dict) -> dict:
     """Write `dest`: ONNX (+ INT8), the HF weights, the sentence-transformers modules, distill.json;
     returns the export report and the sentence-transformers pipeline written. `variant`: the fp32
@@ -222,7 +225,7 @@ def ship(ctx: "SearchContext", student: Any, dest: Path, teacher_dir: str, pipel
     # export_model writes the folder (ONNX, INT8, tokenizer, config, export.json) atomically and
     # refuses to replace anything but an earlier export; the weights and the sentence-transformers
     # modules then complete it, with the graph's sentence_embedding pooled/normalized like them.
-    options = {"tokenizer": ctx.teacher.tokenizer, "pooling": pipeline["pooling"], "normalize": pipeline["normalize"]}
+    options = {"tokenizer": ctx.teacher.tokenizer, "pooling": pipeline.pooling, "normalize": pipeline.normalize}
     manifest = export_model(student, dest, int8=True, **options).to_dict()
     if variant is not None:
         manifest["fp32_variant"] = variant.to_dict()

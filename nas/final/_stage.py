@@ -30,6 +30,8 @@ from ._teacher import teacher_or_student
 from ._train import with_stored_rows
 
 if TYPE_CHECKING:
+    from kdnas.core.sentence import SentencePipeline
+
     from ..context import SearchContext
 
 
@@ -52,7 +54,7 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[C
     # Read before the long final distillation, so a teacher pipeline the export cannot match fails now.
     teacher_dir = teacher_path(cfg.teacher)
     pipeline = read_sentence_pipeline(teacher_dir)
-    check_pooling(pipeline["pooling"])
+    check_pooling(pipeline.pooling)
     cache = with_stored_rows(ctx, _final_cache(ctx))
     # a proxy run's and a whole trial's seconds, for a --timeout's estimates: the trials' medians, less the
     # one-time teacher work (the first trial's also holds the teacher targets of the transfer set)
@@ -110,7 +112,7 @@ def _final_cache(ctx: "SearchContext") -> Any:
                         last_layer=getattr(ctx.cache, "last_layer", None))
 
 
-def _teacher_at_the_end(study: optuna.Study, ctx: "SearchContext", pipeline: dict[str, Any], out: Path,
+def _teacher_at_the_end(study: optuna.Study, ctx: "SearchContext", pipeline: SentencePipeline, out: Path,
                         final_least_s: float) -> None:
     """The teacher read again before the final run. As INT8, beside the students on the pages and in the summary,
     once per study: where precision plans exported the teacher's graphs (OUT/.teacher), that all-INT8 graph, timed
@@ -197,7 +199,7 @@ class Stage:
         record_fact(self.study, "final_neighbours", of_other_budgets(facts.final_neighbours or (), label) + self.neighbours)
 
 
-def ready(stage: Stage, row: Candidate, pipeline: dict[str, Any], label: str) -> Candidate | None:
+def ready(stage: Stage, row: Candidate, pipeline: SentencePipeline, label: str) -> Candidate | None:
     """`row` as it is to be trained now (a neighbour with its score), or None where it is not. Its shipped graph
     (pooling and normalization included) is timed first: weights do not change latency, so a finalist that
     cannot fit costs seconds, not minutes, and its narrower FFN neighbour is tried next. A neighbour that fits
@@ -235,7 +237,8 @@ def _score_neighbour(ctx: "SearchContext", row: Candidate, read_ms: float, paren
     ctx.progress.phase(f"{label}: the proxy, as for a trial (FFN neighbour of {row.neighbour_of})")
     spec = spec_of(ctx, row)
     latency_ms, factor = on_trial_scale(read_ms, row.parent_latency_ms, parent_now_ms)
-    scored = ctx.score(spec, ctx.proxy(spec).metrics, LatencyRecord(median_ms=latency_ms))
+    _, metrics = ctx.proxy(spec)
+    scored = ctx.score(spec, metrics, LatencyRecord(median_ms=latency_ms))
     return replace(row, reward=scored.reward, proxy=jsonable(scored.record()),
                    recipe=recipe_of(ctx.config, ctx.budget_label), latency_read_ms=read_ms, parent_read_ms=parent_now_ms,
                    latency_scaled_by=round(factor, 4))

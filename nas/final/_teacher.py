@@ -22,12 +22,14 @@ from ._records import jsonable
 
 if TYPE_CHECKING:
     from ..config import SearchConfig
+    from kdnas.core.sentence import SentencePipeline
+
     from ..context import SearchContext
 
 
 
 def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[FinalRecord],
-                       pipeline: dict[str, Any], teacher_dir: str) -> list[FinalRecord]:
+                       pipeline: SentencePipeline, teacher_dir: str) -> list[FinalRecord]:
     """`results` (the budget's shipped students, best first), or with the teacher's graph in the first one's
     place where the teacher's plan within the budget is closer to the teacher than that student's shipped graph."""
     from ..baselines import _held_out, int8_fidelity
@@ -41,13 +43,13 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     label = "the teacher" + ("" if ctx.budget_label is None else f" ({ctx.budget_label})")
     ctx.progress.phase(f"{label}: its plan within {ctx.budget_named} on the held-out sentences")
     planner = _planner(ctx, out, pipeline, list(facts.teacher_plans.order))
-    plan = planner.plan(tuple(row["fp32_groups"]))
+    plan = planner.plan(row.fp32_groups)
     graph = planner.graph(plan)
     fidelity = int8_fidelity(ctx, held, graph)
     student = results[0]
     student_rho = student.shipped_rho
     record = FinalTeacher(budget=ctx.budget_label, budget_ms=ctx.budget.ms, budget_limit_ms=ctx.budget_ms,
-                          plan=jsonable(row), fidelity=fidelity,
+                          plan=row, fidelity=fidelity,
                           student=Rival(arch=student.arch, rho=student_rho, graph=student.budget_graph),
                           shipped=student_rho is not None and fidelity.spearman > student_rho)
     if record.shipped:
@@ -57,14 +59,14 @@ def teacher_or_student(study: optuna.Study, ctx: "SearchContext", out: Path, res
     return results
 
 
-def _planner(ctx: "SearchContext", out: Path, pipeline: dict[str, Any], order: list[dict[str, Any]]) -> Any:
+def _planner(ctx: "SearchContext", out: Path, pipeline: SentencePipeline, order: list[dict[str, Any]]) -> Any:
     from ..plans import teacher_planner
 
     return teacher_planner(ctx, out, pipeline, order=order)
 
 
 def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results: list[FinalRecord],
-                  record: FinalTeacher, planner: Any, plan: Any, graph: Path, pipeline: dict[str, Any],
+                  record: FinalTeacher, planner: Any, plan: Any, graph: Path, pipeline: SentencePipeline,
                   teacher_dir: str) -> tuple[list[FinalRecord], FinalTeacher]:
     """Move the student aside, write the teacher's folder in its place, time its graphs as shipped; the results
     with the student moved, and the record with where each went and the teacher's readings."""
@@ -88,16 +90,16 @@ def _ship_teacher(study: optuna.Study, ctx: "SearchContext", out: Path, results:
         ctx.teacher.model.save_pretrained(stage)
         write_sentence_transformers(stage, teacher_dir, hidden_size=ctx.teacher.model.config.hidden_size)
         manifest = json.loads((stage / "export.json").read_text())
-        manifest["precision"] = {"plan": plan.to_dict(), "label": record.plan["label"], "graph": name,
+        manifest["precision"] = {"plan": plan.to_dict(), "label": record.plan.label, "graph": name,
                                  "effects": list(StudyFacts.from_study(study).teacher_plans.order),
-                                 "probe": record.plan}
+                                 "probe": record.plan.to_attrs()}
         manifest["sizes"] = {p.name: p.stat().st_size for p in sorted(stage.glob("*.onnx"))}
         atomic_write_text(stage / "export.json", json.dumps(manifest, indent=2) + "\n")
     latency, readings, drift, graphs = shipped_latencies(ctx, dest, "the teacher", name)
     # within the budget by the plan's own reading that chose it (nas.final._shipping._verdict); as shipped beside it
     record = replace(record, student=replace(record.student, dir=str(aside)), dir=str(dest), graph=name,
                      latency_ms=latency.median_ms, latency_readings_ms=readings, **drift, latencies=graphs,
-                     within_budget=record.plan["latency_ms"] <= ctx.budget_ms,
+                     within_budget=record.plan.latency_ms <= ctx.budget_ms,
                      params=sum(p.numel() for p in ctx.teacher.model.parameters()))
     atomic_write_text(dest / "search.json", json.dumps(jsonable(record.to_attrs()), indent=2) + "\n")
     atomic_write_text(dest / "README.md", teacher_card(record, ctx.config))
@@ -119,7 +121,7 @@ def teacher_card(record: FinalTeacher, config: SearchConfig) -> str:
     fidelity, student = record.fidelity, record.student
     return f"""# {config.teacher} with a precision plan
 
-No student beat the teacher itself at this budget: its graph with {record.plan['label']} runs within
+No student beat the teacher itself at this budget: its graph with {record.plan.label} runs within
 {record.budget_ms:.2f} ms ({record.latency_ms:.2f} ms as shipped, timed as a student's is) and keeps embedding
 fidelity ρ {fidelity.spearman:.3f} to the teacher on {fidelity.sentences or 'the'} held-out sentences, where the
 best trained student ({student.arch}, now in `{student.dir}`) reached {student.rho:.3f} with its shipped

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from optuna.trial import FrozenTrial
 
@@ -122,6 +122,13 @@ class _Stored:
     def _known(cls, attrs: Mapping[str, Any]) -> dict[str, Any]:
         return {key: value for key, value in attrs.items() if key in _names(cls)}
 
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any] | Self | None) -> Self | None:
+        """The record stored as `attrs` (a record is taken as it is; None where none was stored)."""
+        if attrs is None or isinstance(attrs, cls):
+            return attrs
+        return cls(**cls._known(attrs))
+
 
 @dataclass(frozen=True, kw_only=True)
 class SideBySide(_Stored):
@@ -189,12 +196,6 @@ class Fidelity(_Stored):
     cosine_sentences: int | None = None
     passes: float | None = None
 
-    @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any] | Fidelity | None) -> Fidelity | None:
-        if attrs is None or isinstance(attrs, Fidelity):
-            return attrs
-        return cls(**cls._known(attrs))
-
 STUDENT = "student"  # the trained model's row of `Quality.fidelity`; the untrained baselines' rows follow it
 
 
@@ -247,12 +248,6 @@ class Worker(_Stored):
     started: float | None = None
     claimed_at: float | None = None
 
-    @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any] | Worker | None) -> Worker | None:
-        if not attrs or isinstance(attrs, Worker):
-            return attrs or None
-        return cls(**cls._known(attrs))
-
 
 @dataclass(frozen=True)
 class TrialSeconds(_Stored):
@@ -263,12 +258,6 @@ class TrialSeconds(_Stored):
     distill: float | None = None
     teacher: float | None = None
     total: float | None = None
-
-    @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any] | TrialSeconds | None) -> TrialSeconds | None:
-        if attrs is None or isinstance(attrs, TrialSeconds):
-            return attrs
-        return cls(**cls._known(attrs))
 
     @property
     def own(self) -> float | None:
@@ -319,7 +308,7 @@ class TrialRecord:
         for name in ("latency", "latency_int8"):
             object.__setattr__(self, name, LatencyRecord.from_attrs(getattr(self, name)))
         object.__setattr__(self, "seconds", TrialSeconds.from_attrs(self.seconds))
-        object.__setattr__(self, "worker", Worker.from_attrs(self.worker))
+        object.__setattr__(self, "worker", Worker.from_attrs(self.worker or None))  # {}: none stored
         if isinstance(self.status, str) and not isinstance(self.status, TrialStatus):
             try:
                 object.__setattr__(self, "status", TrialStatus(self.status))
@@ -395,12 +384,8 @@ class PlanRecord(_Stored):
     fidelity: float | None = None
     latency_ms: float | None = None
 
-    @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any] | PlanRecord | None) -> PlanRecord | None:
-        if attrs is None or isinstance(attrs, PlanRecord):
-            return attrs
-        known = cls._known(attrs)
-        return cls(**known | {"fp32_groups": tuple(known.get("fp32_groups") or ())})
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fp32_groups", tuple(self.fp32_groups or ()))
 
 
 @dataclass(frozen=True)
@@ -524,10 +509,6 @@ class Candidate(_Stored):
         """The latency its reward was computed with: a trial's reading, or a neighbour's proxy's."""
         return self.latency_median_ms or (self.proxy or {}).get("latency_ms")
 
-    @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any] | Candidate) -> Candidate:
-        return attrs if isinstance(attrs, Candidate) else cls(**cls._known(attrs))
-
 
 @dataclass(frozen=True)
 class TeacherInt8(_Stored):
@@ -648,10 +629,6 @@ class FinalRecord(SideBySide):
         for name in ("latency", "latency_fp32_onnx", "latency_int8_onnx", "latency_mixed_onnx"):
             object.__setattr__(self, name, LatencyRecord.from_attrs(getattr(self, name)))
         object.__setattr__(self, "quality", Quality.from_attrs(self.quality))
-
-    @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any] | FinalRecord) -> FinalRecord:
-        return attrs if isinstance(attrs, FinalRecord) else cls(**cls._known(attrs))
 
     @property
     def reward_loss(self) -> float | None:

@@ -139,8 +139,10 @@ def main() -> int:
     if args.refresh:
         return refresh(args)
     result: dict = {"what": __doc__.strip().splitlines()[0]}
-    if args.part != "both" and args.out.is_file():
-        result = {**json.loads(args.out.read_text()), **result}
+    if args.part != "both" and args.out.is_file():  # the other part kept, with the host and versions it ran on
+        earlier = json.loads(args.out.read_text())
+        kept = f"environment_{'demo' if args.part == 'edge' else 'at_the_rule_shapes_ratio'}"
+        result = {**earlier, **result, kept: earlier.get(kept) or earlier.get("environment")}
     if args.part in ("both", "demo"):
         result["demo"] = []
         for i in range(args.repeats):

@@ -91,21 +91,24 @@ def shipped(summary: dict) -> dict:
 
 
 def rule_trial(out: Path) -> dict:
-    """The rule shape's trial: its status, the reason it states and the readings that decided it."""
+    """The trial of RULE_SHAPE: its status, the reason it states and the readings that decided it, and whether the
+    rule queued it (`origin` "rule"). On a host where it reads under half the teacher the rule's depth at its ratio
+    is one layer less, and the shape is a trial TPE proposed (`origin` None) or none at all ({})."""
     import optuna
 
     try:
         study = optuna.load_study(study_name="kdnas", storage=f"sqlite:///{out / 'study.db'}")
     except Exception:  # noqa: BLE001 - a run that made no study
         return {}
-    for t in study.trials:
-        if t.user_attrs.get("arch") == RULE_SHAPE and t.user_attrs.get("origin") == "rule":
-            latency = t.user_attrs.get("latency") or {}
-            return {"status": t.user_attrs.get("status"), "precision": t.user_attrs.get("precision", "fp32"),
-                    "reason": t.user_attrs.get("reason", ""),
-                    "median_ms": latency.get("median_ms"), "ratio_to_teacher": latency.get("ratio_to_teacher"),
-                    "edge_readings": latency.get("edge_readings")}
-    return {}
+    trials = [t for t in study.trials if t.user_attrs.get("arch") == RULE_SHAPE and t.user_attrs.get("status")]
+    if not trials:
+        return {}
+    t = min(trials, key=lambda t: t.user_attrs.get("origin") != "rule")  # the rule's own trial first
+    latency = t.user_attrs.get("latency") or {}
+    return {"status": t.user_attrs.get("status"), "precision": t.user_attrs.get("precision", "fp32"),
+            "reason": t.user_attrs.get("reason", ""), "origin": t.user_attrs.get("origin"),
+            "median_ms": latency.get("median_ms"), "ratio_to_teacher": latency.get("ratio_to_teacher"),
+            "edge_readings": latency.get("edge_readings")}
 
 
 def rule_ratio() -> dict:
@@ -141,8 +144,9 @@ def main() -> int:
     result: dict = {"what": __doc__.strip().splitlines()[0]}
     if args.part != "both" and args.out.is_file():  # the other part kept, with the host and versions it ran on
         earlier = json.loads(args.out.read_text())
-        kept = f"environment_{'demo' if args.part == 'edge' else 'at_the_rule_shapes_ratio'}"
-        result = {**earlier, **result, kept: earlier.get(kept) or earlier.get("environment")}
+        own, other = ("demo", "at_the_rule_shapes_ratio") if args.part == "demo" else ("at_the_rule_shapes_ratio", "demo")
+        kept = {f"environment_{other}": earlier.get(f"environment_{other}") or earlier.get("environment")}
+        result = {**{k: v for k, v in earlier.items() if k != f"environment_{own}"}, **result, **kept}
     if args.part in ("both", "demo"):
         result["demo"] = []
         for i in range(args.repeats):
@@ -160,12 +164,16 @@ def main() -> int:
 
 
 def refresh(args: argparse.Namespace) -> int:
+    """Each record derived again from its run's folder; the environments the runs were made in are kept."""
+    from _env import environment
+
     result = json.loads(args.out.read_text())
     for part in ("demo", "at_the_rule_shapes_ratio"):
         for entry in result.get(part, []):
             words = entry["command"].split()
             entry.update(derived(Path(words[words.index("--out") + 1])))
-    write_result(args.out, result)
+    result["refreshed_by"] = environment()["command"]
+    args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdnas.distill import DistillConfig, StudentSpec
 from kdnas.distill import distill as run_distill
@@ -25,6 +25,9 @@ from .schema import Fidelity, LatencyRecord
 from .scored import Scored
 from .space import SearchSpace
 from .time_limit import TimeLimit
+
+if TYPE_CHECKING:
+    from kdnas.core.sentence import SentencePipeline
 
 
 @dataclass
@@ -85,6 +88,17 @@ class SearchContext:
         model = copy.deepcopy(student).float().cpu().eval()  # a GPU run's student is exported on the CPU
         with tempfile.TemporaryDirectory(prefix="kdnas-int8-") as tmp:
             return self.probe.score_graph(int8_graph_of(model, tmp), self.teacher.tokenizer)
+
+    @cached_property
+    def teacher_pipeline(self) -> SentencePipeline:
+        """The teacher's sentence-transformers pooling and normalization, which every graph shipped computes;
+        read and checked once per search, so a pipeline the export cannot match fails before any long run."""
+        from kdnas.core.assets import teacher_path
+        from kdnas.export import check_pooling, read_sentence_pipeline
+
+        pipeline = read_sentence_pipeline(teacher_path(self.config.teacher))
+        check_pooling(pipeline.pooling)
+        return pipeline
 
     @cached_property
     def probe(self) -> FidelityProbe:

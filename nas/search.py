@@ -24,7 +24,7 @@ from kdnas.distill.activations import ModelDims
 from kdnas.distill.loop import resolve_precision
 from kdnas.distill.methods import build_method
 from kdnas.distill.trainer import resolve_device
-from kdnas.export import LastLayerGraph, SentencePipeline
+from kdnas.export import LastLayerGraph
 from kdnas.core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
@@ -116,7 +116,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
                             smallest_ms=study_budgets(facts)[-1].limit_ms,
                             tolerance=study_budgets(facts)[0].tolerance)
         if cfg.latency.plans and (facts := StudyFacts.from_study(study)).teacher_plans is None:  # the teacher is a candidate too
-            record_fact(study, "teacher_plans", teacher_plans(ctx, facts, out, teacher_pipeline(cfg)))
+            record_fact(study, "teacher_plans", teacher_plans(ctx, facts, out, ctx.teacher_pipeline))
         _run_trials(study, Objective(ctx), cfg, out, progress, limit)
         if cfg.run.reference and StudyFacts.from_study(study).reference is None:
             record_fact(study, "reference", evaluate_references(ctx))
@@ -418,16 +418,6 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress
             f"{cfg.latency.seq}, {cfg.latency.threads} threads); raise --budget-ms or allow smaller shapes"
         )
     return teacher_latency, fastest, budgets_ms
-
-
-def teacher_pipeline(cfg: SearchConfig) -> SentencePipeline:
-    """The teacher's sentence-transformers pooling and normalization, which every graph shipped computes."""
-    from kdnas.core.assets import teacher_path
-    from kdnas.export import check_pooling, read_sentence_pipeline
-
-    pipeline = read_sentence_pipeline(teacher_path(cfg.teacher))
-    check_pooling(pipeline.pooling)
-    return pipeline
 
 
 def latency_machine(runtime: str) -> dict[str, str]:

@@ -47,14 +47,10 @@ def run_final(study: optuna.Study, ctx: "SearchContext", out: Path, pool: list[C
     the finalists of the search's other budgets still to train after these (a --timeout shares the time);
     `trailing`: those after them that take no share of it, whose work around their runs it leaves time for."""
     from kdnas.core.assets import teacher_path
-    from kdnas.export import read_sentence_pipeline
-    from kdnas.export import check_pooling
 
     cfg = ctx.config
-    # Read before the long final distillation, so a teacher pipeline the export cannot match fails now.
     teacher_dir = teacher_path(cfg.teacher)
-    pipeline = read_sentence_pipeline(teacher_dir)
-    check_pooling(pipeline.pooling)
+    pipeline = ctx.teacher_pipeline  # read and checked before the long final distillation
     cache = with_stored_rows(ctx, _final_cache(ctx))
     # a proxy run's and a whole trial's seconds, for a --timeout's estimates: the trials' medians, less the
     # one-time teacher work (the first trial's also holds the teacher targets of the transfer set)

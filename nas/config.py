@@ -231,8 +231,8 @@ AUTO = "onnxruntime-auto"
 MAX_TOLERANCE = 0.1  # a budget's tolerance beyond a tenth would be another budget
 # The least --timeout that works: the bundled MiniLM teacher's readings (fp32, INT8, the fastest shape) and its
 # precision plans, its targets of the transfer set from an empty cache, one trial and the final stage's fixed
-# work (baselines, export, readings, the teacher's plan beside the student) took 283 s on 2 cores under
-# --timeout 120 (docs/search.md, "A time limit").
+# work (baselines, export, readings, the teacher's plan beside the student): 188 s under --timeout 120 on a quiet
+# 2-core host, more on a busy one (at 300, 264-328 s) (docs/design/search-decisions.md, "The least --timeout").
 MIN_TIMEOUT_S = 300
 # The least --timeout for another teacher (`least_timeout_s`) grows with its weight multiply-adds per token, as a
 # search's fixed work does (its readings and plans, its targets, the readings of students shaped after it), along

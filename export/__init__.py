@@ -19,11 +19,11 @@ from ._export import ExportReport, export_model
 from ._graph import GraphInfo, check_pooling, export_onnx, int8_range, int8_recipe, quantize_int8
 from ._last_layer import LastLayerGraph
 from ._parity import Parity, onnx_sentence_embeddings
-from ._plans import CONFIRM_STEPS, Effect, Planner, PlanPoint, check_goal, growth_order
+from ._plans import CONFIRM_STEPS, FIDELITY_TIE, Effect, Planner, PlanPoint, check_goal, growth_order
 from ._precision import EMBEDDINGS, ROLES, Group, Plan, plan_graph, restore_nodes, weight_groups
 
 __all__ = ["export_model", "ExportReport", "Parity", "export_onnx", "quantize_int8", "int8_recipe", "int8_range",
            "GraphInfo", "check_pooling", "read_sentence_pipeline", "SentencePipeline",
            "write_sentence_transformers", "onnx_sentence_embeddings", "LastLayerGraph",
            "Group", "Plan", "EMBEDDINGS", "ROLES", "weight_groups", "plan_graph", "restore_nodes",
-           "Effect", "PlanPoint", "Planner", "check_goal", "growth_order", "CONFIRM_STEPS"]
+           "Effect", "PlanPoint", "Planner", "check_goal", "growth_order", "CONFIRM_STEPS", "FIDELITY_TIE"]

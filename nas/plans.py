@@ -223,11 +223,14 @@ def replan_s(groups: int, read_s: float, plan_s: float, order_known: bool) -> fl
     """Forecast seconds of growing a plan once its all-INT8 graph fits: the sensitivity pass where the groups'
     order is not known (a plan graph built and scored per group, `plan_s` each), then the bisection along the
     order (log2 of the groups, the all-fp32 graph and up to CONFIRM_STEPS readings again), each a graph built
-    and read (`plan_s` + `read_s`). An upper bound: a plan reused is neither built nor scored again."""
+    and read (`plan_s` + `read_s`), then the bisection back to the fastest plan of the same fidelity (log2 of the
+    groups built and scored, and one read: `export.FIDELITY_TIE`). An upper bound: a plan reused is neither built
+    nor scored again."""
     from kdnas.export import CONFIRM_STEPS
 
-    steps = math.ceil(math.log2(max(2, groups))) + 1 + CONFIRM_STEPS
-    return (0.0 if order_known else groups * plan_s) + steps * (plan_s + read_s)
+    halvings = math.ceil(math.log2(max(2, groups)))
+    steps = halvings + 1 + CONFIRM_STEPS
+    return (0.0 if order_known else groups * plan_s) + steps * (plan_s + read_s) + halvings * plan_s + read_s
 
 
 def teacher_plan_for(facts: StudyFacts, label: str | None) -> PlanRecord | None:

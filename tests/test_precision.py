@@ -160,7 +160,8 @@ def test_groups_grow_by_gain_per_cost_and_those_without_gain_come_last():
 
 def test_the_planner_keeps_the_most_groups_that_fit_a_budget(exported, tmp_path):
     fake = FakeGraphs(exported)
-    planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency, int8=exported / "model.int8.onnx")
+    planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, fake.latency, int8=exported / "model.int8.onnx",
+                      tie=0.0)  # every difference of fidelity counts (the tie's own test is below)
     point = planner.within_budget(2.6)
     order = [e.group for e in planner.effects()]
     assert order[:3] == [EMBEDDINGS, "1.ffn_out", "0.ffn_out"]
@@ -359,7 +360,8 @@ def test_a_plans_forecast_counts_the_sensitivity_pass_only_where_the_order_is_no
     from kdnas.nas.plans import replan_s
 
     known = replan_s(25, read_s=2.0, plan_s=1.0, order_known=True)
-    assert known == (5 + 1 + CONFIRM_STEPS) * 3.0  # ceil(log2 25) = 5 bisection readings, all-fp32, confirmations
+    # ceil(log2 25) = 5 bisection readings, all-fp32, confirmations; then 5 plans scored back to a tie, one read
+    assert known == (5 + 1 + CONFIRM_STEPS) * 3.0 + 5 * 1.0 + 2.0
     assert replan_s(25, read_s=2.0, plan_s=1.0, order_known=False) == known + 25 * 1.0
     assert replan_s(49, 2.0, 1.0, True) > known  # a deeper teacher: one bisection step more
 
@@ -442,12 +444,38 @@ def test_the_plan_closest_under_a_budget_is_read_again_and_steps_back_when_that_
         extra = 0.5 if seen[kept] > 1 else 0.0  # a second reading of any graph: half a millisecond slower
         return fake.latency(graph) + extra
 
-    planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, latency, int8=exported / "model.int8.onnx")
-    steady = Planner(exported / "model.onnx", tmp_path / "v", fake.score, fake.latency, int8=exported / "model.int8.onnx")
+    planner = Planner(exported / "model.onnx", tmp_path / "w", fake.score, latency, int8=exported / "model.int8.onnx",
+                      tie=0.0)
+    steady = Planner(exported / "model.onnx", tmp_path / "v", fake.score, fake.latency, int8=exported / "model.int8.onnx",
+                     tie=0.0)
     budget = 2.6
     assert steady.within_budget(budget).kept - planner.within_budget(budget).kept >= 1
     point = planner.within_budget(budget)
     assert point.latency_ms <= budget  # what stands fits on the mean of its readings
+
+
+def test_of_plans_whose_fidelity_ties_the_fastest_is_chosen_unless_it_reads_over(exported, tmp_path):
+    """Plans whose fidelities lie within the planner's tie (FIDELITY_TIE by default) of the best plan that fits are
+    told apart by no measurement: the fewest groups fp32 among them ship, clear of the budget's edge where the next
+    reading decides. A shorter plan reading over the budget (a host drifting) leaves the confirmed one standing."""
+    from kdnas.export import FIDELITY_TIE
+
+    fake = FakeGraphs(exported)
+    kw = {"int8": exported / "model.int8.onnx"}
+    assert Planner(exported / "model.onnx", tmp_path / "d", fake.score, fake.latency, **kw).tie == FIDELITY_TIE
+    budget = 3.0  # order: embeddings, 1.ffn_out, 0.ffn_out, 0.attn_out (+0.002 for 0.1 ms), 0.ffn_in ...
+    longest = Planner(exported / "model.onnx", tmp_path / "a", fake.score, fake.latency, tie=0.0, **kw).within_budget(budget)
+    planner = Planner(exported / "model.onnx", tmp_path / "b", fake.score, fake.latency, tie=0.0025, **kw)
+    point = planner.within_budget(budget)
+    assert (longest.kept, point.kept) == (4, 3)
+    assert longest.fidelity - 0.0025 <= point.fidelity < longest.fidelity and point.latency_ms < longest.latency_ms
+    assert planner.fidelity(planner.along(point.kept - 1)) < longest.fidelity - 0.0025  # one shorter: no tie
+
+    def drifting(graph):  # the shorter plan, read only once the tie chose it, reads over
+        return fake.latency(graph) + (0.5 if len(fake.kept(graph)) == 3 else 0.0)
+
+    drifted = Planner(exported / "model.onnx", tmp_path / "c", fake.score, drifting, tie=0.0025, **kw)
+    assert drifted.within_budget(budget).kept == 4
 
 
 def test_choosing_a_plan_runs_each_groups_graph_once_though_it_records_every_reference(exported, tmp_path, news_texts):

@@ -197,12 +197,13 @@ class Planner:
     def within_budget(self, budget_ms: float) -> PlanPoint | None:
         """The fastest plan of best fidelity whose latency is within `budget_ms`: of the most groups fp32 along
         the order that fit, the fewest whose fidelity is within `tie` of theirs (`_fastest_tied`); None when even
-        the all-INT8 graph does not fit (read again near the budget: `fastest_fits`)."""
+        the all-INT8 graph does not fit (read again near the budget: `fastest_fits`). Where the fp32 graph itself
+        fits, it stands: no order is measured (a sensitivity pass) for a budget every plan fits."""
         if not self.fastest_fits(budget_ms):
             return None
         n = len(self.groups)
         if self.latency_ms(self.along(n)) <= budget_ms:
-            return self.point(self._fastest_tied(n, budget_ms), fidelity=True, latency=True)
+            return self.point(n, fidelity=True, latency=True)
         low, high = 0, n  # latency(low) fits, latency(high) does not
         while high - low > 1:
             mid = (low + high) // 2

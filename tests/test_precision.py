@@ -476,6 +476,10 @@ def test_of_plans_whose_fidelity_ties_the_fastest_is_chosen_unless_it_reads_over
 
     drifted = Planner(exported / "model.onnx", tmp_path / "c", fake.score, drifting, tie=0.0025, **kw)
     assert drifted.within_budget(budget).kept == 4
+    # a budget every plan fits: the fp32 graph stands, and no sensitivity pass is run to look for a tie (workers
+    # sharing a study each make the teacher's plans at once, in one folder)
+    roomy = Planner(exported / "model.onnx", tmp_path / "e", fake.score, fake.latency, tie=0.0025, **kw)
+    assert roomy.within_budget(100.0).kept == 9 and roomy.order is None
 
 
 def test_choosing_a_plan_runs_each_groups_graph_once_though_it_records_every_reference(exported, tmp_path, news_texts):

@@ -66,6 +66,9 @@ class LatencyResult:
     block_medians: list[float] = field(default_factory=list)
     cores: list[int] = field(default_factory=list)  # the cores the timed runs were pinned to
     window: list[float] = field(default_factory=list)  # [start, end] of the timed runs, seconds since the epoch
+    # Not read but predicted by a target profile (`latency.TargetProfile`): its interval, and nothing was timed.
+    predicted: bool = False
+    interval_ms: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -110,7 +110,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_search)
+    _report_and_target(subparsers)
 
+
+def _report_and_target(subparsers: argparse._SubParsersAction) -> None:
+    """`kdnas report` (a search's pages again) and `kdnas target` (the deployment CPU's profile)."""
     r = subparsers.add_parser(
         "report", help="rebuild pareto.html, report.html, trials.csv and summary.json from a search's storage",
         description="Rebuild a search's pages and tables from its Optuna storage (safe while the search runs).",
@@ -120,6 +124,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument("--study-name", default=None, help="study name (default: the one recorded in OUT/search.json)")
     r.set_defaults(func=_report)
 
+    from . import _target_cli
+
+    _target_cli.register(subparsers)
 
 
 def _space_flags(p: argparse.ArgumentParser) -> None:
@@ -179,6 +186,11 @@ def _latency_and_reward_flags(p: argparse.ArgumentParser, d) -> None:
     lat.add_argument("--budget-tolerance", type=float, default=d.budget_tolerance, metavar="SHARE",
                      help="a graph fits its budget when it reads at most this share over it, read again beside the "
                           "teacher while the budget lies within the reading's spread (default: %(default)s)")
+    lat.add_argument("--target", default=None, metavar="FILE",
+                     help="judge every trial, plan and finalist by this deployment target's profile (`kdnas target "
+                          "--out FILE`, made on the CPU the model will run on) instead of reading latency here; on that "
+                          "CPU the shipped graph is then read beside the teacher, elsewhere the summary gives the command "
+                          "that checks it there (default: read on this host)")
     lat.add_argument("--no-latency-model", action="store_true",
                      help="measure every trial's latency instead of predicting it where the latency model "
                           "fitted on the study's readings is sure of the budget's verdict")
@@ -369,6 +381,8 @@ def _refusal_line(s: Refusal) -> str:
 
 
 def _print_summary(summary: StudySummary, out: Path) -> None:
+    from .verify import verified_line
+
     facts, best, budgets = summary.facts, summary.best_trial, summary.budgets or ()
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary.counts.items()))
     budget = ", ".join(b.label if b.label.endswith("ms") else f"{b.label} {b.budget_ms:.2f} ms"
@@ -402,6 +416,12 @@ def _print_summary(summary: StudySummary, out: Path) -> None:
         print(f"probes (minutes on a CPU): kdnas evaluate {shlex.quote(facts.final[0].dir)} --baselines --measures "
               "fidelity,probe --card adds their table, beside the untrained baselines, to its model card (without "
               "--measures, fine-tuning too: an hour or more on a CPU)")
+    if facts.target is not None:
+        print(f"latency judged by the target profile {facts.target['file']} ({facts.target['cpu']}): no reading in "
+              "the search")
+    for record in facts.verified or ():
+        print(verified_line(record))
+    print(summary.time_ledger.line())
     print(f"pages: {out / 'report.html'}  {out / 'pareto.html'}; table: {out / 'trials.csv'}")
 
 

@@ -330,6 +330,9 @@ class RunSettings:
     # A rerun, a resumed study or a second worker on this machine then skips the teacher's pass over
     # the transfer set (the demo's: 7,680 sentences, about 40 s of its 10 minutes on 2 cores).
     cache_dir: str | None = None
+    # A deployment target's profile (`kdnas target`): every latency of the search is predicted by it
+    # (nas.measure.ProfileJudge); None: read on this host.
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if self.trials is not None:

@@ -7,8 +7,10 @@ threads, batch and sequence length (docs/methods.md); this is the one place that
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from .config import SearchConfig
@@ -38,6 +40,11 @@ class LatencyJudge:
     config: SearchConfig
     int8: bool = False
 
+    @property
+    def predicts(self) -> bool:
+        """Whether this judge predicts (a target profile) rather than reads: nothing then needs a quiet host."""
+        return False
+
     def int8_twin(self) -> "LatencyJudge":
         """This judge reading the all-INT8 graph of what it is given: the fastest precision plan of a shape."""
         return replace(self, int8=True)
@@ -59,6 +66,68 @@ class LatencyJudge:
             target = random_weight_graph(target, int8=True)
         return profile_pair(target, reference, batch=lat.batch, seq=lat.seq, threads=lat.threads,
                             runtime=lat.reading_runtime())
+
+
+@dataclass(frozen=True)
+class ProfileJudge(LatencyJudge):
+    """Latency predicted by the deployment target's profile (`kdnas target`, `--target FILE`): nothing is read.
+    The same two methods as `LatencyJudge`, so the trials, the plans and the final stage judge by the profile as
+    they would by readings: a shape, a model folder or an exported graph (fp32, all-INT8 or a plan) is priced by
+    its composition (`latency.Composition`); the teacher's fp32 graph is the profile's own reading of it."""
+
+    profile: Any = None  # latency.TargetProfile
+
+    @property
+    def predicts(self) -> bool:
+        return True
+
+    def alone(self, target: Any, *, use_cache: bool = True) -> Any:
+        return self._result(target, self.int8)
+
+    def pair(self, target: Any, reference: Any) -> Any:
+        from kdnas.latency import PairResult
+
+        timed, ref = self._result(target, self.int8), self._result(reference, False)
+        ratio = timed.median_ms / ref.median_ms
+        return PairResult(ratio=ratio, ratio_low=ratio, ratio_high=ratio, rounds=0, target=timed, reference=ref)
+
+    def _result(self, target: Any, int8: bool) -> Any:
+        from kdnas.latency import Composition, LatencyResult, Prediction, Shape
+
+        profile, lat = self.profile, self.config.latency
+        if isinstance(target, str) and target == self.config.teacher and not int8:
+            guess = Prediction(profile.teacher_ms, profile.teacher_ms, profile.teacher_ms)
+        elif isinstance(target, (str, Path)) and str(target).endswith(".onnx"):
+            guess = profile.predict_graph(target)
+        else:
+            guess = profile.predict(Composition.of_arch(Shape.of(_spec_of(target, profile)), int8=int8))
+        ms = guess.ms
+        return LatencyResult(median_ms=ms, p90_ms=ms, min_ms=ms, mean_ms=ms, cv=0.0, runs=0, noisy=False,
+                             batch=lat.batch, seq=lat.seq, threads=lat.threads, runtime=lat.reading_runtime(int8),
+                             cpu=profile.host.cpu, versions=dict(profile.host.versions), cached=False, key="",
+                             target=str(getattr(target, "arch", target)), int8=int8, predicted=True,
+                             interval_ms=[guess.low, guess.high])
+
+
+def _spec_of(target: Any, profile: Any) -> Any:
+    """The shape of a StudentSpec, the teacher (by name), or a model folder (its config.json)."""
+    from kdnas.core.assets import TEACHERS, teacher_path
+    from kdnas.core.spec import parse_arch
+
+    if hasattr(target, "layers"):
+        return target
+    text = str(target)
+    if text in TEACHERS or text == profile.teacher:
+        return parse_arch(profile.teacher_arch)
+    folder = Path(teacher_path(text)) if text in TEACHERS else Path(text)
+    config = json.loads((folder / "config.json").read_text())
+    return parse_arch(f"{config['num_hidden_layers']}x{config['num_attention_heads']}x{config['hidden_size']}x"
+                      f"{config['intermediate_size']}")
+
+
+def judge_for(config: SearchConfig, profile: Any = None) -> LatencyJudge:
+    """How a search reads latency: by its target profile where it has one, else measured on this host."""
+    return LatencyJudge(config) if profile is None else ProfileJudge(config, profile=profile)
 
 
 def budget_latency(target: Any, judge: LatencyJudge, budget_ms: float, *,
@@ -159,10 +228,14 @@ def trial_latency(target: Any, judge: LatencyJudge, budget_ms: float, teacher_th
 
 
 def latency_record(result: Any) -> LatencyRecord:
-    """The latency facts a trial keeps of one reading (`latency.LatencyResult`)."""
-    return LatencyRecord(median_ms=float(result.median_ms), p90_ms=float(result.p90_ms), min_ms=float(result.min_ms),
-                         cv=float(result.cv), noisy=bool(result.noisy), cached=bool(result.cached),
-                         cores=list(result.cores), window=list(result.window))
+    """The latency facts a trial keeps of one reading (`latency.LatencyResult`), or of a target profile's
+    prediction (`predicted`, with its interval)."""
+    record = LatencyRecord(median_ms=float(result.median_ms), p90_ms=float(result.p90_ms), min_ms=float(result.min_ms),
+                           cv=float(result.cv), noisy=bool(result.noisy), cached=bool(result.cached),
+                           cores=list(result.cores), window=list(result.window))
+    if not getattr(result, "predicted", False):
+        return record
+    return replace(record, predicted=True, interval_ms=[round(v, 4) for v in result.interval_ms])
 
 
 def study_readings(trials: Any, attr: str = "latency") -> list[Any]:

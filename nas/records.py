@@ -12,6 +12,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from .ledger import TimeLedger, time_ledger
 from .resume import heartbeat_retries
 from .schema import BEFORE_TRAINING, FinalRecord, StudyFacts, TrialRecord, TrialSeconds, TrialStatus, recorded
 
@@ -259,6 +260,7 @@ class StudySummary:
     latency_model: LatencyModelFacts = LatencyModelFacts()
     pareto_front: tuple[int, ...] = ()
     budgets: tuple[BudgetRow, ...] | None = None  # a study of several budgets: one row each, largest first
+    time_ledger: TimeLedger = TimeLedger()  # seconds by phase and the share training (nas.ledger)
 
     @property
     def trials(self) -> int:
@@ -285,6 +287,8 @@ class StudySummary:
             **{name: [r.to_attrs() for r in getattr(f, name) or ()]
                for name in ("final_teacher", "final_over_budget", "final_neighbours")},
             **({"budgets": [b.to_json() for b in self.budgets]} if self.budgets else {}),
+            "time_ledger": self.time_ledger.to_json(), "target": f.target,
+            "verified": list(f.verified) if f.verified is not None else None,
         }
         return {**summary, "trials_table": [r.as_dict() for r in self.rows]} if table else summary
 
@@ -316,7 +320,8 @@ def study_summary(study: optuna.Study, rows: list[TrialRow]) -> StudySummary:
                            "total": mean("seconds_total")},
         best_trial=best_row(rows), latency_model=latency_model_facts(rows),
         pareto_front=tuple(r.number for r in pareto_front(rows)),
-        budgets=tuple(budget_table(facts, rows)) if facts.budgets else None)
+        budgets=tuple(budget_table(facts, rows)) if facts.budgets else None,
+        time_ledger=time_ledger(facts.run_seconds, rows, facts.final or ()))
 
 
 def budget_table(facts: StudyFacts, rows: list[TrialRow]) -> list[BudgetRow]:

@@ -23,6 +23,8 @@ from optuna.trial import FrozenTrial
 from kdnas.core.errors import StorageError
 from kdnas.evaluation.precision import FP32_GRAPH, INT8_GRAPH, MIXED_GRAPH
 
+from .ledger import RunSeconds
+
 # 1: every study before the version was stored; 2: precision plans (a trial's `precision`, `latency_int8`),
 # the budget's tolerance, a repeated shape's status.
 SCHEMA_VERSION = 2
@@ -679,6 +681,9 @@ class StudyFacts:
     final_teacher: tuple[FinalTeacher, ...] | None = None  # the teacher's plan where it was a finalist, per budget
     final_over_budget: tuple[Refusal, ...] | None = None  # every budget's
     final_neighbours: tuple[Candidate, ...] | None = None  # the FFN neighbours scored, every budget's
+    run_seconds: RunSeconds | None = None  # the runs' stages' wall seconds, added up (nas.ledger)
+    target: dict[str, Any] | None = None  # the target profile that judged the search (--target): its host and error
+    verified: tuple[dict[str, Any], ...] | None = None  # the shipped graphs checked on the target (nas.verify)
 
     def __post_init__(self) -> None:
         if self.settings is not None:
@@ -686,6 +691,9 @@ class StudyFacts:
         object.__setattr__(self, "teacher_latency", LatencyRecord.from_attrs(self.teacher_latency))
         object.__setattr__(self, "teacher_plans", TeacherPlans.from_attrs(self.teacher_plans))
         object.__setattr__(self, "teacher_int8", TeacherInt8.from_attrs(self.teacher_int8))
+        object.__setattr__(self, "run_seconds", RunSeconds.from_attrs(self.run_seconds))
+        if self.verified is not None:
+            object.__setattr__(self, "verified", tuple(self.verified))
         for name, record in (("final", FinalRecord), ("final_over_budget", Refusal), ("final_teacher", FinalTeacher),
                              ("final_neighbours", Candidate)):
             if getattr(self, name) is not None:

@@ -12,7 +12,7 @@ import logging
 import statistics
 import time
 import warnings
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,10 @@ from kdnas.core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
 from .budgets import budget_facts, study_budgets
+from .ledger import RunSeconds
 from .config import DEFAULT_TRIALS, SearchConfig
 from .final import claim_final, finalists, is_done, run_final
-from .measure import LatencyJudge, latency_record
+from .measure import LatencyJudge, judge_for, latency_record
 from .neighbours import WIDER, ffn_neighbour
 from .plans import teacher_plan_for, teacher_plans
 from .schema import SCHEMA_VERSION, Candidate, LatencyRecord, StudyFacts, enqueue, record_fact, recorded
@@ -48,6 +49,7 @@ from .time_limit import FIRST_TRIALS, TIMED_TRIAL_SHARE, TRIAL_SHARE, TimeLimit,
 from .recipe import proxy_transfer_set
 from .context import SearchContext
 from .trial import Objective
+from .verify import verify_on_target
 
 TPE_STARTUP_TRIALS = FIRST_TRIALS  # under --timeout these start whatever the final run needs
 NSGA2_POPULATION = 50  # Optuna's default, for long searches
@@ -71,8 +73,9 @@ def search(config: SearchConfig) -> StudySummary:
         optuna_logger.setLevel(level)
 
 
-def _search(cfg: SearchConfig) -> dict[str, Any]:
+def _search(cfg: SearchConfig) -> StudySummary:
     limit = None if cfg.run.timeout is None else TimeLimit(time.monotonic(), float(cfg.run.timeout))
+    clock = StageClock()
     resolved = resolve_device(cfg.device)  # `--device cuda` without CUDA: one line, before anything
     device, dtype = resolved.type, resolve_precision(cfg.precision, resolved)
     progress = Progress(None if cfg.trials_follow_time else cfg.trial_count, 0, cfg.run.progress)
@@ -83,6 +86,8 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         if cfg.init == "inherit" and (reason := family_reason(teacher)) is not None:
             raise InputError(f"--init inherit: {reason}; use --init svd or random (a BERT student)")
         space = cfg.resolve_space(teacher.dims)  # a space with no valid shape: refused before anything is written
+        target = load_target(cfg, progress)  # a profile that cannot judge this search: refused here
+        judge = judge_for(cfg, target)
         _check_methods(cfg, space, teacher.dims)
         if (targets := targets_dir(cfg.run.cache_dir)) is not None:  # before --out: a refusal writes nothing there
             ensure_writable_dir(targets, "--cache-dir", "; give another folder, or 'none' to keep targets in memory")
@@ -95,6 +100,7 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         data = proxy_transfer_set(cfg, teacher, texts)
         cache = TeacherCache(teacher, data, directory=targets, on_rows=progress.counter("teacher targets", "rows"),
                              last_layer=LastLayerGraph(teacher.model))
+        clock.mark("setup")
         # Refusals found once --out and its study.db are made (a --storage that cannot be opened, a
         # budget under the fastest shape) remove the folder and the storage file they made: nothing left
         # behind — unless a study is in that file by then (another worker's: it stays).
@@ -103,28 +109,75 @@ def _search(cfg: SearchConfig) -> dict[str, Any]:
         with undone_if_refused(cfg.run.out, files=[made] if made else [], keep=lambda _: holds_studies(url)):
             out = ensure_writable_dir(Path(cfg.run.out))
             storage = open_storage(url)
-            settings = cfg.study_settings(space, teacher.fingerprint, device, dtype, latency_machine(cfg.latency.runtime))
+            settings = cfg.study_settings(space, teacher.fingerprint, device, dtype,
+                                          latency_machine(cfg.latency.runtime, target))
             family = teacher.student_sizes()["family"]
             if family != "bert":  # studies made before students kept their teacher's family had BERT students only
                 settings["student_family"] = family
-            study, facts = _open_study(cfg, storage, url, settings, lambda: _new_facts(cfg, space, teacher, progress))
+            study, facts = _open_study(cfg, storage, url, settings, lambda: _new_facts(cfg, space, teacher, progress, judge))
+        clock.mark("latency")
         cfg = _trials_reached(study, cfg, progress)
         write_pointer(out, url, cfg.run.study_name)
         ctx = SearchContext(config=cfg, space=space, sizes=teacher.student_sizes(), teacher=teacher, texts=texts, data=data,
                             cache=cache, teacher_latency_ms=facts.teacher_latency.median_ms,
                             budget_ms=study_budgets(facts)[0].limit_ms, progress=progress, limit=limit,
                             smallest_ms=study_budgets(facts)[-1].limit_ms,
-                            tolerance=study_budgets(facts)[0].tolerance)
-        if cfg.latency.plans and (facts := StudyFacts.from_study(study)).teacher_plans is None:  # the teacher is a candidate too
-            record_fact(study, "teacher_plans", teacher_plans(ctx, facts, out, ctx.teacher_pipeline))
-        _run_trials(study, Objective(ctx), cfg, out, progress, limit)
-        if cfg.run.reference and StudyFacts.from_study(study).reference is None:
-            record_fact(study, "reference", evaluate_references(ctx))
-        _finish(study, ctx, out, progress)
-        progress.phase("done")
-        return write_outputs(study, out)
+                            tolerance=study_budgets(facts)[0].tolerance, judge=judge)
+        return _stages(study, ctx, out, target, clock)
     finally:
         progress.close()
+
+
+def _stages(study: optuna.Study, ctx: SearchContext, out: Path, target: Any, clock: StageClock) -> StudySummary:
+    """The study's work once it is open: the teacher's plans, the trials, the final stage, the shipped graphs'
+    check on the target (with a target profile), each stage's wall seconds added to the study's (`run_seconds`)."""
+    cfg, progress = ctx.config, ctx.progress
+    if target is not None and StudyFacts.from_study(study).target is None:
+        record_fact(study, "target", target_facts(target, cfg.run.target))
+    if cfg.latency.plans and (facts := StudyFacts.from_study(study)).teacher_plans is None:  # the teacher is a candidate too
+        record_fact(study, "teacher_plans", teacher_plans(ctx, facts, out, ctx.teacher_pipeline))
+    clock.mark("plans")
+    _run_trials(study, Objective(ctx), cfg, out, progress, ctx.limit)
+    clock.mark("trials")
+    if cfg.run.reference and StudyFacts.from_study(study).reference is None:
+        record_fact(study, "reference", evaluate_references(ctx))
+    _finish(study, ctx, out, progress)
+    clock.mark("final")
+    if target is not None:
+        progress.phase("checking the shipped graphs on the target")
+        record_fact(study, "verified", list(verify_on_target(StudyFacts.from_study(study), cfg, target, cfg.run.target)))
+        clock.mark("verification")
+    before = StudyFacts.from_study(study).run_seconds or RunSeconds()
+    record_fact(study, "run_seconds", asdict(before.plus(clock.seconds())))
+    progress.phase("done")
+    return write_outputs(study, out)
+
+
+class StageClock:
+    """The wall seconds of a search command's stages (`nas.ledger.RunSeconds`): `mark(name)` ends one."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.monotonic()
+        self.spent: dict[str, float] = {}
+
+    def mark(self, stage: str) -> None:
+        now = time.monotonic()
+        self.spent[stage] = self.spent.get(stage, 0.0) + now - self.last
+        self.last = now
+
+    def seconds(self) -> RunSeconds:
+        return RunSeconds(**{k: round(v, 3) for k, v in self.spent.items()},
+                          wall=round(time.monotonic() - self.start, 3))
+
+
+def target_facts(target: Any, path: str) -> dict[str, Any]:
+    """What a study keeps of the profile that judged it: the file, its host, teacher, settings and error."""
+    held = target.held_out
+    return {"file": str(path), "cpu": target.host.cpu, "flags": list(target.host.flags), "teacher": target.teacher,
+            "teacher_ms": round(target.teacher_ms, 4), "settings": asdict(target.settings),
+            "versions": dict(target.host.versions), "rel_error": round(target.rel_error, 4),
+            "held_out_median_error": None if held is None else held.median_abs_error,
+            "held_out_within_5pct": None if held is None else held.within_5pct}
 
 
 def _trials_reached(study: optuna.Study, cfg: SearchConfig, progress: Progress) -> SearchConfig:
@@ -151,10 +204,10 @@ def _check_methods(cfg: SearchConfig, space, teacher_dims) -> None:
                 raise InputError(f"{flag} {method}: the space proposes {heads} heads of {hidden}; {err}") from None
 
 
-def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress) -> StudyFacts:
+def _new_facts(cfg: SearchConfig, space, teacher, progress: Progress, judge: LatencyJudge) -> StudyFacts:
     """A new study's facts: the teacher's latency, the fastest shape and the budget (measured); with several
     budgets, `budget_ms` is the largest (the trials' gate) and `budgets` holds them all, largest first."""
-    teacher_latency, fastest, budgets_ms = _latency_facts(cfg, space, teacher, progress)
+    teacher_latency, fastest, budgets_ms = _latency_facts(cfg, space, teacher, progress, judge)
     rules = [rule_params(space, teacher.dims.layers, ms / teacher_latency.median_ms) for ms in budgets_ms]
     several = budget_facts(cfg, budgets_ms)
     # the rule applied to the all-INT8 graph, where graphs may be INT8: the depth that fits as INT8
@@ -386,13 +439,12 @@ def _settled_study(storage, name: str, wait_s: float = 60.0) -> optuna.Study:
         time.sleep(0.5)
 
 
-def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress
+def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress, judge: LatencyJudge
                    ) -> tuple[LatencyRecord, dict, tuple[float, ...]]:
     """Teacher latency, the fastest shape's latency, and the budgets in ms (largest first), the smallest
-    checked against the fastest shape."""
+    checked against the fastest shape: read by `judge` (predicted, with a target profile)."""
     from kdnas.distill import StudentSpec
 
-    judge = LatencyJudge(cfg)
     progress.phase("measuring teacher latency")
     teacher_latency = latency_record(judge.alone(cfg.teacher))
     if teacher_latency.noisy:
@@ -420,12 +472,35 @@ def _latency_facts(cfg: SearchConfig, space, teacher, progress: Progress
     return teacher_latency, fastest, budgets_ms
 
 
-def latency_machine(runtime: str) -> dict[str, str]:
-    """What a study's latencies depend on besides its settings: the CPU model and the runtime."""
+def latency_machine(runtime: str, target: Any = None) -> dict[str, str]:
+    """What a study's latencies depend on besides its settings: the CPU model and the runtime — of the target
+    profile's host where the search judges by one (a worker on any host may then join the study)."""
     from kdnas.latency import cpu_model, library_versions
 
+    if target is not None:
+        return {"cpu": target.host.cpu, "runtime": f"{runtime} {target.host.versions.get('onnxruntime')}",
+                "target": f"profile of {target.teacher}, made {time.strftime('%Y-%m-%d %H:%M', time.gmtime(target.made_at))}"}
     versions = library_versions(runtime)
     return {"cpu": cpu_model(), "runtime": f"{runtime} {versions.get('onnxruntime', versions['torch'])}"}
+
+
+def load_target(cfg: SearchConfig, progress: Progress) -> Any:
+    """The search's target profile (`--target FILE`, `latency.TargetProfile`) checked against its settings and
+    teacher, or None; a profile read with other library versions than this host's is said in one line."""
+    if cfg.run.target is None:
+        return None
+    from kdnas.latency import Host, Settings, load_profile
+
+    profile = load_profile(cfg.run.target)
+    lat = cfg.latency
+    reason = profile.mismatch(Settings(lat.batch, lat.seq, lat.threads, lat.reading_runtime()), cfg.teacher)
+    if reason is not None:
+        raise InputError(f"--target {cfg.run.target}: cannot judge this search: {reason}; make one with "
+                         f"`kdnas target --teacher {cfg.teacher} --threads {lat.threads} --batch {lat.batch} "
+                         f"--seq {lat.seq}` on the deployment CPU")
+    if (note := profile.version_note(Host.here())) is not None:
+        progress.note(f"--target: {note}; its predictions are of graphs those versions export")
+    return profile
 
 
 def _directions(cfg: SearchConfig) -> list[str]:

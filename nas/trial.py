@@ -157,7 +157,7 @@ class Objective:
         ctx, cfg = self.ctx, self.ctx.config
         judge = ctx.judge if attr == "latency" else ctx.judge.int8_twin()
         latency, fitted = _stored_latency(trial, spec.arch, attr), None
-        if latency is None and cfg.run.latency_model:
+        if latency is None and cfg.run.latency_model and not judge.predicts:  # a profile needs no study model
             fitted = latency_prediction(spec, cfg, study_readings(trial.study.get_trials(deepcopy=False), attr))
             latency = predicted_latency(fitted, ctx.budget_ms)
         if latency is None:

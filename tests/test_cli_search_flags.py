@@ -85,7 +85,7 @@ def test_study_settings_are_what_defines_a_trial_and_never_the_run_or_the_final_
                 continue
             other = {"out": "elsewhere", "trials": 3, "timeout": 600.0, "storage": "sqlite:///x.db", "study_name": "s",
                      "latency_model": False, "reference": True, "progress": False, "stale_after_s": 9.0,
-                     "cache_dir": "none", "steps": 7, "max_steps": None, "top_k": 2, "lr": 5e-4, "augment": 0.25,
+                     "cache_dir": "none", "target": "t.json", "steps": 7, "max_steps": None, "top_k": 2, "lr": 5e-4, "augment": 0.25,
                      "embed_terms": "mse+cos", "save_every": 0, "quality_sentences": 10}[f.name]
             changed = dataclasses.replace(config, **{group: dataclasses.replace(getattr(config, group), **{f.name: other})})
             assert changed.study_settings(space, "fingerprint") == settings, f"{group}.{f.name}"

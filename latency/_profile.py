@@ -79,7 +79,8 @@ class LatencyResult:
         if factor == 1.0:
             return self
         timings = ("median_ms", "p90_ms", "min_ms", "mean_ms")
-        return replace(self, **{name: getattr(self, name) * factor for name in timings})
+        return replace(self, **{name: getattr(self, name) * factor for name in timings},
+                       interval_ms=[v * factor for v in self.interval_ms])
 
     def summary(self) -> str:
         flavour = self.runtime

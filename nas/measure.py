@@ -76,10 +76,21 @@ class ProfileJudge(LatencyJudge):
     its composition (`latency.Composition`); the teacher's fp32 graph is the profile's own reading of it."""
 
     profile: Any = None  # latency.TargetProfile
+    on_target: bool = False  # this host is the profile's: a prediction near a budget is read (`reads_edge`)
 
     @property
     def predicts(self) -> bool:
         return True
+
+    def reads_edge(self, result: Any, budget_ms: float) -> bool:
+        """Whether its prediction `result` near `budget_ms` is read instead: on the profile's own host, where the
+        prediction's interval holds the budget."""
+        low, high = result.interval_ms or (result.median_ms, result.median_ms)
+        return self.on_target and result.predicted and low <= budget_ms < high
+
+    def reading(self) -> LatencyJudge:
+        """This judge as one that reads on this host."""
+        return LatencyJudge(self.config, self.int8)
 
     def alone(self, target: Any, *, use_cache: bool = True) -> Any:
         return self._result(target, self.int8)
@@ -127,7 +138,11 @@ def _spec_of(target: Any, profile: Any) -> Any:
 
 def judge_for(config: SearchConfig, profile: Any = None) -> LatencyJudge:
     """How a search reads latency: by its target profile where it has one, else measured on this host."""
-    return LatencyJudge(config) if profile is None else ProfileJudge(config, profile=profile)
+    if profile is None:
+        return LatencyJudge(config)
+    from kdnas.latency import Host
+
+    return ProfileJudge(config, profile=profile, on_target=Host.here().same_machine(profile.host))
 
 
 def budget_latency(target: Any, judge: LatencyJudge, budget_ms: float, *,
@@ -141,6 +156,8 @@ def budget_latency(target: Any, judge: LatencyJudge, budget_ms: float, *,
     `marginal_only` (search trials, where most over-budget shapes are far over): measure again only
     when the reading's fastest run was within the budget, i.e. the budget lies inside its spread."""
     first = judge.alone(target)
+    if isinstance(judge, ProfileJudge) and judge.reads_edge(first, budget_ms):  # a prediction that cannot tell
+        return budget_latency(target, judge.reading(), budget_ms, marginal_only=marginal_only)
     if first.median_ms <= budget_ms or (marginal_only and first.min_ms > budget_ms):
         return first, []
     again = judge.alone(target, use_cache=False)
@@ -163,6 +180,9 @@ def beside_teacher(target: Any, judge: LatencyJudge, teacher_then_ms: float,
     With `budget_ms` (the budget's limit in ms on the scale of `teacher_then_ms`) a reading near it is read again
     (`edge_reading`), and the facts keep every reading (`edge_readings`)."""
     pairs = [judge.pair(target, judge.config.teacher)]
+    if budget_ms is not None and isinstance(judge, ProfileJudge) and \
+            judge.reads_edge(pairs[0].on_scale(teacher_then_ms), budget_ms):
+        return beside_teacher(target, judge.reading(), teacher_then_ms, budget_ms)  # read on the target
     if budget_ms is not None:  # near the budget: read again until one side is sure (`edge_reading`)
         pairs = edge_reading(pairs, lambda: judge.pair(target, judge.config.teacher), budget_ms / teacher_then_ms)
     pair = deciding(pairs)

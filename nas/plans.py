@@ -62,30 +62,56 @@ def plan_student(ctx: "SearchContext", dest: Path, label: str) -> Any:
 
 
 def teacher_export(ctx: "SearchContext", out: Path, pipeline: SentencePipeline) -> Path:
-    """The teacher's fp32 and all-INT8 graphs in `out/.teacher` (exported once per --out)."""
+    """The teacher's fp32 and all-INT8 graphs, exported once per teacher, pipeline and versions and kept across
+    studies (nas.kept_plans; one worker exports while the others wait). `out` is the search's, where each worker's
+    plan graphs are written (`teacher_planner`)."""
+    from kdnas.core.files import staged_folder
     from kdnas.export import export_model
 
-    folder = out / TEACHER_FOLDER
-    if not (folder / "export.json").is_file():
-        ctx.progress.phase("the teacher's graphs, for its precision plans")
-        with warnings.catch_warnings():  # an all-INT8 graph far from fp32 is what its plans are for (export.json)
-            warnings.simplefilter("ignore")
-            export_model(ctx.teacher.model, folder, int8=True, tokenizer=ctx.teacher.tokenizer,
-                         pooling=pipeline.pooling, normalize=pipeline.normalize)
+    from .kept_plans import graphs_key, kept_root, one_builder
+
+    key = graphs_key(ctx.teacher.fingerprint, pipeline.pooling, pipeline.normalize)
+    folder = kept_root() / f"graphs-{key}"
+    if (folder / "export.json").is_file():
+        return folder
+    with one_builder(folder):
+        if not (folder / "export.json").is_file():
+            ctx.progress.phase("the teacher's graphs, for its precision plans")
+            with warnings.catch_warnings(), staged_folder(folder, keep_existing=True) as stage:
+                warnings.simplefilter("ignore")  # an all-INT8 graph far from fp32 is what its plans are for
+                export_model(ctx.teacher.model, stage, int8=True, tokenizer=ctx.teacher.tokenizer,
+                             pooling=pipeline.pooling, normalize=pipeline.normalize)
     return folder
 
 
 def teacher_planner(ctx: "SearchContext", out: Path, pipeline: SentencePipeline, order: list[dict[str, Any]] | None = None) -> Any:
-    """The planner of the teacher's graph (with the group order measured before, where given)."""
-    import json
-
+    """The planner of the teacher's graph (with the group order measured before, where given), writing its plan
+    graphs in a folder of this worker's own under `out`."""
     from kdnas.export import Effect, Planner
 
+    from .kept_plans import own_workdir
+
     folder = teacher_export(ctx, out, pipeline)
-    full_range = bool(json.loads((folder / "export.json").read_text()).get("int8_full_range"))
-    return Planner(folder / "model.onnx", folder / "plans", probe_scorer(ctx), judged_ms(ctx, "the teacher"),
-                   full_range=full_range, int8=folder / "model.int8.onnx",
+    return Planner(folder / "model.onnx", own_workdir(out / TEACHER_FOLDER), probe_scorer(ctx),
+                   judged_ms(ctx, "the teacher"), full_range=full_range_of(folder), int8=folder / "model.int8.onnx",
                    order=[Effect(**e) for e in order] if order else None)
+
+
+def full_range_of(folder: Path) -> bool:
+    """Whether an exported folder's INT8 graph uses the weights' full 8 bits (its export.json says)."""
+    import json
+
+    return bool(json.loads((folder / "export.json").read_text()).get("int8_full_range"))
+
+
+def kept_order(ctx: "SearchContext", out: Path, pipeline: SentencePipeline) -> Path:
+    """Where the teacher's group order on this search's probe sentences is kept (nas.kept_plans.order_file)."""
+    from .kept_plans import graphs_key, order_file
+
+    probe = ctx.probe
+    full_range = full_range_of(teacher_export(ctx, out, pipeline))
+    return order_file(graphs_key(ctx.teacher.fingerprint, pipeline.pooling, pipeline.normalize), probe.sentences,
+                      probe.max_len, full_range)
 
 
 def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: SentencePipeline) -> TeacherPlans:
@@ -93,8 +119,23 @@ def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: 
     fidelity and latency, and the group order measured (the sensitivity pass runs only where the all-INT8
     graph fits the largest budget). Under a --timeout, a plan whose growth would end past its share of the time
     (`TimeLimit.plans_before_trials`) is deferred: its all-INT8 graph stands until the final stage decides."""
+    from .kept_plans import keep_order, one_builder, read_order
+
     started = time.perf_counter()
-    planner = teacher_planner(ctx, out, pipeline)
+    kept = kept_order(ctx, out, pipeline)
+    with one_builder(kept):  # workers starting together: one sensitivity pass, the others reuse it
+        planner = teacher_planner(ctx, out, pipeline, read_order(kept))
+        rows = _plan_rows(ctx, facts, planner)
+        keep_order(kept, [e.to_dict() for e in planner.order or []])
+    return TeacherPlans(tuple(rows), int8_ms=planner.known_latency(planner.along(0)), full_range=planner.full_range,
+                        order=tuple(e.to_dict() for e in planner.order or []),
+                        fp32_fidelity=planner.known_fidelity(planner.along(len(planner.groups))),
+                        sensitivity_s=None if planner.sensitivity_s is None else round(planner.sensitivity_s, 1),
+                        seconds=round(time.perf_counter() - started, 1))
+
+
+def _plan_rows(ctx: "SearchContext", facts: StudyFacts, planner: Any) -> list[TeacherPlanRow]:
+    """Each budget's row of the teacher's plans."""
     read = time.perf_counter()
     planner.latency_ms(planner.along(0))  # the first budget's reading (kept), timed for the forecast
     read_s, plan_s, rows = time.perf_counter() - read, None, []
@@ -112,11 +153,7 @@ def teacher_plans(ctx: "SearchContext", facts: StudyFacts, out: Path, pipeline: 
                 _say_deferred(ctx, budget.named, forecast)
         point = planner.point(0, fidelity=True, latency=True) if deferred else planner.within_budget(budget.limit_ms)
         rows.append(TeacherPlanRow(budget.label, budget.ms, True, point.to_dict(), _readings(planner), deferred=deferred))
-    return TeacherPlans(tuple(rows), int8_ms=planner.known_latency(planner.along(0)), full_range=planner.full_range,
-                        order=tuple(e.to_dict() for e in planner.order or []),
-                        fp32_fidelity=planner.known_fidelity(planner.along(len(planner.groups))),
-                        sensitivity_s=None if planner.sensitivity_s is None else round(planner.sensitivity_s, 1),
-                        seconds=round(time.perf_counter() - started, 1))
+    return rows
 
 
 def _say_deferred(ctx: "SearchContext", named: str, forecast_s: float) -> None:

@@ -111,6 +111,10 @@ def _report_page(summary: StudySummary, figures: list) -> str:
                      f"{f.latency_ms:.2f} ms, reward {f.reward:.4f}")
     lines.append("mean seconds per trial: " + ", ".join(f"{k} {_cell('seconds', v)}"
                                                         for k, v in summary.seconds_per_trial.items()))
+    lines.append("where the time went: " + html.escape(summary.time_ledger.line().removeprefix("time: ")))
+    if summary.facts.target is not None:
+        lines.append(f"latency judged by the target profile of {html.escape(summary.facts.target['cpu'])} "
+                     f"({html.escape(summary.facts.target['file'])}): no reading in the search")
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in _TABLE_COLUMNS)
     body = "".join(
         f"<tr class='{html.escape(r.status.split(' ')[0])}'>"

@@ -44,6 +44,14 @@ def _earlier_result(trial: optuna.Trial, arch: str) -> optuna.trial.FrozenTrial 
     return None
 
 
+def _running_elsewhere(trial: optuna.Trial, arch: str) -> int | None:
+    """The number of an earlier trial of the same shape that is still running (another worker's), if any."""
+    for other in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if other.number < trial.number and recorded(other).arch == arch:
+            return other.number
+    return None
+
+
 def _stored_latency(trial: optuna.Trial, arch: str, attr: str = "latency") -> LatencyRecord | None:
     """A quiet latency of the same shape (its fp32 graph's, or with `attr` INT8_LATENCY its all-INT8 graph's)
     that any worker of the study measured (pruned, failed or running trials included): measured once per
@@ -89,7 +97,8 @@ class Objective:
         try:
             return self._run(trial, clock)
         except optuna.TrialPruned:
-            store(trial, "status", TrialStatus.PRUNED)
+            if recorded(trial).status != TrialStatus.REPEAT:  # a shape another worker trains: not the pruner's
+                store(trial, "status", TrialStatus.PRUNED)
             raise
         except KeyboardInterrupt:
             store(trial, "status", TrialStatus.FAILED)
@@ -120,6 +129,12 @@ class Objective:
         earlier = _earlier_result(trial, arch)
         if earlier is not None:
             return self._repeat(trial, earlier)
+        if (running := _running_elsewhere(trial, arch)) is not None:
+            # Workers proposing at once may propose one shape: the first trains it, the others are proposed again.
+            store(trial, "status", TrialStatus.REPEAT)
+            store(trial, "reason", f"same shape as trial {running}, which another worker is running: not trained "
+                                   "twice; proposed again (not counted)")
+            raise optuna.TrialPruned()
         reason = ctx.space.reject_reason(layers, heads, hidden, ffn)
         if reason is not None:
             return self._reject(trial, f"invalid shape: {reason}")

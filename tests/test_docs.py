@@ -53,8 +53,8 @@ def test_the_checker_catches_a_missing_file_heading_and_address(tmp_path):
 
 # Which commands each page documents: the options it names must be that command's (or, in the
 # README and the design notes, any command's).
-PAGES = {"search.md": ("search", "report"), "distill.md": ("distill",), "export.md": ("export",),
-         "latency.md": ("profile",), "evaluate.md": ("evaluate", "transfer")}
+PAGES = {"search.md": ("search", "report", "target"), "distill.md": ("distill",), "export.md": ("export",),
+         "latency.md": ("profile", "target"), "evaluate.md": ("evaluate", "transfer")}
 OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 NOT_KDNAS = {"--no-deps"}  # pip's, in docs/assets.md
 CODE_SPAN = re.compile(r"`([^`\n]+)`")

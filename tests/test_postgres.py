@@ -244,3 +244,42 @@ def _kill_one_mid_distill(url: str, workers: list[subprocess.Popen]) -> tuple[di
             return {"number": victim.number, "worker": victim.user_attrs["worker"]}, before
         time.sleep(0.3)
     pytest.fail("no trial reached the state to kill it in")
+
+
+@pytest.mark.slow
+def test_three_workers_starting_at_once_build_one_set_of_teacher_plans(pg_url, tmp_path):
+    """Three workers start one study at a budget the teacher's all-INT8 graph fits and its fp32 graph does not (its
+    precision plan is grown: a sensitivity pass and a bisection), from an empty cache: all end, no trial fails, the
+    teacher's graphs and its group order are built once and kept (nas.kept_plans), and no shape is trained twice.
+    0.8x: on a 2-core EPYC without VNNI the teacher's all-INT8 graph reads 0.64x of its fp32 one, so at 0.5x
+    nothing of the teacher fits there and no plan would be grown."""
+    from kdnas.nas.schema import TrialStatus
+
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    args = _search_args(pg_url, out)
+    args[args.index("--study-name") + 1] = "plans"
+    args[args.index("--trials") + 1] = "4"
+    args[args.index("--layers") + 1] = "1,2,3"
+    i = args.index("--budget-ms")
+    args[i:i + 2] = ["--budget-ratio", "0.8"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "KDNAS_CACHE": str(cache)}
+    logs = [tmp_path / f"worker{n}.stderr" for n in range(3)]
+    workers = [subprocess.Popen([sys.executable, "-m", "kdnas.cli", *args], cwd=REPO, env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=log.open("w")) for log in logs]
+    try:
+        codes = [w.wait(timeout=1500) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                os.killpg(w.pid, 9)
+    errors = [log.read_text()[-2000:] for log in logs]
+    assert codes == [0, 0, 0], errors
+    study = optuna.load_study(study_name="plans", storage=open_storage(pg_url))
+    assert not [t for t in study.trials if t.state == TrialState.FAIL], errors
+    trained = [t.user_attrs["arch"] for t in study.trials if t.user_attrs.get("status") == TrialStatus.FEASIBLE
+               and t.user_attrs.get("duplicate_of") is None]
+    assert len(trained) == len(set(trained)), trained
+    plans = study.user_attrs["teacher_plans"]
+    assert plans["order"] and plans["budgets"][0]["fits"]
+    kept = cache / "teacher-plans"
+    assert len(list(kept.glob("order-*.json"))) == 1 and len(list(kept.glob("graphs-*/model.int8.onnx"))) == 1

@@ -313,6 +313,7 @@ def test_a_timeout_the_teachers_plan_would_eat_into_defers_it_to_the_final_stage
         exported / "model.onnx", tmp_path / "w", fake.score, fake.latency, int8=exported / "model.int8.onnx",
         order=None if order is None else [Effect(**e) for e in order])
     monkeypatch.setattr(plans, "teacher_planner", made)
+    monkeypatch.setattr(plans, "kept_order", lambda ctx, out, pipeline: tmp_path / "kept" / "order.json")
     notes: list[str] = []
     ctx = _plans_ctx(seconds, notes)
     facts = StudyFacts(budget_ms=3.1, budgets=[{"label": "0.6x", "ms": 3.1}, {"label": "0.5x", "ms": 2.6}],

@@ -8,6 +8,7 @@ trained is one number a user can hold a run to.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,3 +92,20 @@ def time_ledger(run: RunSeconds | None, trials: Iterable[Any], finals: Iterable[
     seconds = {name: round(seconds[name], 1) for name in PHASES}
     training = seconds["trials_training"] + seconds["final_training"]
     return TimeLedger(seconds, round(run.wall, 1), round(training / run.wall, 4) if run.wall > 0 else None)
+
+
+class StageClock:
+    """The wall seconds of a search command's stages (`nas.ledger.RunSeconds`): `mark(name)` ends one."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.monotonic()
+        self.spent: dict[str, float] = {}
+
+    def mark(self, stage: str) -> None:
+        now = time.monotonic()
+        self.spent[stage] = self.spent.get(stage, 0.0) + now - self.last
+        self.last = now
+
+    def seconds(self) -> RunSeconds:
+        return RunSeconds(**{k: round(v, 3) for k, v in self.spent.items()},
+                          wall=round(time.monotonic() - self.start, 3))

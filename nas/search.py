@@ -29,7 +29,7 @@ from kdnas.core.files import ensure_writable_dir, undone_if_refused
 
 from ._progress import Progress
 from .budgets import budget_facts, study_budgets
-from .ledger import RunSeconds
+from .ledger import RunSeconds, StageClock
 from .config import DEFAULT_TRIALS, SearchConfig
 from .final import claim_final, finalists, is_done, run_final
 from .measure import LatencyJudge, judge_for, latency_record
@@ -49,7 +49,7 @@ from .time_limit import FIRST_TRIALS, TIMED_TRIAL_SHARE, TRIAL_SHARE, TimeLimit,
 from .recipe import proxy_transfer_set
 from .context import SearchContext
 from .trial import Objective
-from .verify import verify_on_target
+from .verify import target_facts, verify_on_target
 
 TPE_STARTUP_TRIALS = FIRST_TRIALS  # under --timeout these start whatever the final run needs
 NSGA2_POPULATION = 50  # Optuna's default, for long searches
@@ -151,33 +151,6 @@ def _stages(study: optuna.Study, ctx: SearchContext, out: Path, target: Any, clo
     record_fact(study, "run_seconds", asdict(before.plus(clock.seconds())))
     progress.phase("done")
     return write_outputs(study, out)
-
-
-class StageClock:
-    """The wall seconds of a search command's stages (`nas.ledger.RunSeconds`): `mark(name)` ends one."""
-
-    def __init__(self) -> None:
-        self.start = self.last = time.monotonic()
-        self.spent: dict[str, float] = {}
-
-    def mark(self, stage: str) -> None:
-        now = time.monotonic()
-        self.spent[stage] = self.spent.get(stage, 0.0) + now - self.last
-        self.last = now
-
-    def seconds(self) -> RunSeconds:
-        return RunSeconds(**{k: round(v, 3) for k, v in self.spent.items()},
-                          wall=round(time.monotonic() - self.start, 3))
-
-
-def target_facts(target: Any, path: str) -> dict[str, Any]:
-    """What a study keeps of the profile that judged it: the file, its host, teacher, settings and error."""
-    held = target.held_out
-    return {"file": str(path), "cpu": target.host.cpu, "flags": list(target.host.flags), "teacher": target.teacher,
-            "teacher_ms": round(target.teacher_ms, 4), "settings": asdict(target.settings),
-            "versions": dict(target.host.versions), "rel_error": round(target.rel_error, 4),
-            "held_out_median_error": None if held is None else held.median_abs_error,
-            "held_out_within_5pct": None if held is None else held.within_5pct}
 
 
 def _trials_reached(study: optuna.Study, cfg: SearchConfig, progress: Progress) -> SearchConfig:

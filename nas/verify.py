@@ -9,6 +9,7 @@ another host (a GPU server) nothing is read, and each record holds the one comma
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +65,13 @@ def verified_line(record: dict[str, Any]) -> str:
         f"OVER its budget by {100 * (record['read_ms'] / limit - 1):.1f} % (limit {limit:.2f} ms)"
     return (f"on the target: {where} read {record['read_ms']:.2f} ms beside the teacher ({record['ratio']:.3f}x), "
             f"predicted {record['predicted_ms']:.2f} ms: {verdict}")
+
+
+def target_facts(target: Any, path: str) -> dict[str, Any]:
+    """What a study keeps of the profile that judged it: the file, its host, teacher, settings and error."""
+    held = target.held_out
+    return {"file": str(path), "cpu": target.host.cpu, "flags": list(target.host.flags), "teacher": target.teacher,
+            "teacher_ms": round(target.teacher_ms, 4), "settings": asdict(target.settings),
+            "versions": dict(target.host.versions), "rel_error": round(target.rel_error, 4),
+            "held_out_median_error": None if held is None else held.median_abs_error,
+            "held_out_within_5pct": None if held is None else held.within_5pct}

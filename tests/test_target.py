@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 
 from kdnas.core.errors import InputError
-from kdnas.latency import (Composition, DesignGraph, Host, Settings, Shape, TargetReading, fitted_profile,
+from kdnas.latency import (Composition, Host, Settings, Shape, TargetReading, fitted_profile,
                            load_profile)
-from kdnas.latency._composition import FEATURES
 
 # Costs of a plausible 2-core host (ms per unit of each feature), of the order `kdnas target` fits for MiniLM-L6.
 COSTS = np.array([0.07, 0.01, 12.0, 5.3, 0.8, 42.0, 0.7])

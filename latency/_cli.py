@@ -101,7 +101,8 @@ def _against_target(args: argparse.Namespace) -> int:
     else:
         from kdnas.core.spec import parse_arch
 
-        shape = Shape.of(parse_arch(args.target_arg)) if resolved["kind"] == "spec" else _folder_shape(resolved)
+        shape = Shape.of(parse_arch(args.target_arg)) if resolved["kind"] == "spec" else \
+            Shape.of_config(json.loads((Path(resolved["worker"]["path"]) / "config.json").read_text()))
         guess = target.predict(Composition.of_arch(shape, int8=args.int8))
         graph = random_weight_graph(args.target_arg, int8=args.int8, optimized=args.optimized)
     pair = profile_pair(graph, random_weight_graph(target.teacher), batch=args.batch, seq=args.seq,
@@ -124,10 +125,3 @@ def _against_target(args: argparse.Namespace) -> int:
         print(f"note: this host is not the profile's ({target.host.cpu}): the reading checks the profile on this CPU")
     return 0
 
-
-def _folder_shape(resolved: dict):
-    from ._model import Shape
-
-    config = json.loads((Path(resolved["worker"]["path"]) / "config.json").read_text())
-    return Shape(config["num_hidden_layers"], config["num_attention_heads"], config["hidden_size"],
-                 config["intermediate_size"])

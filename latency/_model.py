@@ -40,6 +40,12 @@ class Shape:
     def of(cls, spec) -> "Shape":
         return cls(int(spec.layers), int(spec.heads), int(spec.hidden), int(spec.ffn))
 
+    @classmethod
+    def of_config(cls, config: dict) -> "Shape":
+        """The shape a transformers `config.json` (as a dict) describes."""
+        return cls(int(config["num_hidden_layers"]), int(config["num_attention_heads"]), int(config["hidden_size"]),
+                   int(config["intermediate_size"]))
+
 
 @dataclass(frozen=True)
 class Reading:

@@ -103,7 +103,7 @@ class ProfileJudge(LatencyJudge):
         return PairResult(ratio=ratio, ratio_low=ratio, ratio_high=ratio, rounds=0, target=timed, reference=ref)
 
     def _result(self, target: Any, int8: bool) -> Any:
-        from kdnas.latency import Composition, LatencyResult, Prediction, Shape
+        from kdnas.latency import Composition, LatencyResult, Prediction
 
         profile, lat = self.profile, self.config.latency
         if isinstance(target, str) and target == self.config.teacher and not int8:
@@ -111,7 +111,7 @@ class ProfileJudge(LatencyJudge):
         elif isinstance(target, (str, Path)) and str(target).endswith(".onnx"):
             guess = profile.predict_graph(target)
         else:
-            guess = profile.predict(Composition.of_arch(Shape.of(_spec_of(target, profile)), int8=int8))
+            guess = profile.predict(Composition.of_arch(_shape_of(target, profile), int8=int8))
         ms = guess.ms
         return LatencyResult(median_ms=ms, p90_ms=ms, min_ms=ms, mean_ms=ms, cv=0.0, runs=0, noisy=False,
                              batch=lat.batch, seq=lat.seq, threads=lat.threads, runtime=lat.reading_runtime(int8),
@@ -120,20 +120,18 @@ class ProfileJudge(LatencyJudge):
                              interval_ms=[guess.low, guess.high])
 
 
-def _spec_of(target: Any, profile: Any) -> Any:
-    """The shape of a StudentSpec, the teacher (by name), or a model folder (its config.json)."""
-    from kdnas.core.assets import TEACHERS, teacher_path
+def _shape_of(target: Any, profile: Any) -> Any:
+    """The shape (`latency.Shape`) of a StudentSpec, the teacher (by name), or a model folder (its config.json)."""
+    from kdnas.core.assets import TEACHERS
     from kdnas.core.spec import parse_arch
+    from kdnas.latency import Shape
 
     if hasattr(target, "layers"):
-        return target
+        return Shape.of(target)
     text = str(target)
     if text in TEACHERS or text == profile.teacher:
-        return parse_arch(profile.teacher_arch)
-    folder = Path(teacher_path(text)) if text in TEACHERS else Path(text)
-    config = json.loads((folder / "config.json").read_text())
-    return parse_arch(f"{config['num_hidden_layers']}x{config['num_attention_heads']}x{config['hidden_size']}x"
-                      f"{config['intermediate_size']}")
+        return Shape.of(parse_arch(profile.teacher_arch))
+    return Shape.of_config(json.loads((Path(text) / "config.json").read_text()))
 
 
 def judge_for(config: SearchConfig, profile: Any = None) -> LatencyJudge:

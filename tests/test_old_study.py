@@ -46,12 +46,17 @@ def test_an_earlier_study_reports_under_this_code(tmp_path):
 @pytest.mark.slow  # a resumed search's final stage (about a minute on 2 cores)
 def test_an_earlier_study_resumes_under_this_code(tmp_path):
     out, study = _copy(tmp_path)
+    import torch
+
+    from kdnas.distill.loop import resolve_precision
     from kdnas.nas.search import latency_machine
 
-    # made on another host, it would be refused for its latencies (another CPU's): as if made on this one
+    # made on another host, it would be refused for its latencies (another CPU's) and, where this CPU has no bf16
+    # arithmetic, for its training precision: as if made on this one
     settings = study.user_attrs["kdnas_settings"]
     runtime = settings["latency_machine"]["runtime"].split()[0]
-    study.set_user_attr("kdnas_settings", {**settings, "latency_machine": latency_machine(runtime)})
+    here = {"latency_machine": latency_machine(runtime), "dtype": resolve_precision("auto", torch.device("cpu"))}
+    study.set_user_attr("kdnas_settings", {**settings, **here})
     trials = [(t.number, t.state, t.values, t.params) for t in study.trials]
     args = [a.replace("OUT", str(out)) for a in MADE_WITH["args"]]
     done = kdnas(*args)

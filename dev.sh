@@ -104,6 +104,7 @@ case "$cmd" in
     ensure_debian chromium "the report test (a headless browser)" chromium
     ensure_debian postgresql "the many-workers tests (a PostgreSQL server)" pg_ctl "/usr/lib/postgresql/*/bin/pg_ctl"
     export HF_HUB_OFFLINE=1
+    "$VENV/bin/ruff" check --quiet . || { echo "dev.sh: ruff found the problems above (configured in pyproject.toml)" >&2; exit 1; }
     set +e
     "$VENV/bin/python" -m pytest -q "$@"
     rc=$?
@@ -117,7 +118,7 @@ case "$cmd" in
 usage: bash dev.sh {demo|test|setup} [extra args]
   demo    set up, then the main job: kdnas search on the bundled teacher and corpus (ten minutes on
           two CPU cores); extra args go to kdnas search, e.g. --budget-ms 8 --trials 20
-  test    set up, then the test suite (within 15 minutes); extra args go to pytest, e.g. -m slow
+  test    set up, lint (ruff), then the test suite (within 15 minutes); extra args go to pytest, e.g. -m slow
   setup   only set up: .venv (or $KDNAS_VENV) with torch, kdnas and the bundled assets
 USAGE
     ;;

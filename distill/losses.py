@@ -85,8 +85,8 @@ def _attention_log_probs(left: torch.Tensor, right: torch.Tensor, heads: int, to
     With left = Q, right = K this is the attention distribution (MiniLM Eq. 6); with left = right = A
     it is a self-relation (MiniLM Eq. 9, MiniLMv2 / comparative Eq. 7-8).
     """
-    l, r = _split_heads(left, heads), _split_heads(right, heads)
-    scores = l @ r.transpose(-1, -2) / math.sqrt(l.shape[-1])
+    lhs, rhs = _split_heads(left, heads), _split_heads(right, heads)
+    scores = lhs @ rhs.transpose(-1, -2) / math.sqrt(lhs.shape[-1])
     scores = scores.masked_fill(~tokens[:, None, None, :], _MASKED_SCORE)
     return scores.log_softmax(dim=-1)
 
@@ -139,7 +139,7 @@ def layer_map(strategy: str, n_teacher: int, n_student: int) -> list[list[int]]:
         return [[j for j in range(k * (i - 1) + 1, k * i + 1) if j <= n_teacher] for i in students]
     if strategy == "uniform+last":
         uniform, last = layer_map("uniform", n_teacher, n_student), layer_map("last", n_teacher, n_student)
-        return [sorted(set(u) | set(l)) for u, l in zip(uniform, last)]
+        return [sorted(set(u) | set(t)) for u, t in zip(uniform, last)]
     raise InputError(f"unknown layer map {strategy!r}; allowed: {', '.join(LAYER_MAPS)}")
 
 

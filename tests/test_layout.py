@@ -53,7 +53,7 @@ def unqualified_imports(path: Path) -> set[str]:
 
 def private_reaches(path: Path, own: str) -> set[str]:
     """Private modules of another package that `path` imports."""
-    return {m for m in _imports(path) if (p := _package(m)) not in (None, own, "kdnas")
+    return {m for m in _imports(path) if _package(m) not in (None, own, "kdnas")
             and any(part.startswith("_") and part != "__init__" for part in m.split(".")[2:3])
             and not (own == "kdnas" and m.split(".")[2] in COMMAND_MODULES)}
 

@@ -84,6 +84,7 @@ class PrecisionChoice:
     range_reason: str
     sentences: int
     seconds: float
+    cut_short: bool = False  # its growth stopped at its time limit (`until`): the all-INT8 graph stood
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -93,12 +94,13 @@ class PrecisionChoice:
 
 def choose_precision(folder: str | os.PathLike, scorer: FidelityScorer, latency: Callable[[Path], float], *,
                      budget_ms: float | None = None, target_fidelity: float | None = None,
-                     write: bool = True) -> PrecisionChoice | None:
+                     write: bool = True, until: float | None = None) -> PrecisionChoice | None:
     """Grow a plan for `folder/model.onnx` to `budget_ms` (best fidelity within it) or `target_fidelity` (the
     fastest plan holding it), scored by `scorer` and timed by `latency`; the plans' INT8 groups are those of
     the folder's `model.int8.onnx` (its weight range: export.json's `int8_full_range`). With `write`, a mixed
     plan is saved as `model.mixed.onnx` and the choice under `precision` in `export.json`. None when no plan
-    meets the goal (nothing is written)."""
+    meets the goal (nothing is written). `until` (a `time.monotonic()` value): past it a budget's plan stops growing
+    and the all-INT8 graph stands (`Planner.until`; `cut_short` says so)."""
     from kdnas.export import Planner, check_goal
 
     check_goal(target_fidelity, budget_ms)
@@ -107,7 +109,8 @@ def choose_precision(folder: str | os.PathLike, scorer: FidelityScorer, latency:
     full, why = bool(manifest.get("int8_full_range")), manifest.get("int8_range_reason") or "7-bit (an older export)"
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=".plans-", dir=folder) as tmp:
-        planner = Planner(folder / FP32_GRAPH, Path(tmp), scorer, latency, full_range=full, int8=folder / INT8_GRAPH)
+        planner = Planner(folder / FP32_GRAPH, Path(tmp), scorer, latency, full_range=full, int8=folder / INT8_GRAPH,
+                          until=until)
         point = planner.within_budget(budget_ms) if budget_ms is not None else planner.to_target(target_fidelity)
         if point is None:
             return None
@@ -122,7 +125,7 @@ def choose_precision(folder: str | os.PathLike, scorer: FidelityScorer, latency:
             int8_fidelity=scorer.all(planner.graph(all_int8)),
             int8_latency_ms=planner.known_latency(all_int8), effects=effects,
             path=[p.to_dict() for p in planner.measured()], range_reason=why, sentences=len(scorer.sentences),
-            seconds=round(time.perf_counter() - started, 2))
+            seconds=round(time.perf_counter() - started, 2), cut_short=planner.cut_short)
         if write:
             _write(folder, graph, name, choice)
     return choice

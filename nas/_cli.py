@@ -472,7 +472,9 @@ def graphs_line(f: FinalRecord) -> str | None:
              + (" <- shipped" if name == f.budget_graph else "")
              for name, what in names.items()
              for lat, rho in [(f.latency_of(name), quality.of_graph(name))] if lat]
-    return "graphs: " + "; ".join(shown) if len(shown) > 1 else None
+    cut = " (its plan stopped growing at --timeout: the all-INT8 graph stands)" if (f.precision_plan or {}).get(
+        "cut_short") else ""
+    return "graphs: " + "; ".join(shown) + cut if len(shown) > 1 else None
 
 
 def _print_teacher(t: FinalTeacher) -> None:

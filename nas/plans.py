@@ -52,13 +52,15 @@ def judged_ms(ctx: "SearchContext", label: str):
     return lambda graph: float(final_latency(ctx, Path(graph), label)[0].median_ms)
 
 
-def plan_student(ctx: "SearchContext", dest: Path, label: str) -> Any:
+def plan_student(ctx: "SearchContext", dest: Path, label: str, until: float | None = None) -> Any:
     """A trained finalist's plan within `ctx`'s budget, grown on the graphs `dest` holds (export.json records it,
-    a mixed plan is written as model.mixed.onnx); None where not even its all-INT8 graph fits as shipped."""
+    a mixed plan is written as model.mixed.onnx); None where not even its all-INT8 graph fits as shipped. Past
+    `until` (a `time.monotonic()` value) it stops growing and the all-INT8 graph stands (`choice.cut_short`)."""
     from kdnas.evaluation import choose_precision
 
     ctx.progress.phase(f"{label}: precision plan within {ctx.budget_named} (each group's effect on the probe)")
-    return choose_precision(dest, probe_scorer(ctx, dest / "model.onnx"), judged_ms(ctx, label), budget_ms=ctx.budget_ms)
+    return choose_precision(dest, probe_scorer(ctx, dest / "model.onnx"), judged_ms(ctx, label), budget_ms=ctx.budget_ms,
+                            until=until)
 
 
 def teacher_export(ctx: "SearchContext", out: Path, pipeline: SentencePipeline) -> Path:

@@ -194,6 +194,8 @@ def steps_label(record: FinalRecord) -> str:
     if isinstance(init, dict) and init.get("init") == "continued" and "from" in init:
         label += (f" on top of {init['after_steps']} as {init['from']} "
                   "(refused over the budget as shipped, then narrowed)")
+    if isinstance(init, dict) and init.get("start_shipped"):
+        label += f", then dropped ({init['start_shipped']})"
     return label
 
 

@@ -161,3 +161,47 @@ def test_the_held_out_sentences_are_embedded_once_for_every_budget_of_a_search(t
     first = _held_out(ctx.for_budget(Budget(2.0, "2ms")))
     again = _held_out(ctx.for_budget(Budget(1.0, "1ms")))
     assert again is first and len(first.sentences) == 60 and len(passes) == 1
+
+
+@pytest.mark.parametrize("trained, steps, init, ships_start", [
+    (0.895, 20, "inherit", True),  # below its start: the start ships
+    (0.917, 20, "inherit", False),  # above it
+    (0.916, 20, "inherit", False),  # level: the trained one stands
+    (0.895, 0, "inherit", False),  # no step made: it is the start
+    (0.895, 20, "svd", False),  # an SVD start is not the inherited row
+    (0.895, 20, "continued", False),  # a narrowed wider run's start is not the inherited row either
+])
+def test_a_student_trained_below_its_untrained_start_does_not_ship_over_it(trained, steps, init, ships_start):
+    from kdnas.nas.final._train import START_ROW, below_start
+    from kdnas.nas.schema import STUDENT
+
+    quality = Quality(fidelity={STUDENT: Fidelity(trained), START_ROW: Fidelity(0.916), "first 2 layers (untrained)":
+                                Fidelity(0.80)})
+    why = below_start(SimpleNamespace(steps=steps, init={"init": init}), quality)
+    assert (why is not None) is ships_start
+    if ships_start:
+        assert "0.895" in why and "0.916" in why and "20 steps" in why
+    assert below_start(SimpleNamespace(steps=20, init={"init": "inherit"}), None) is None  # fidelity not measured
+
+
+def test_a_student_below_its_untrained_start_ships_that_start(teacher, news_texts, small_data):
+    """A run that ended far below where it began (random weights stand for it) ships its inherited start: the
+    start's row and the shipped student's are one, its steps stay those trained, and one line says why."""
+    from transformers import BertModel
+
+    from kdnas.distill import DistillConfig, DistillResult
+    from kdnas.nas.config import SearchConfig
+    from kdnas.nas.final._shipping import _scored
+    from kdnas.nas.final._train import START_ROW
+
+    spec = StudentSpec(layers=2, heads=12, hidden=384, ffn=1536, **teacher.student_sizes())
+    notes: list[str] = []
+    ctx = SimpleNamespace(config=SearchConfig.from_flags(quality_sentences=60, latency_seq=64), teacher=teacher,
+                          texts=news_texts, progress=SimpleNamespace(note=notes.append))
+    torch.manual_seed(0)
+    ended = DistillResult(student=BertModel(spec.to_config()), spec=spec, config=DistillConfig(), metrics={},
+                          init={"init": "inherit"}, steps=20)
+    shipped, quality = _scored(ctx, spec, ended, TeacherCache(teacher, small_data), None, "final")
+    assert shipped.student is not ended.student and shipped.steps == 20 and "step" in shipped.metrics
+    assert quality.student.spearman == pytest.approx(quality.fidelity[START_ROW].spearman, abs=1e-6)
+    assert shipped.init["start_shipped"] in notes[0] and "below its untrained start" in notes[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import onnx
@@ -172,6 +173,26 @@ def test_the_planner_keeps_the_most_groups_that_fit_a_budget(exported, tmp_path)
     assert planner.within_budget(1.9) is None  # under the all-INT8 graph
     everything = planner.within_budget(100.0)
     assert everything.kept == 9 and planner.graph(everything.plan) == exported / "model.onnx"
+
+
+def test_a_plan_past_its_deadline_stops_growing_and_the_all_int8_graph_stands(exported, tmp_path):
+    """`until` passes mid-pass (the clock jumps once the all-INT8 graph and two groups are scored): nothing more is
+    built, scored or read, the all-INT8 graph (read within the budget) stands and the planner says it was cut."""
+    fake, clock = FakeGraphs(exported), [0.0]
+
+    def score(graph: Path) -> float:
+        clock[0] += 1.0 if len(fake.scored) >= 2 else 0.0
+        return fake.score(graph)
+
+    planner = Planner(exported / "model.onnx", tmp_path / "w", score, fake.latency, int8=exported / "model.int8.onnx",
+                      until=100.5)
+    with patch("kdnas.export._plans.time.monotonic", lambda: 100.0 + clock[0]):
+        point = planner.within_budget(2.6)
+    assert point.kept == 0 and point.plan.fp32 == () and planner.cut_short
+    assert len(fake.scored) == 3 and len(fake.timed) == 2  # the all-INT8 graph and two groups; it and the fp32 graph read
+    full = Planner(exported / "model.onnx", tmp_path / "v", fake.score, fake.latency, int8=exported / "model.int8.onnx",
+                   until=None)
+    assert full.within_budget(2.6).kept > 0 and not full.cut_short  # the same budget, no deadline: a plan grows
 
 
 @pytest.mark.parametrize("readings, fits, read", [

@@ -337,7 +337,7 @@ def test_report_page_renders_in_headless_chromium(search_run):
     error = re.search(r"<html[^>]*data-js-error=\"([^\"]*)\"", html)
     assert error is None, f"JavaScript error on the page: {error and error.group(1)}"
     assert "<html" in html and "</html>" in html, "no DOM was dumped"
-    assert "Uncaught" not in dom.stderr, [l for l in dom.stderr.splitlines() if "Uncaught" in l]
+    assert "Uncaught" not in dom.stderr, [line for line in dom.stderr.splitlines() if "Uncaught" in line]
     assert html.count('class="main-svg"') >= 10, "plotly did not draw the five figures"
     assert "shipped student, model.int8.onnx (1)" in html, "the shipped students were not drawn"
     # Trace points: one <path class="point"> per plotted marker; bars for the importances.
@@ -673,7 +673,8 @@ def _where_the_time_went(summary: dict) -> dict:
             "teacher_plans_s": plans.get("seconds"), "sensitivity_s": plans.get("sensitivity_s"),
             "again": [b.get("again") for b in plans.get("budgets") or []],
             "deferred": [b.get("deferred") for b in plans.get("budgets") or []],
-            "final": [(f.get("arch"), f.get("steps"), f.get("seconds")) for f in summary.get("final") or []]}
+            "final": [(f.get("arch"), f.get("steps"), f.get("seconds")) for f in summary.get("final") or []],
+            "ledger": summary.get("time_ledger")}
 
 
 @pytest.mark.slow  # a full search, ~65 s; the step plan is unit-tested in test_time_limit and test_trainer

@@ -49,7 +49,7 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: 
     """Distill one finalist with the final recipe, measure it against the baselines, ship it. `timing`: what the
     stage knows of its run (`RunTiming`); `start`: the refused wider finalist whose training it continues
     (`Stage.trained_wider`), if any."""
-    from ..baselines import baseline_fidelity, fidelity_table
+    from ..baselines import baseline_fidelity
     from ..card import write_model_card
 
     cfg, data = ctx.config, cache.data
@@ -63,11 +63,10 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: 
     until = None if ctx.limit is None else ctx.limit.final_until(
         after_s, timing.finalists_left, before_s=baselines_s, trailing=timing.trailing)
     res = _train.distill_in_time(ctx, cache, spec, label, until, start, state_file(dest))
-    student = res.student.eval()
     t1 = time.perf_counter()
     ctx.progress.phase(f"{label}: fidelity")
-    passes = res.steps * res.config.batch_size / (res.rows or data.num_train)
-    quality = fidelity_table(ctx, spec, student, cache, prepared, passes=round(passes, 2))
+    res, quality = _scored(ctx, spec, res, cache, prepared, label)
+    student = res.student
     t2 = time.perf_counter()
     ctx.progress.phase(f"{label}: export")
     shipped = ship(ctx, student, dest, teacher_dir, pipeline, variant,
@@ -76,7 +75,8 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: 
                                      "seq_len": data.seq_len, "unit": cfg.final.unit}})
     t3 = time.perf_counter()
     choice, judged, (latency, readings, drift, graphs) = _precision(ctx, dest, label, timing.gate,
-                                                                    _teacher_closer(timing.teacher_plan, quality))
+                                                                    _teacher_closer(timing.teacher_plan, quality),
+                                                                    _plan_until(ctx, timing))
     quality, metrics = _shipped_scores(ctx, res, dest, quality, prepared, shipped, choice, judged)
     verdict = _verdict(ctx, timing.before_ms, choice, latency)
     finalist = Finalist(
@@ -100,6 +100,20 @@ def finish(ctx: "SearchContext", cache: Any, dest: Path, row: Candidate, label: 
     write_model_card(dest, entry, cfg)
     state_file(dest).unlink(missing_ok=True)  # the finalist is written: nothing left to go on from
     return finalist
+
+
+def _scored(ctx: "SearchContext", spec: Any, res: Any, cache: Any, prepared: Any, label: str) -> tuple[Any, Any]:
+    """The run as it ships and its fidelity table: where its student ended below its own untrained start
+    (`_train.below_start`), that start in its place, not a worse student."""
+    from ..baselines import fidelity_table
+
+    passes = res.steps * res.config.batch_size / (res.rows or cache.data.num_train)
+    quality = fidelity_table(ctx, spec, res.student.eval(), cache, prepared, passes=round(passes, 2))
+    if (why := _train.below_start(res, quality)) is None:
+        return res, quality
+    ctx.progress.note(f"{label}: {why}")
+    res = _train.the_start(ctx, cache, res, why)
+    return res, fidelity_table(ctx, spec, res.student, cache, prepared, passes=0.0)
 
 
 def _verdict(ctx: "SearchContext", before_ms: float, choice: Any, shipped: LatencyRecord) -> dict[str, Any]:
@@ -147,22 +161,37 @@ def _after_run_s(timing: RunTiming, layers: int, baselines_s: float) -> float:
     return after_s
 
 
+def _plan_until(ctx: "SearchContext", timing: RunTiming) -> float | None:
+    """When a student's plan must stop growing under --timeout: the limit less what still follows it, in steps of
+    its pre-training export and reading (the shipped graphs' readings, the teacher's plan set beside it)."""
+    if ctx.limit is None:
+        return None
+    return ctx.limit.end - (READS_AFTER_PLAN + (TEACHER_STEPS if timing.teacher_plan else 0)) * timing.step_s
+
+
+# What follows a student's plan, in steps of its export and reading: the judged graph read beside the teacher and
+# the other shipped graphs read after it.
+READS_AFTER_PLAN = 2
+
+
 def _precision(ctx: "SearchContext", dest: Path, label: str, gate: str | None,
-               teacher_closer: str | None = None) -> tuple[Any, str, tuple]:
+               teacher_closer: str | None = None, until: float | None = None) -> tuple[Any, str, tuple]:
     """The shipped folder's graph the budget judges, and its latencies: under --runtime onnxruntime-auto, a
     precision plan grown on the trained weights where the fp32 graph did not fit before training (unless
-    `teacher_closer` says why no plan of it can win, or none fits as read now: then its all-INT8 graph); else the
-    runtime's graph.
+    `teacher_closer` says why no plan of it can win, or none fits as read now: then its all-INT8 graph; past `until`
+    its growth stops and the all-INT8 graph stands); else the runtime's graph.
     Returns the plan chosen (None: none grown), the judged graph's file name and `shipped_latencies`."""
     from ..plans import plan_student
 
     ctx.progress.phase(f"{label}: latency")
     judged = INT8_GRAPH if gate == INT8_GRAPH else shipped_graphs(ctx.config.latency.runtime)[0]
-    choice = plan_student(ctx, dest, label) if gate == INT8_GRAPH and teacher_closer is None else None
+    late = NO_TIME_LEFT if until is not None and time.monotonic() > until else None
+    grow = gate == INT8_GRAPH and teacher_closer is None and late is None
+    choice = plan_student(ctx, dest, label, until) if grow else None
     if choice is not None:
         judged = choice.graph
     elif gate == INT8_GRAPH:  # the all-INT8 graph the budget judged before training ships: export.json says why
-        _record_choice(dest, INT8_GRAPH, "all-INT8", [], teacher_closer or NO_PLAN_NOW)
+        _record_choice(dest, INT8_GRAPH, "all-INT8", [], teacher_closer or late or NO_PLAN_NOW)
     elif ctx.config.latency.plans:  # the fp32 graph fitted: export.json names that choice too
         _record_choice(dest, FP32_GRAPH, "fp32", "all",
                        "the fp32 graph fitted the budget before training: the closest graph within it")
@@ -173,6 +202,12 @@ def _precision(ctx: "SearchContext", dest: Path, label: str, gate: str | None,
 # budget as read after training (a reading the host's drift moves; `_verdict` judges the graph before the long run).
 NO_PLAN_NOW = ("no plan of the trained weights read within the budget after training; the all-INT8 graph, judged "
                "within it before training (weights do not change latency), ships")
+
+
+# Why no plan is grown where the limit, less what follows, is past when the run ends: not even the all-INT8 graph's
+# reading that starts a plan (on a host 2.2x slower than ours it and the plan's scores took a minute past the limit).
+NO_TIME_LEFT = ("no plan grown: the time --timeout left was spent; the all-INT8 graph, judged within the budget before "
+                "training (weights do not change latency), ships")
 
 
 # Standard errors by which the teacher's plan must lead a student's fp32 graph before no plan of the student is

@@ -719,7 +719,7 @@ def test_a_finalist_judged_as_int8_whose_plan_finds_none_now_ships_its_int8_grap
     from kdnas.nas.final import _shipping
 
     (tmp_path / "export.json").write_text(json.dumps({"int8": True}))
-    monkeypatch.setattr(plans, "plan_student", lambda ctx, dest, label: None)  # not even all-INT8 fits now
+    monkeypatch.setattr(plans, "plan_student", lambda ctx, dest, label, until=None: None)  # not even all-INT8 fits now
     monkeypatch.setattr(_shipping, "shipped_latencies", lambda ctx, dest, label, judged: judged)
     ctx = SimpleNamespace(config=SearchConfig(), progress=SimpleNamespace(phase=lambda _: None))
     choice, judged, latencies = _shipping._precision(ctx, tmp_path, "final 1/1", "model.int8.onnx")

@@ -44,6 +44,15 @@ if TYPE_CHECKING:
 PAIRS = 4000
 
 
+def untrained_row(name: str) -> str:
+    """The `Quality.fidelity` row of the untrained baseline `name` (evaluation.baselines.untrained_baselines)."""
+    return f"{name} (untrained)"
+
+
+# The row that is an inherit run's own start: the inherited student before any step.
+START_ROW = untrained_row("inherited")
+
+
 @dataclass(frozen=True)
 class HeldOut:
     """Sentences and the teacher's embeddings of them (`reference`); where the corpus holds too few to hold any
@@ -73,7 +82,7 @@ def baseline_fidelity(ctx: "SearchContext", spec: StudentSpec, cache: Any) -> Pr
     if held is None or held.skipped:
         return None if held is None else Prepared(held)
     baselines, _ = untrained_baselines(ctx.teacher, spec, cache.importance(), cfg.layer_rule, cfg.latency.seq)
-    rows = {f"{name} (untrained)": _fidelity(ctx, model, held.sentences, held.reference)
+    rows = {untrained_row(name): _fidelity(ctx, model, held.sentences, held.reference)
             for name, model in baselines.items()}
     return Prepared(held, rows, _training_rows(ctx, cache))
 

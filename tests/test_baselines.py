@@ -172,7 +172,8 @@ def test_the_held_out_sentences_are_embedded_once_for_every_budget_of_a_search(t
     (0.895, 20, "continued", False),  # a narrowed wider run's start is not the inherited row either
 ])
 def test_a_student_trained_below_its_untrained_start_does_not_ship_over_it(trained, steps, init, ships_start):
-    from kdnas.nas.final._train import START_ROW, below_start
+    from kdnas.nas.baselines import START_ROW
+    from kdnas.nas.final._train import below_start
     from kdnas.nas.schema import STUDENT
 
     quality = Quality(fidelity={STUDENT: Fidelity(trained), START_ROW: Fidelity(0.916), "first 2 layers (untrained)":
@@ -192,7 +193,7 @@ def test_a_student_below_its_untrained_start_ships_that_start(teacher, news_text
     from kdnas.distill import DistillConfig, DistillResult
     from kdnas.nas.config import SearchConfig
     from kdnas.nas.final._shipping import _scored
-    from kdnas.nas.final._train import START_ROW
+    from kdnas.nas.baselines import START_ROW
 
     spec = StudentSpec(layers=2, heads=12, hidden=384, ffn=1536, **teacher.student_sizes())
     notes: list[str] = []

@@ -16,6 +16,7 @@ from kdnas.distill import distill as run_distill
 from kdnas.distill.loop import fit_steps, resolve_precision
 from kdnas.distill.trainer import resolve_device
 
+from ..baselines import START_ROW
 from ..config import FINAL_MAX_PASSES
 from ..recipe import final_transfer_set
 
@@ -31,10 +32,6 @@ if TYPE_CHECKING:
 # Today's recipe (plain MSE, 1e-3) loses nothing in 20 steps (0.850 → 0.856) but gains most in 100
 # (0.883); below that it ships as narrowed (measured: a one-off benchmark, in git history).
 MIN_CONTINUED_STEPS = 100
-
-
-# The row of the untrained baselines that is an inherit run's own start (nas.baselines, evaluation.baselines).
-START_ROW = "inherited (untrained)"
 
 
 def below_start(res: DistillResult, quality: Any) -> str | None:
